@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set everything up on a fresh Debian machine, then run the demo or the tests.
+#   bash scripts/dev.sh demo     # set up, then `sparkflux demo`
+#   bash scripts/dev.sh test     # set up, then the whole test suite
+# Installs a Java runtime through apt-get if `java` is missing, creates .venv, installs the
+# package with its pinned dependencies. Safe to run again: each step is skipped when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
+"$PY" -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if ((${#need_apt[@]})); then
+  echo ">> installing ${need_apt[*]} with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  echo ">> creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.sparkflux-installed
+if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
+  echo ">> installing sparkflux and its pinned dependencies"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+  touch "$stamp"
+fi
+
+case "${1:-test}" in
+  demo) shift || true; exec .venv/bin/sparkflux demo "$@" ;;
+  test) shift || true; exec .venv/bin/python -m pytest -q "$@" ;;
+  setup) ;;
+  *) echo "usage: scripts/dev.sh demo|test|setup" >&2; exit 2 ;;
+esac

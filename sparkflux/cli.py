@@ -1,0 +1,218 @@
+"""The ``sparkflux`` command: ``run``, ``reference`` and ``demo``.
+
+    sparkflux run examples/netmon.py --events 1000000 --sites 4 --partitions 32 --ha none \\
+        --output out/netmon.parquet --metrics out/metrics.json
+    sparkflux reference examples/netmon.py --events 1000000
+    sparkflux demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from sparkflux.dataflow.compiler import compile_plan
+from sparkflux.dataflow.examples import load_example
+from sparkflux.operators.base import PlanError
+from sparkflux.runtime.driver import LiveStats, RunConfig, RunFailed, run, write_metrics
+from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
+
+console = Console(stderr=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not argv or argv[0] in ("-h", "--help"):
+        _top_parser().print_help()
+        return 0
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "run":
+            return cmd_run(rest)
+        if command == "reference":
+            return cmd_reference(rest)
+        if command == "demo":
+            return cmd_demo(rest)
+    except (PlanError, RunFailed) as e:
+        console.print(f"[bold red]error:[/] {e}")
+        return 2
+    console.print(f"[red]unknown command {command!r}[/]; use run, reference or demo")
+    return 2
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sparkflux", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=["run", "reference", "demo"])
+    return p
+
+
+def _example_parser(prog: str, example_path: str | None) -> tuple[argparse.ArgumentParser, Any]:
+    p = argparse.ArgumentParser(prog=f"sparkflux {prog}")
+    p.add_argument("example", help="path of the example dataflow (e.g. examples/netmon.py)")
+    p.add_argument("--events", type=int, default=1_000_000, help="input events to generate")
+    p.add_argument("--batch-size", type=int, default=8192, help="records per source batch")
+    module = None
+    if example_path and not example_path.startswith("-"):
+        module = load_example(example_path)
+        module.add_options(p)
+    return p, module
+
+
+def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]:
+    p, module = _example_parser("run", example_path)
+    p.add_argument("--sites", type=int, default=4, help="number of sites (Spark tasks)")
+    p.add_argument("--partitions", type=int, default=32, help="mini-partitions per stage")
+    p.add_argument("--ha", choices=["none", "flux"], default="none", help="availability mode")
+    p.add_argument("--master", default=None,
+                   help="Spark master URL (default: embedded local mode local[SITES,400])")
+    p.add_argument("--rate", type=float, default=None,
+                   help="pace the source at R events/s as a push source (drops when full)")
+    p.add_argument("--ingress-buffer", type=int, default=200_000,
+                   help="records the ingress buffers in --rate mode before it drops")
+    p.add_argument("--window", type=int, default=400_000,
+                   help="input records in flight (not yet complete at the egress)")
+    p.add_argument("--output", default=None, help="write the ordered output to this Parquet file")
+    p.add_argument("--dead-letter", default=None,
+                   help="JSON-lines file for rejected input (default: next to --output)")
+    p.add_argument("--metrics", default=None, help="write the run's metrics JSON here")
+    p.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
+                   help="SIGKILL a site's process this many seconds after the input starts")
+    p.add_argument("--no-progress", action="store_true", help="no live progress display")
+    return p, module
+
+
+def _first_positional(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def cmd_run(argv: list[str]) -> int:
+    parser, module = _run_parser(_first_positional(argv))
+    args = parser.parse_args(argv)
+    if module is None:
+        parser.error("give the example dataflow's path")
+    result = run_example(module, args, show_progress=not args.no_progress)
+    _print_summary(result.metrics)
+    if args.metrics:
+        write_metrics(args.metrics, result.metrics)
+        console.print(f"metrics written to {args.metrics}")
+    return 0
+
+
+def run_example(module: Any, args: argparse.Namespace, show_progress: bool = True,
+                sink: Any = None, dead: DeadLetters | None = None, spark: Any = None) -> Any:
+    """Build, compile and run an example with parsed ``args`` (the CLI and tests share it)."""
+    opts = module.options(args)
+    if hasattr(opts, "batch") and getattr(args, "batch_size", None):
+        from dataclasses import replace
+
+        opts = replace(opts, batch=args.batch_size)
+    plan = compile_plan(module.build(opts), args.partitions, args.sites)
+    if args.rate is not None and args.rate <= 0:
+        raise PlanError("--rate must be positive")
+    if sink is None:
+        sink = ParquetSink(args.output) if args.output else NullSink()
+    if dead is None:
+        path = args.dead_letter or (str(Path(args.output).with_suffix(".dead-letter.jsonl"))
+                                    if args.output else None)
+        dead = DeadLetters(path)
+    cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
+                    ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
+                    window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites))
+    console.print(plan.describe())
+    return run(plan, cfg, sink, dead, spark=spark,
+               display=_display if show_progress else None)
+
+
+def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
+    """``SITE@SECONDS`` options, checked (a bad one fails fast with what to change)."""
+    out = []
+    for spec in specs:
+        try:
+            site_s, at_s = spec.split("@")
+            site, at = int(site_s), float(at_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS, e.g. --kill 1@3") from None
+        if not 0 <= site < sites or at < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
+        out.append((site, at))
+    return tuple(out)
+
+
+def _display(stats: LiveStats, done: threading.Event) -> None:
+    def table() -> Table:
+        t = Table.grid(padding=(0, 2))
+        elapsed = time.time() - stats.started_at if stats.started_at else 0.0
+        rate = stats.events_in / elapsed if elapsed > 0 else 0.0
+        total = f"/{stats.total:,}" if stats.total else ""
+        t.add_row("[bold]phase[/]", stats.phase)
+        t.add_row("events in", f"{stats.events_in:,}{total}")
+        t.add_row("results out", f"{stats.results_out:,}")
+        t.add_row("rate", f"{rate:,.0f} events/s")
+        t.add_row("dead letters", f"{stats.dead_letters:,}")
+        t.add_row("dropped at ingress", f"{stats.dropped:,}")
+        return t
+
+    with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
+        while not done.wait(0.25):
+            live.update(table())
+        live.update(table())
+
+
+def _print_summary(metrics: dict[str, Any]) -> None:
+    t = Table(title="run summary", show_header=False)
+    for k, v in metrics.items():
+        t.add_row(k, f"{v:,}" if isinstance(v, int) else str(v))
+    Console().print(t)
+
+
+def cmd_reference(argv: list[str]) -> int:
+    parser, module = _example_parser("reference", _first_positional(argv))
+    parser.add_argument("--master", default="local[2]", help="Spark master for the reference")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    if module is None:
+        parser.error("give the example dataflow's path")
+    digest, rows, seconds = reference_digest(module, args)
+    if args.json:
+        print(json.dumps({"output_digest": digest, "output_tuples": rows,
+                          "duration_s": round(seconds, 3)}))
+    else:
+        print(f"output_digest {digest}\noutput_tuples {rows}\nduration_s {seconds:.1f}")
+    return 0
+
+
+def reference_digest(module: Any, args: argparse.Namespace, spark: Any = None
+                     ) -> tuple[str, int, float]:
+    from sparkflux.spark.launcher import spark_session
+    from sparkflux.spark.reference import reference_digest as digest_of_df
+
+    if not hasattr(module, "reference"):
+        raise PlanError(f"{module.__file__} has no reference(spark, options)")
+    opts = module.options(args)
+    t = time.time()
+    spark = spark or spark_session(getattr(args, "master", None) or "local[2]",
+                                   "sparkflux-reference")
+    digest, rows = digest_of_df(module.reference(spark, opts))
+    return digest, rows, time.time() - t
+
+
+def cmd_demo(argv: list[str]) -> int:
+    from sparkflux.demo import demo
+
+    return demo(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Events the controller takes and actions it returns (small frozen dataclasses).
+
+The controller is sans-I/O (STYLE.md: h11, distributed's ``handle_stimulus``): the driver's
+host turns connections, heartbeats and timers into these events and carries out the actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiteAddress:
+    site: int
+    attempt: int
+    host: str
+    port: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class View:
+    """A numbered membership view: which site process is live for each site slot."""
+
+    number: int
+    members: dict[int, SiteAddress] = field(default_factory=dict)
+
+
+# -- events ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registered:
+    address: SiteAddress
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiteReady:
+    site: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    site: int
+    attempt: int
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionClosed:
+    site: int
+    attempt: int
+    reason: str
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tick:
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """The egress has delivered the end of the stream."""
+
+
+# -- actions -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstallView:
+    """Send the view to every member (they connect to each other and report ready)."""
+
+    view: View
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartIngress:
+    """Every site of the view is connected: the ingress may start sending."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopSite:
+    site: int
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Abort:
+    """The job cannot go on; the message says why and what to change."""
+
+    reason: str
+
+
+Event = Registered | SiteReady | Heartbeat | ConnectionClosed | Tick | Finished
+Action = InstallView | StartIngress | StopSite | Abort

@@ -1,0 +1,1 @@
+"""The user-facing dataflow API and the compiler to a physical plan."""

@@ -1,0 +1,137 @@
+"""The user-facing dataflow API: sources, ``exchange``, ``apply``, ``union``, ``sink``.
+
+Defining a dataflow only builds an immutable description (bytewax style); nothing runs until
+``sparkflux run`` (or ``sparkflux.runtime.driver.run``) compiles it into stages of
+mini-partitions and launches the sites. Duplicate step names are rejected when the graph is
+built.
+
+    df = Dataflow("netmon")
+    packets = df.source(NetmonSource(opts), name="packets")
+    sessions = packets.exchange(by=["src", "dst"]).apply(SessionReconstruction(...))
+    sessions.exchange(by=["app", "src"]).apply(CountWindowAggregate(...)).sink()
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from sparkflux.operators.base import Operator, PlanError
+
+
+class Source(ABC):
+    """A stream of input records.
+
+    ``schema`` declares the user columns of a valid record (ingress rejects anything else to
+    the dead-letter output). ``event_time`` names an int64 column whose maximum so far becomes
+    the progress watermark, or None. ``batches()`` yields Arrow record batches (the fast path)
+    or lists of plain dict records (validated one by one where needed).
+    """
+
+    schema: pa.Schema
+    event_time: str | None = None
+
+    @abstractmethod
+    def batches(self) -> Iterator[pa.RecordBatch | list[dict]]: ...
+
+    def total(self) -> int | None:
+        """The number of records when bounded and known (for progress display)."""
+        return None
+
+
+class Sink(ABC):
+    """Receives the egress output: exactly once, in SN order."""
+
+    def open(self, schema: pa.Schema) -> None:  # noqa: B027 (optional hook)
+        """Called once before the first batch."""
+
+    @abstractmethod
+    def write(self, batch: pa.RecordBatch) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Called once after the last batch."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One step of the logical dataflow."""
+
+    name: str
+    kind: str  # "source" | "exchange" | "apply" | "union" | "sink"
+    parents: tuple[Node, ...] = ()
+    source: Source | None = None
+    by: tuple[str, ...] = ()
+    operator: Operator | None = None
+    sink: Sink | None = None
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A handle on one step's output; each method returns a new stream."""
+
+    dataflow: Dataflow
+    node: Node
+
+    def exchange(self, by: list[str] | tuple[str, ...], name: str | None = None) -> Stream:
+        """Repartition on the ``by`` columns: hash(by) -> mini-partition -> site."""
+        if not by:
+            raise PlanError("exchange(by=...) needs at least one key column")
+        return self.dataflow._add(Node(self.dataflow._name(name, "exchange"), "exchange",
+                                       (self.node,), by=tuple(by)))
+
+    def apply(self, operator: Operator, name: str | None = None) -> Stream:
+        """Run ``operator`` on this stream, partition by partition."""
+        if not isinstance(operator, Operator):
+            raise PlanError(f"apply() takes an Operator, got {type(operator).__name__}")
+        return self.dataflow._add(
+            Node(self.dataflow._name(name, operator.name.lower()), "apply", (self.node,),
+                 operator=operator)
+        )
+
+    def union(self, *others: Stream, name: str | None = None) -> Stream:
+        """Merge this stream with ``others`` (same columns) in sequence-number order."""
+        for o in others:
+            if o.dataflow is not self.dataflow:
+                raise PlanError("union() of streams from different dataflows")
+        parents = (self.node, *(o.node for o in others))
+        return self.dataflow._add(Node(self.dataflow._name(name, "union"), "union", parents))
+
+    def sink(self, sink: Sink | None = None, name: str | None = None) -> None:
+        """Deliver this stream to ``sink`` (or to the run's ``--output``)."""
+        self.dataflow._add(Node(self.dataflow._name(name, "sink"), "sink", (self.node,),
+                                sink=sink))
+
+
+@dataclass
+class Dataflow:
+    """A named logical dataflow: a DAG of steps ending in one sink."""
+
+    name: str
+    nodes: list[Node] = field(default_factory=list)
+
+    def source(self, source: Source, name: str | None = None) -> Stream:
+        if not isinstance(source, Source):
+            raise PlanError(f"source() takes a Source, got {type(source).__name__}")
+        return self._add(Node(self._name(name, "source"), "source", source=source))
+
+    def _name(self, name: str | None, default: str) -> str:
+        if name is not None:
+            return name
+        taken = {n.name for n in self.nodes}
+        i = 0
+        while f"{default}{i}" in taken:
+            i += 1
+        return f"{default}{i}"
+
+    def _add(self, node: Node) -> Stream:
+        if any(n.name == node.name for n in self.nodes):
+            raise PlanError(f"dataflow {self.name!r}: duplicate step name {node.name!r}")
+        self.nodes.append(node)
+        return Stream(self, node)
+
+    @property
+    def sinks(self) -> list[Node]:
+        return [n for n in self.nodes if n.kind == "sink"]

@@ -1,0 +1,1 @@
+"""The data model: system columns, sequence numbers, progress markers and batch helpers."""

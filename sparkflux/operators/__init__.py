@@ -1,0 +1,1 @@
+"""Operator implementations and the operator contract (see ``base.Operator``)."""

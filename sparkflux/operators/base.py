@@ -1,0 +1,113 @@
+"""The operator contract.
+
+An operator instance on a site is a *shell* holding every mini-partition of its stage that the
+site owns (thesis ch. 4: "one operator instance per machine"). It sees batches, never tuples:
+
+- ``bind(input_schema)`` checks the columns it needs (raising ``PlanError`` with a message that
+  names the missing column and the columns available) and returns the output schema. Called by
+  the compiler in the driver, and again on the site before the first batch.
+- ``process(batch)`` takes a batch in ``(_sn, _snm)`` order carrying the system columns
+  ``_sn``, ``_snm``, ``_t0`` and ``_part`` (the mini-partition the row was routed to) and
+  returns the output batch, also in SN order and carrying the same system columns. The SN rules
+  of DESIGN.md §3: an operator that emits at most one output per input keeps the input's
+  ``(_sn, _snm)``; outputs ``k = 0, 1, ...`` triggered by one input get
+  ``(_sn, child_minor(_snm, k))``. ``_t0`` and ``_part`` are those of the triggering input.
+- ``advance(progress)`` is called after ``process`` with the merged frontier of the input
+  (all SNs <= ``progress.sn`` and event times < ``progress.wm`` are complete); operators closed
+  by progress markers (time windows) emit here. It returns the output batch (possibly empty)
+  and the progress that the operator's *output* stream may claim: an operator that still holds
+  open windows must not claim progress beyond the lowest SN that a future output could carry.
+
+Operators are deterministic: the output depends only on the SN-ordered input and the
+progress markers' values, never on batch boundaries, timing or randomness. Two replicas fed
+the same input produce identical output; the test-suite checks batch-boundary independence.
+
+State moves per mini-partition (thesis Fig 3.9 and ch. 4 API): ``get_partition_state(part)``
+returns a picklable, machine-independent value; ``install_partition_state(part, state)`` on a
+fresh shell must derive all the partition's state from it, and processing then resumes after
+the last input the state reflects. ``partition_info()`` reports per-partition size.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sparkflux.model.batch import empty
+from sparkflux.model.progress import Progress
+
+
+class PlanError(ValueError):
+    """A dataflow that cannot run as written; the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """Size of one mini-partition's state (thesis ``getPartitionInfo``)."""
+
+    part: int
+    keys: int
+    nbytes: int
+
+
+class Operator(ABC):
+    """A deterministic operator over SN-ordered batches of many mini-partitions."""
+
+    #: True when the operator keeps state between batches (needs an exchange before it).
+    stateful: bool = False
+
+    def __init__(self) -> None:
+        self._output_schema: pa.Schema | None = None
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        if self._output_schema is None:
+            raise RuntimeError(f"{self.name} used before bind()")
+        return self._output_schema
+
+    def bind(self, input_schema: pa.Schema) -> pa.Schema:
+        """Validate the input columns and return (and remember) the output schema."""
+        self._output_schema = self._bind(input_schema)
+        return self._output_schema
+
+    @abstractmethod
+    def _bind(self, input_schema: pa.Schema) -> pa.Schema: ...
+
+    @abstractmethod
+    def process(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
+
+    def advance(self, progress: Progress) -> tuple[pa.RecordBatch, Progress]:
+        """React to input progress; the default emits nothing and passes progress through."""
+        return empty(self.output_schema), progress
+
+    # -- state movement (stateless operators have none) --------------------------------------
+    def get_partition_state(self, part: int) -> Any:
+        return None
+
+    def install_partition_state(self, part: int, state: Any) -> None:
+        if state is not None:
+            raise ValueError(f"{self.name} is stateless but was given state for partition {part}")
+
+    def drop_partition(self, part: int) -> None:  # noqa: B027 - stateless: nothing to drop
+        """Forget a partition's state (after it moved away or its replica was failed)."""
+
+    def partition_info(self) -> list[PartitionInfo]:
+        return []
+
+
+def require_columns(op: str, schema: pa.Schema, columns: list[str] | tuple[str, ...]) -> None:
+    """Raise PlanError naming every missing column and what is available."""
+    missing = [c for c in columns if schema.get_field_index(c) < 0]
+    if missing:
+        available = ", ".join(f.name for f in schema if not f.name.startswith("_"))
+        raise PlanError(
+            f"{op}: unknown column(s) {', '.join(map(repr, missing))}; "
+            f"the input has: {available}"
+        )

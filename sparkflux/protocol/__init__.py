@@ -1,0 +1,1 @@
+"""Sans-I/O protocol cores: ingress, egress (and, with replication, FH-Prod / FH-Cons)."""

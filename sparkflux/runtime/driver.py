@@ -1,0 +1,512 @@
+"""The driver-side host: controller, ingress and egress around one asyncio loop.
+
+``run(plan, config)`` is what ``sparkflux run`` calls. It starts the host's event loop in a
+background thread (the control server all sites dial), launches the sites as a Spark job,
+feeds the source through the ingress, delivers the egress output to the sink, and returns the
+run's metrics. The main thread only displays progress. Any site failure under ``--ha none``
+aborts the run with a ``RunFailed`` that says what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.control.controller import Controller
+from sparkflux.control.events import (
+    Abort,
+    Action,
+    ConnectionClosed,
+    Finished,
+    Heartbeat,
+    InstallView,
+    Registered,
+    SiteAddress,
+    SiteReady,
+    StartIngress,
+    StopSite,
+    Tick,
+)
+from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.model.batch import concat
+from sparkflux.model.digest import Digest
+from sparkflux.model.validate import Rejected, validate
+from sparkflux.protocol.egress import Egress
+from sparkflux.protocol.ingress import Ingress
+from sparkflux.runtime.frames import DATA, DataFrame
+from sparkflux.runtime.metrics import EgressMetrics
+from sparkflux.runtime.sinks import DeadLetters, Sink
+from sparkflux.runtime.transport import Connection, ConnectionLost, decode
+
+log = logging.getLogger(__name__)
+
+
+class RunFailed(RuntimeError):
+    """The run could not finish; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    sites: int = 4
+    partitions: int = 32
+    master: str | None = None
+    ha: str = "none"
+    rate: float | None = None
+    ingress_buffer: int = 200_000
+    window: int = 400_000
+    heartbeat_timeout: float = 10.0
+    start_timeout: float = 180.0
+    bind_host: str = "127.0.0.1"
+    kills: tuple[tuple[int, float], ...] = ()
+    local: bool = True
+
+
+@dataclass
+class LiveStats:
+    """Counters the progress display reads (written by the host thread only)."""
+
+    events_in: int = 0
+    results_out: int = 0
+    dead_letters: int = 0
+    dropped: int = 0
+    started_at: float | None = None
+    total: int | None = None
+    phase: str = "starting Spark"
+
+
+class Host:
+    """Controller + ingress + egress for one run, driven by one asyncio loop."""
+
+    def __init__(self, plan: PhysicalPlan, cfg: RunConfig, sink: Sink,
+                 dead_letters: DeadLetters) -> None:
+        self.plan = plan
+        self.cfg = cfg
+        self.sink = sink
+        self.dead = dead_letters
+        self.controller = Controller(plan.sites, cfg.heartbeat_timeout)
+        self.ingress = Ingress(plan)
+        self.egress = Egress(plan)
+        self.digest = Digest()
+        self.metrics = EgressMetrics()
+        self.stats = LiveStats(total=_total(plan))
+        self.conns: dict[int, Connection] = {}
+        self.schema_of = {len(plan.stages): plan.output_schema}
+        self.port: int | None = None
+        self.failure: str | None = None
+        self.done = threading.Event()
+        self.ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._start_ingress: asyncio.Event | None = None
+        self._progressed: asyncio.Event | None = None
+        self._finished: asyncio.Event | None = None
+        self.kills: list[dict[str, Any]] = []
+
+    # -- thread entry ------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._start_ingress = asyncio.Event()
+        self._progressed = asyncio.Event()
+        self._finished = asyncio.Event()
+        server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=1 << 24)
+        self.port = server.sockets[0].getsockname()[1]
+        self.sink.open(self.plan.output_schema)
+        self.digest.update(pa.RecordBatch.from_pylist([], schema=self.plan.output_schema))
+        self.ready.set()
+        ticker = asyncio.create_task(self._ticker())
+        feeder = asyncio.create_task(self._feed())
+        try:
+            await self._finished.wait()
+        finally:
+            feeder.cancel()
+            ticker.cancel()
+            for conn in self.conns.values():
+                try:
+                    conn.send_control({"type": "stop", "reason": "run finished"})
+                    await asyncio.wait_for(conn.drain(), 5.0)
+                except (TimeoutError, ConnectionLost):
+                    pass
+            server.close()
+            self.sink.close()
+            self.dead.close()
+            self.done.set()
+
+    def stop(self, reason: str) -> None:
+        """Abort from another thread (e.g. the Spark job died)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._abort, reason)
+
+    # -- control plane -----------------------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(reader, writer, "site ?")
+        try:
+            kind, body = await conn.recv()
+        except ConnectionLost:
+            return
+        msg = decode(kind, body, self.schema_of)
+        if not isinstance(msg, dict) or msg.get("type") != "register":
+            conn.close()
+            return
+        addr = SiteAddress(site=int(msg["site"]), attempt=int(msg["attempt"]), host=msg["host"],
+                           port=int(msg["port"]), pid=int(msg["pid"]))
+        conn.peer = f"site {addr.site}"
+        actions = self.controller.handle(Registered(address=addr, now=time.monotonic()))
+        if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
+               for a in actions):
+            conn.send_control({"type": "stop", "excluded": True,
+                               "reason": "not a member of the view"})
+            conn.close()
+            return
+        self.conns[addr.site] = conn
+        self._carry_out(actions)
+        try:
+            await self._pump(conn, addr)
+        except asyncio.CancelledError:
+            conn.close()  # the run is over; the loop is shutting down
+
+    async def _pump(self, conn: Connection, addr: SiteAddress) -> None:
+        try:
+            while True:
+                kind, body = await conn.recv()
+                if kind == DATA:
+                    frame = decode(kind, body, self.schema_of)
+                    assert isinstance(frame, DataFrame)
+                    self._on_output(frame)
+                    continue
+                msg = decode(kind, body, self.schema_of)
+                assert isinstance(msg, dict)
+                t = msg.get("type")
+                now = time.monotonic()
+                if t == "hb":
+                    self._carry_out(self.controller.handle(
+                        Heartbeat(site=addr.site, attempt=addr.attempt, now=now)))
+                elif t == "ready":
+                    self._carry_out(self.controller.handle(
+                        SiteReady(site=addr.site, attempt=addr.attempt)))
+                elif t == "error":
+                    self._abort(f"site {addr.site} stopped on an error:\n{msg['error']}")
+        except ConnectionLost as e:
+            self._carry_out(self.controller.handle(ConnectionClosed(
+                site=addr.site, attempt=addr.attempt, reason=str(e), now=time.monotonic())))
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            self._carry_out(self.controller.handle(Tick(now=time.monotonic())))
+
+    def _carry_out(self, actions: list[Action]) -> None:
+        for a in actions:
+            match a:
+                case InstallView(view=view):
+                    members = {s: {"host": m.host, "port": m.port, "attempt": m.attempt}
+                               for s, m in view.members.items()}
+                    for s in view.members:
+                        self.conns[s].send_control({"type": "view", "number": view.number,
+                                                    "members": members})
+                    self.stats.phase = "connecting sites"
+                case StartIngress():
+                    assert self._start_ingress is not None
+                    self._start_ingress.set()
+                case StopSite(site=site, reason=reason):
+                    conn = self.conns.get(site)
+                    if conn is not None:
+                        conn.send_control({"type": "stop", "excluded": True, "reason": reason})
+                case Abort(reason=reason):
+                    self._abort(reason)
+
+    def _abort(self, reason: str) -> None:
+        if self.failure is None and not self.egress.ended:
+            self.failure = reason
+            self.stats.phase = "failed"
+        assert self._finished is not None
+        self._finished.set()
+
+    # -- data plane --------------------------------------------------------------------------
+    def _on_output(self, frame: DataFrame) -> None:
+        d = self.egress.on_data(frame.producer, frame.batch, frame.progress)
+        if d is None:
+            return
+        now = time.time()
+        if d.batch.num_rows:
+            self.sink.write(d.batch)
+            self.digest.update(d.batch)
+            self.metrics.delivered(d.batch, now)
+            self.stats.results_out = self.egress.delivered
+        assert self._progressed is not None and self._finished is not None
+        self._progressed.set()
+        if self.egress.ended:
+            self.metrics.end = now
+            self.controller.handle(Finished())
+            self.stats.phase = "finished"
+            self._finished.set()
+
+    async def _feed(self) -> None:
+        assert self._start_ingress is not None and self._progressed is not None
+        await self._start_ingress.wait()
+        self.stats.phase = "running"
+        start = time.time()
+        self.metrics.start = start
+        self.stats.started_at = start
+        for site, after in self.cfg.kills:
+            asyncio.get_running_loop().call_later(after, self._kill, site, after)
+        source = _SourceFeed(self.plan)
+        if self.cfg.rate:
+            buffer = _PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats)
+            pump = asyncio.create_task(buffer.produce())
+            take: Callable[[], Any] = buffer.take
+        else:
+            pump = None
+            take = source.next
+        try:
+            while True:
+                item = take()
+                if item is _WAIT:
+                    await asyncio.sleep(0.002)
+                    continue
+                if item is None:
+                    break
+                good, rejected = validate(item, self.plan.source_schema)
+                sends, late = self.ingress.admit(good, time.time())
+                self._reject(rejected + late)
+                for s in sends:
+                    self.conns[s.site].send_data(s.stage, s.producer, s.progress, s.batch)
+                self.stats.events_in = self.ingress.next_isn
+                await self._wait_window()
+            for s in self.ingress.finish():
+                self.conns[s.site].send_data(s.stage, s.producer, s.progress, s.batch)
+        except ConnectionLost as e:
+            self._abort(str(e))
+        finally:
+            if pump is not None:
+                pump.cancel()
+
+    async def _wait_window(self) -> None:
+        assert self._progressed is not None
+        while self.ingress.next_isn - 1 - self.egress.progress.sn > self.cfg.window:
+            self._progressed.clear()
+            await self._progressed.wait()
+        await asyncio.sleep(0)
+
+    def _kill(self, site: int, after: float) -> None:
+        """Crash a site's process with SIGKILL (``--kill SITE@SECONDS``)."""
+        member = self.controller.view.members.get(site)
+        if member is None or self._finished is None or self._finished.is_set():
+            return
+        self.kills.append({"site": site, "at_s": after, "pid": member.pid,
+                           "time": time.time()})
+        log.warning("killing site %d (pid %d) at %.2fs", site, member.pid, after)
+        if self.cfg.local:
+            try:
+                os.kill(member.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            self.conns[site].send_control({"type": "kill"})
+
+    def _reject(self, rejected: list[Rejected]) -> None:
+        if rejected:
+            self.dead.write(rejected)
+            self.stats.dead_letters += len(rejected)
+
+    def result_metrics(self) -> dict[str, Any]:
+        m = self.metrics
+        duration = (m.end or time.time()) - (m.start or time.time())
+        inp = self.ingress.next_isn
+        return {
+            "input_tuples": inp,
+            "output_tuples": self.egress.delivered,
+            "duration_s": round(duration, 4),
+            "throughput_tps": round(inp / duration, 1) if duration > 0 else 0.0,
+            "output_digest": self.digest.hexdigest(),
+            **m.summary(),
+            "ingress_dropped": self.stats.dropped,
+            "dead_letters": self.stats.dead_letters,
+            "kills": len(self.kills),
+        }
+
+
+_WAIT = object()
+
+
+class _SourceFeed:
+    """Batches from the plan's sources (several sources are interleaved batch by batch)."""
+
+    def __init__(self, plan: PhysicalPlan) -> None:
+        self._iters: deque[Iterator] = deque(s.batches() for s in plan.sources)
+
+    def next(self) -> pa.RecordBatch | list[dict] | None:
+        while self._iters:
+            it = self._iters.popleft()
+            try:
+                item = next(it)
+            except StopIteration:
+                continue
+            self._iters.append(it)
+            return item
+        return None
+
+
+class _PacedBuffer:
+    """A push source (the paper's packet sprayer): records arrive at ``rate`` per second.
+
+    What the ingress buffer cannot hold is dropped and counted (``ingress_dropped``).
+    """
+
+    def __init__(self, source: _SourceFeed, rate: float, capacity: int, stats: LiveStats) -> None:
+        self.source = source
+        self.rate = rate
+        self.capacity = capacity
+        self.stats = stats
+        self.buffer: deque[pa.RecordBatch | list[dict]] = deque()
+        self.held = 0
+        self.exhausted = False
+        self._carry: pa.RecordBatch | list[dict] | None = None
+
+    async def produce(self) -> None:
+        t0 = time.monotonic()
+        produced = 0
+        while not self.exhausted:
+            due = int((time.monotonic() - t0) * self.rate) - produced
+            while due > 0 and not self.exhausted:
+                item = self._carry if self._carry is not None else self.source.next()
+                self._carry = None
+                if item is None:
+                    self.exhausted = True
+                    break
+                n = len(item) if isinstance(item, list) else item.num_rows
+                if n > due:
+                    item, self._carry = _split(item, due)
+                    n = due
+                produced += n
+                due -= n
+                if self.held + n > self.capacity:
+                    self.stats.dropped += n
+                    continue
+                self.buffer.append(item)
+                self.held += n
+            await asyncio.sleep(0.005)
+
+    def take(self) -> Any:
+        if self.buffer:
+            parts = []
+            while self.buffer:
+                item = self.buffer.popleft()
+                self.held -= len(item) if isinstance(item, list) else item.num_rows
+                parts.append(item)
+            return _merge(parts)
+        return None if self.exhausted else _WAIT
+
+
+def _split(item: pa.RecordBatch | list[dict], n: int) -> tuple[Any, Any]:
+    if isinstance(item, list):
+        return item[:n], item[n:]
+    return item.slice(0, n), item.slice(n)
+
+
+def _merge(parts: list[Any]) -> Any:
+    if all(isinstance(p, pa.RecordBatch) for p in parts):
+        return concat(parts, parts[0].schema) if len(parts) > 1 else parts[0]
+    out: list[dict] = []
+    for p in parts:
+        out.extend(p if isinstance(p, list) else p.to_pylist())
+    return out
+
+
+def _total(plan: PhysicalPlan) -> int | None:
+    totals = [s.total() for s in plan.sources]
+    return None if any(t is None for t in totals) else int(sum(totals))  # type: ignore[arg-type]
+
+
+@dataclass
+class RunResult:
+    metrics: dict[str, Any]
+    sites: list[dict[str, Any]] = field(default_factory=list)
+    timeline: EgressMetrics | None = None
+
+
+def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
+        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None
+        ) -> RunResult:
+    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
+    from sparkflux.spark.launcher import (
+        cancel_sites,
+        default_master,
+        is_local,
+        launch_sites,
+        spark_session,
+    )
+
+    if cfg.ha != "none":
+        raise RunFailed(f"--ha {cfg.ha} is not available yet; use --ha none")
+    master = cfg.master or default_master(cfg.sites)
+    bind = cfg.bind_host if is_local(master) else "0.0.0.0"
+    cfg = replace(cfg, local=is_local(master))
+    host = Host(plan, cfg, sink, dead_letters)
+    thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
+    thread.start()
+    host.ready.wait(30)
+    if host.port is None:
+        raise RunFailed("the driver host did not start")
+    if spark is None:
+        spark = spark_session(master)
+    advertise = bind if is_local(master) else spark.sparkContext.getConf().get(
+        "spark.driver.host", "127.0.0.1")
+    job = launch_sites(spark, plan, (advertise, host.port), bind,
+                       bind if is_local(master) else "", plan.sites)
+    deadline = time.monotonic() + cfg.start_timeout
+    watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
+    watcher.start()
+    if display is not None:
+        display(host.stats, host.done)
+    while not host.done.wait(0.2):
+        if not host.controller.started and time.monotonic() > deadline:
+            host.stop(
+                f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
+                f"{cfg.start_timeout:.0f}s; the Spark master needs at least {plan.sites} free "
+                f"task slots (local mode: local[{plan.sites}] or more)"
+            )
+    if host.failure:
+        cancel_sites(spark)
+        raise RunFailed(host.failure)
+    job.done.wait(30)
+    if job.error is not None and not job.summaries:
+        log.warning("site job ended with %s", job.error)
+    thread.join(10)
+    return RunResult(metrics=host.result_metrics(), sites=job.summaries, timeline=host.metrics)
+
+
+def _watch_job(job: Any, host: Host) -> None:
+    job.done.wait()
+    if job.error is not None and not host.done.is_set():
+        host.stop(f"the Spark job running the sites failed: {_short(job.error)}")
+
+
+def _short(e: BaseException) -> str:
+    text = str(e)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[:30])
+
+
+def write_metrics(path: str, metrics: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump(metrics, f, indent=2, default=_json_default)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -1,0 +1,77 @@
+"""Run metrics measured at the egress: throughput, latency, output gaps, the timeline.
+
+Latency of an output row = egress delivery time - ``_t0`` (when ingress accepted the input the
+row descends from); both clocks are the driver's. The timeline keeps, per delivery, the time,
+the rows and their summed latency, so the plot can bin it (250 ms bins, thesis Fig. 3.16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.model.schema import T0
+
+
+@dataclass
+class EgressMetrics:
+    start: float | None = None
+    end: float | None = None
+    rows: int = 0
+    times: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    latency_sums: list[float] = field(default_factory=list)
+    _latencies: list[np.ndarray] = field(default_factory=list)
+
+    def delivered(self, batch: pa.RecordBatch, now: float) -> None:
+        if batch.num_rows == 0:
+            return
+        lat = now - batch.column(T0).to_numpy()
+        self._latencies.append(lat.astype(np.float32))
+        self.rows += batch.num_rows
+        self.times.append(now)
+        self.counts.append(batch.num_rows)
+        self.latency_sums.append(float(lat.sum()))
+
+    def latencies(self) -> np.ndarray:
+        if not self._latencies:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(self._latencies)
+
+    def max_gap(self, until: float | None = None) -> float:
+        """Longest time without output between the first and the last delivery."""
+        t = np.asarray(self.times)
+        if t.size < 2:
+            return 0.0
+        return float(np.diff(t).max())
+
+    def gaps_around(self, at: float, window: float = 5.0) -> float:
+        """Longest time without output in [at - 1 s, at + window] (a failure's cost)."""
+        t = np.asarray(self.times)
+        sel = t[(t >= at - 1.0) & (t <= at + window)]
+        if sel.size == 0:
+            return window + 1.0
+        edges = np.r_[max(at - 1.0, sel[0]), sel, min(at + window, t[-1])]
+        return float(np.diff(edges).max())
+
+    def summary(self) -> dict[str, float]:
+        lat = self.latencies()
+        return {
+            "latency_p50_s": round(float(np.percentile(lat, 50)), 6) if lat.size else 0.0,
+            "latency_p99_s": round(float(np.percentile(lat, 99)), 6) if lat.size else 0.0,
+            "max_output_gap_s": round(self.max_gap(), 6),
+        }
+
+    def binned(self, width: float = 0.25) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bin start relative to ``start``, output rows/s, mean latency s) per bin."""
+        if not self.times or self.start is None:
+            return np.zeros(0), np.zeros(0), np.zeros(0)
+        t = np.asarray(self.times) - self.start
+        nbins = int(np.ceil(max(t.max(), width) / width))
+        idx = np.minimum((t / width).astype(int), nbins - 1)
+        rows = np.bincount(idx, weights=self.counts, minlength=nbins)
+        lat = np.bincount(idx, weights=self.latency_sums, minlength=nbins)
+        mean = np.divide(lat, rows, out=np.full(nbins, np.nan), where=rows > 0)
+        return np.arange(nbins) * width, rows / width, mean

