@@ -1,0 +1,217 @@
+"""Event-time window group-by aggregates, closed by watermarks.
+
+A tuple with time ``t`` belongs to every window ``[start, start + size)`` with ``start`` a
+multiple of ``slide`` and ``start <= t < start + size`` (``size // slide`` windows; one when
+tumbling). ``process`` only folds tuples into per-(group, window) partial aggregates; windows
+close in ``advance`` once the watermark reaches their end (no later tuple can fall into them).
+
+Output order. A window's row carries the SN of its latest tuple, ``(_sn, child_minor(_snm,
+j))`` with ``j = (start // slide) % (size // slide)`` so that the overlapping windows that a
+tuple ends get distinct minors. A window that closes later can end on an *earlier* tuple than
+one that closes now (another group, or a longer-open overlapping window), so a closed window
+is released only once its SN is at most the output progress ``min(input progress, lowest SN
+an open window will carry - 1)``; until then it waits, closed, in the state. Every output of
+the operator is therefore above every progress it claimed before, and the output stream is
+in SN order across ``advance`` calls.
+
+A tuple that arrives for a window already released (a watermark that was wrong) opens that
+window again, and it is emitted once more at the next ``advance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
+from sparkflux.model.progress import Progress
+from sparkflux.model.schema import T0
+from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
+from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
+from sparkflux.operators.keyed import (
+    KeyCoder,
+    KeyTable,
+    check_output_names,
+    check_time_type,
+    groups_of,
+    int64_column,
+    output_schema,
+    part_array,
+    rebind,
+)
+
+_NEVER = np.iinfo(np.int64).max
+
+
+class TimeWindowAggregate(Operator):
+    """Aggregate ``value`` per group of ``by`` over event-time windows of ``time``.
+
+    Output per closed window: the ``by`` columns, ``window_start``, ``window_end`` (int64, in
+    the units of ``time``), then each of ``aggs`` (``out_name -> func``, func in max, min, sum,
+    count, avg; default ``{"count": "count"}``). ``slide=None`` means tumbling windows;
+    ``size`` must be a multiple of ``slide``.
+
+    >>> import pyarrow as pa
+    >>> from sparkflux.model.progress import Progress
+    >>> batch = pa.RecordBatch.from_pydict({"g": [1, 1, 1], "t": [1, 4, 12], "v": [5, 7, 1],
+    ...     "_sn": [0, 1, 2], "_snm": [0] * 3, "_t0": [0.0] * 3,
+    ...     "_part": pa.array([0] * 3, pa.int32())})
+    >>> op = TimeWindowAggregate(by=["g"], time="t", value="v", size=10, aggs={"s": "sum"})
+    >>> _ = op.bind(batch.schema)
+    >>> op.process(batch).num_rows
+    0
+    >>> out, progress = op.advance(Progress(sn=2, wm=10))
+    >>> out.to_pydict()["s"], out.to_pydict()["_sn"], progress.sn
+    ([12], [1], 1)
+    """
+
+    stateful = True
+
+    def __init__(
+        self,
+        by: Sequence[str],
+        time: str,
+        value: str,
+        size: int,
+        slide: int | None = None,
+        aggs: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        op = "TimeWindowAggregate"
+        slide = size if slide is None else slide
+        for name, v in (("size", size), ("slide", slide)):
+            if not isinstance(v, int) or v < 1:
+                raise PlanError(f"{op}: {name} must be an integer >= 1 (got {v!r})")
+        if size % slide:
+            raise PlanError(f"{op}: size ({size}) must be a multiple of slide ({slide})")
+        self.coder = KeyCoder(op, by)
+        self.time, self.value, self.size, self.slide = time, value, size, slide
+        self.windows = size // slide  # windows per tuple
+        self.aggs = check_aggs(op, aggs if aggs is not None else {"count": "count"})
+        self._dtype = np.dtype(np.float64)
+        self._table = KeyTable(self._spec())
+
+    def _spec(self) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+        # Partial aggregates of one (group, window); sub-key = window start. sn, snm and t0
+        # are those of the window's latest tuple, which the output row descends from.
+        d = self._dtype
+        return {"count": (np.dtype(np.int64), ()), "sum": (d, ()), "min": (d, ()),
+                "max": (d, ()), "sn": (np.dtype(np.int64), ()), "snm": (np.dtype(np.int64), ()),
+                "t0": (np.dtype(np.float64), ()), "closed": (np.dtype(bool), ())}
+
+    def _bind(self, input_schema: pa.Schema) -> pa.Schema:
+        op = "TimeWindowAggregate"
+        require_columns(op, input_schema, [self.time, self.value])
+        self.coder.bind(input_schema)
+        check_time_type(op, input_schema, self.time)
+        self._dtype = value_dtype(op, input_schema, self.value)
+        # The key values are kept for every window: the output carries them.
+        fresh = KeyTable(self._spec(), self.coder.key_schema, verify=not self.coder.exact)
+        self._table = rebind(self._table, fresh)
+        fields = [*self.coder.key_schema, pa.field("window_start", pa.int64()),
+                  pa.field("window_end", pa.int64()), *agg_fields(self.aggs, self._dtype)]
+        check_output_names(op, fields)
+        return output_schema(fields)
+
+    def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch.num_rows == 0:
+            return empty(self.output_schema)
+        op = "TimeWindowAggregate"
+        w, n = self.windows, batch.num_rows
+        time = int64_column(op, batch, self.time)
+        values = value_array(op, batch, self.value, self._dtype)
+        part, code = part_array(batch), self.coder.encode(batch)
+
+        # One entry per (tuple, window it belongs to), folded per (part, key, window start).
+        row = np.repeat(np.arange(n), w)
+        start = np.repeat((time // self.slide) * self.slide, w) - np.tile(
+            np.arange(w, dtype=np.int64) * self.slide, n)
+        order, starts = groups_of(part[row], code[row], start)
+        ends = np.r_[starts[1:], order.size] - 1
+        v = values[row[order]]
+        head, tail = row[order[starts]], row[order[ends]]  # first and latest tuple
+        wstart = start[order[starts]]
+        partial = {
+            "count": np.diff(np.r_[starts, order.size]),
+            "sum": np.add.reduceat(v, starts),
+            "min": np.minimum.reduceat(v, starts),
+            "max": np.maximum.reduceat(v, starts),
+            "sn": sn_array(batch)[tail],
+            "snm": snm_array(batch)[tail],
+            "t0": batch.column(T0).to_numpy()[tail],
+            "closed": np.zeros(starts.size, dtype=bool),
+        }
+
+        table = self._table
+        keys = self.coder.keys(batch).take(pa.array(head))
+        found = table.find(part[head], code[head], wstart, keys)
+        hit, at = found >= 0, found[found >= 0]
+        cols = table.cols
+        cols["count"][at] += partial["count"][hit]
+        cols["sum"][at] += partial["sum"][hit]
+        cols["min"][at] = np.minimum(cols["min"][at], partial["min"][hit])
+        cols["max"][at] = np.maximum(cols["max"][at], partial["max"][hit])
+        for name in ("sn", "snm", "t0"):  # the batch's tuples come after the stored ones
+            cols[name][at] = partial[name][hit]
+        new = ~hit
+        table.insert(part[head[new]], code[head[new]], wstart[new],
+                     {k: a[new] for k, a in partial.items()}, keys.filter(pa.array(new)))
+        return empty(self.output_schema)
+
+    def advance(self, progress: Progress) -> tuple[pa.RecordBatch, Progress]:
+        table = self._table
+        if len(table) == 0:
+            return empty(self.output_schema), progress
+        closed = table.cols["closed"]
+        closed |= table.sub + self.size <= progress.wm
+        sn = table.cols["sn"]
+        # Lowest SN a future output may carry: an open window's, or a held-back window's.
+        lowest_open = int(sn[~closed].min()) if (~closed).any() else _NEVER
+        claim = min(progress.sn, lowest_open - 1)
+        release = closed & (sn <= claim)
+        if (closed & ~release).any():
+            claim = min(claim, int(sn[closed & ~release].min()) - 1)
+        out = self._rows(np.flatnonzero(release))
+        table.keep(~release)
+        return out, Progress(claim, progress.wm)
+
+    def _rows(self, rows: np.ndarray) -> pa.RecordBatch:
+        """Output rows for the given state rows, in SN order."""
+        schema = self.output_schema
+        if rows.size == 0:
+            return empty(schema)
+        t = self._table
+        start = t.sub[rows]
+        minor = child_minor(t.cols["snm"][rows], (start // self.slide) % self.windows)
+        order = np.lexsort((minor, t.cols["sn"][rows]))
+        rows, start, minor = rows[order], start[order], minor[order]
+        count = t.cols["count"][rows]
+        total = t.cols["sum"][rows]
+        results = {"max": t.cols["max"][rows], "min": t.cols["min"][rows], "sum": total,
+                   "count": count, "avg": total / count}
+        assert t.keys is not None
+        keys = t.keys.take(pa.array(rows))
+        arrays = [*(keys.column(c).combine_chunks() for c in self.coder.columns),
+                  pa.array(start), pa.array(start + self.size),
+                  *(pa.array(results[f]) for f in self.aggs.values()),
+                  pa.array(t.cols["sn"][rows]), pa.array(minor),
+                  pa.array(t.cols["t0"][rows]), pa.array(t.part[rows])]
+        arrays = [a if a.type == f.type else a.cast(f.type)
+                  for a, f in zip(arrays, schema, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    # -- state movement ---------------------------------------------------------------------
+    def get_partition_state(self, part: int) -> Any:
+        return self._table.export(part)
+
+    def install_partition_state(self, part: int, state: Any) -> None:
+        self._table.load(part, state)
+
+    def drop_partition(self, part: int) -> None:
+        self._table.drop(part)
+
+    def partition_info(self) -> list[PartitionInfo]:
+        return self._table.info()

@@ -1,0 +1,1 @@
+"""Spark plumbing: a local SparkSession helper and the Spark SQL reference (oracle) queries."""

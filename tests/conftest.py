@@ -1,0 +1,31 @@
+"""Shared fixtures: one Spark session (local mode) for every test that needs Spark."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPARK_SLOTS = 6  # enough for the largest run in the tests (4 sites) plus the reference
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sparkflux.spark.launcher import default_master, spark_session
+
+    session = spark_session(default_master(SPARK_SLOTS), "sparkflux-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def netmon() -> Any:
+    from sparkflux.dataflow.examples import load_example
+
+    return load_example(ROOT / "examples" / "netmon.py")

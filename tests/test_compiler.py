@@ -1,0 +1,94 @@
+"""The compiler: bad plans fail with a message that says what to change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from sparkflux.dataflow.api import Dataflow, Source
+from sparkflux.dataflow.compiler import compile_plan
+from sparkflux.operators.base import Operator, PlanError
+from sparkflux.operators.stateless import Filter
+
+
+class Src(Source):
+    schema = pa.schema([pa.field("a", pa.int64()), pa.field("b", pa.string())])
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        yield from ()
+
+
+class Stateful(Operator):
+    stateful = True
+
+    def _bind(self, s: pa.Schema) -> pa.Schema:
+        return s
+
+    def process(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        return b
+
+
+def test_a_valid_plan_has_one_stage_per_exchange() -> None:
+    df = Dataflow("ok")
+    (df.source(Src()).apply(Filter(pa.compute.field("a") > 0), name="f")
+     .exchange(by=["a"]).apply(Stateful(), name="s1")
+     .exchange(by=["b"]).apply(Stateful(), name="s2").sink())
+    plan = compile_plan(df, partitions=8, sites=4)
+    assert [s.key for s in plan.stages] == [("a",), ("b",)]
+    assert [o.name for o in plan.ingress_operators] == ["Filter"]
+    assert plan.parts_on(1) == [1, 5]
+    assert "stage 1: exchange(by=['b'])" in plan.describe()
+
+
+def test_exchange_on_unknown_column() -> None:
+    df = Dataflow("x")
+    df.source(Src()).exchange(by=["nope"]).apply(Stateful()).sink()
+    with pytest.raises(PlanError, match="unknown column.*'nope'.*the input has: a, b"):
+        compile_plan(df, 8, 4)
+
+
+def test_stateful_operator_without_exchange() -> None:
+    df = Dataflow("x")
+    df.source(Src()).apply(Stateful(), name="agg").exchange(by=["a"]).sink()
+    with pytest.raises(PlanError, match="'agg'.*keeps state.*exchange"):
+        compile_plan(df, 8, 4)
+
+
+def test_fewer_partitions_than_sites() -> None:
+    df = Dataflow("x")
+    df.source(Src()).exchange(by=["a"]).apply(Stateful()).sink()
+    with pytest.raises(PlanError, match=r"--partitions \(2\) must be at least --sites \(4\)"):
+        compile_plan(df, 2, 4)
+
+
+def test_duplicate_step_names_and_missing_sink() -> None:
+    df = Dataflow("x")
+    s = df.source(Src(), name="in")
+    with pytest.raises(PlanError, match="duplicate step name 'in'"):
+        df.source(Src(), name="in")
+    s.exchange(by=["a"])
+    with pytest.raises(PlanError, match="exactly one sink"):
+        compile_plan(df, 8, 4)
+
+
+def test_no_exchange_at_all() -> None:
+    df = Dataflow("x")
+    df.source(Src()).sink()
+    with pytest.raises(PlanError, match="no exchange"):
+        compile_plan(df, 8, 4)
+
+
+def test_union_after_exchange_is_refused_and_before_is_fine() -> None:
+    df = Dataflow("x")
+    a = df.source(Src(), name="a").exchange(by=["a"])
+    b = df.source(Src(), name="b").exchange(by=["a"], name="ex_b")
+    a.union(b).apply(Stateful()).sink()
+    with pytest.raises(PlanError, match="only sources can be unioned"):
+        compile_plan(df, 8, 4)
+    df2 = Dataflow("y")
+    df2.source(Src(), name="a").union(df2.source(Src(), name="b")).exchange(
+        by=["a"]).apply(Stateful()).sink()
+    plan = compile_plan(df2, 8, 4)
+    assert len(plan.sources) == 2
