@@ -16,16 +16,16 @@ from sparkflux.dataflow.examples import load_example
 
 console = Console()
 
-INTRO = """[bold]sparkflux demo[/]: the network-monitoring dataflow of the Flux papers.
-
-  packets -> exchange(src,dst) -> session reconstruction
-          -> exchange(app,src) -> count-window max/avg of durations -> egress
-
-Every operator runs as {partitions} mini-partitions spread over {sites} sites; each site is a
-long-running Spark task (local mode here). The ingress in the driver numbers every packet, the
-sites merge their inputs in sequence-number order, and the egress delivers results once and in
-order. Afterwards the same query runs as plain Spark SQL and the two outputs are compared.
-"""
+INTRO = (
+    "[bold]sparkflux demo[/]: the network-monitoring dataflow of the Flux papers.\n\n"
+    "  packets -> exchange(src,dst) -> session reconstruction\n"
+    "          -> exchange(app,src) -> count-window max/avg of durations -> egress\n\n"
+    "Every operator runs as {partitions} mini-partitions spread over {sites} sites; each site "
+    "is a long-running Spark task (local mode here). The ingress in the driver numbers every "
+    "packet, the sites merge their inputs in sequence-number order, and the egress delivers "
+    "results once and in order. Afterwards the same query runs as plain Spark SQL and the two "
+    "outputs are compared."
+)
 
 
 def find_example() -> Path:
