@@ -1,11 +1,13 @@
 """The controller core: membership, failure detection and views (thesis §3.4, digest §3).
 
-Without replication (``--ha none``) the controller's job is small: gather one registration per
-site slot, install view 1, start the ingress once every site is connected, and on any site
-failure -- a lost connection or a heartbeat timeout (a hung site) -- abort the job with a
-message that says what happened and how to survive it (``--ha flux``). A site process that
-registers for a slot that already has a live member, or after the view was installed (Spark's
-retry of a crashed site task), is told to stop: no zombies.
+It gathers one registration per site slot, installs view 1, and starts the ingress once every
+site is connected. A site fails when its connection is lost or its heartbeat times out (a hung
+site). Without replication (``--ha none``) a failure aborts the job with a message that says
+how to survive it (``--ha flux``). With Flux-HA the controller installs the next view of a
+totally ordered sequence without the failed site and delivers ``fail`` to every live site and
+to the ingress and egress (take-over). A failed site is never readmitted into its old role
+(a site learns it was excluded and stops: fail-stop, no zombies); a site process registering
+after view 1 (Spark's retry of a crashed task) becomes a stateless standby.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from sparkflux.control.events import (
     Action,
     ConnectionClosed,
     Event,
+    FailSites,
     Finished,
     Heartbeat,
     InstallView,
     Registered,
     SiteAddress,
     SiteReady,
+    Standby,
     StartIngress,
     StopSite,
     Tick,
@@ -36,7 +40,7 @@ log = logging.getLogger(__name__)
 class Controller:
     """Membership and views for ``sites`` site slots."""
 
-    def __init__(self, sites: int, heartbeat_timeout: float = 10.0) -> None:
+    def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False) -> None:
         if sites < 1:
             raise ValueError("a controller needs at least one site")
         self.sites = sites
@@ -49,6 +53,9 @@ class Controller:
         self.finished = False
         self.aborted: str | None = None
         self.failures: list[tuple[float, int, str]] = []
+        self.ha = ha
+        self.dead: set[int] = set()
+        self.standbys: list[SiteAddress] = []
 
     def handle(self, *events: Event) -> list[Action]:
         actions: list[Action] = []
@@ -77,6 +84,9 @@ class Controller:
         a = ev.address
         if not 0 <= a.site < self.sites:
             return [StopSite(site=a.site, attempt=a.attempt, reason="no such site slot")]
+        if self.view.number > 0 and self.ha:
+            self.standbys.append(a)
+            return [Standby(site=a.site, attempt=a.attempt)]
         if self.view.number > 0 or a.site in self._pending:
             reason = ("the job no longer accepts sites (with --ha none a restarted site has no "
                       "role)" if self.view.number > 0 else "the slot already has a live site")
@@ -105,11 +115,25 @@ class Controller:
         if not self._is_member(site, attempt) and (pending is None or pending.attempt != attempt):
             return []
         self.failures.append((now, site, reason))
+        if self.ha:
+            return self._fail_site(site)
         self.aborted = (
             f"site {site} failed ({reason}); with --ha none a failed site stops the job. "
             f"Run with --ha flux to keep running through site failures."
         )
         return [Abort(reason=self.aborted)]
+
+    def _fail_site(self, site: int) -> list[Action]:
+        members = {s: m for s, m in self.view.members.items() if s != site}
+        if not members:
+            self.aborted = "every site failed"
+            return [Abort(reason=self.aborted)]
+        self.dead.add(site)
+        self.view = View(number=self.view.number + 1, members=members)
+        self._pending.pop(site, None)
+        log.warning("site %d failed; view %d has sites %s", site, self.view.number,
+                    sorted(members))
+        return [FailSites(view=self.view, dead=tuple(sorted(self.dead)))]
 
     def _tick(self, now: float) -> list[Action]:
         actions: list[Action] = []

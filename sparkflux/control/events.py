@@ -85,6 +85,24 @@ class StopSite:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FailSites:
+    """Install ``view`` without the ``dead`` sites and deliver ``fail`` to every live site,
+    the ingress and the egress (take-over, SIGMOD §3.2)."""
+
+    view: View
+    dead: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Standby:
+    """A site process joined after the view was formed (Spark's retry of a crashed site):
+    it waits, stateless, until recovery gives it replicas (catch-up) or the run ends."""
+
+    site: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Abort:
     """The job cannot go on; the message says why and what to change."""
 
@@ -92,4 +110,4 @@ class Abort:
 
 
 Event = Registered | SiteReady | Heartbeat | ConnectionClosed | Tick | Finished
-Action = InstallView | StartIngress | StopSite | Abort
+Action = InstallView | StartIngress | StopSite | FailSites | Standby | Abort

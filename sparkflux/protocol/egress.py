@@ -1,23 +1,41 @@
-"""The egress (SIGMOD §3): receives the last stage's output and delivers it in order, once.
+"""The egress (SIGMOD §3): the last stage's output, delivered once and in order.
 
-Every site sends its share of the last stage with progress markers; the egress merges them in
-SN order up to the minimum progress and hands the released rows to the sink. Without
-replication there is one copy of each partition, so nothing needs filtering.
+It is an FH-Cons with one consumer and the last stage's partitions as producers: it takes each
+partition's output from one replica (initially replica 0, S-Prod^P), acknowledges everything
+it receives to the other (S-Prod^S, whose buffer is the duplicate filter), merges in SN order
+up to the minimum progress, and hands the rows to the sink. On a failure of the replica it
+reads from, it sends ``reverse`` to the survivor (SIGMOD Fig. 4, action 1).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pyarrow as pa
 
+from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.progress import OrderedMerge, Progress
-from sparkflux.protocol.actions import Deliver
+from sparkflux.model.progress import Progress
+from sparkflux.protocol.consumer import ConsumerSet
+from sparkflux.protocol.messages import SRC, Data, Outgoing
+from sparkflux.protocol.roles import egress_roles
+from sparkflux.protocol.site import wire_schema
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    batch: pa.RecordBatch
+    progress: Progress
 
 
 class Egress:
-    def __init__(self, plan: PhysicalPlan) -> None:
+    def __init__(self, plan: PhysicalPlan, layout: Layout) -> None:
+        self.layout = layout
         self.schema = plan.output_schema
-        self.merge = OrderedMerge(range(plan.sites), self.schema)
+        site, sender, ack_to = egress_roles(layout)
+        self.cons = ConsumerSet(len(plan.stages), {0: 0}, site, sender, ack_to,
+                                wire_schema(plan.output_schema))
         self.delivered = 0
         self.progress = Progress()
 
@@ -25,13 +43,16 @@ class Egress:
     def ended(self) -> bool:
         return self.progress.ended
 
-    def on_data(
-        self, site: int, batch: pa.RecordBatch | None, progress: Progress
-    ) -> Deliver | None:
-        self.merge.push(site, batch, progress)
-        out, frontier = self.merge.release()
-        if out.num_rows == 0 and frontier == self.progress:
-            return None
-        self.progress = frontier
+    def on_data(self, msg: Data) -> tuple[Delivery | None, list[Outgoing]]:
+        acks = self.cons.on_data(msg)
+        rel = self.cons.release()
+        if rel is None:
+            return None, acks
+        rows, f_sn, f_wm = rel
+        self.progress = Progress(int(f_sn[0]), int(f_wm[0]))
+        out = rows.drop_columns([SRC])
         self.delivered += out.num_rows
-        return Deliver(batch=out, progress=frontier)
+        return Delivery(out, self.progress), acks
+
+    def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
+        return self.cons.on_fail(np.isin(self.layout.table(), list(dead_sites)))

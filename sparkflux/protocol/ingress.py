@@ -1,13 +1,12 @@
-"""The ingress (SIGMOD §3, thesis §3.3): the boundary where input enters the dataflow.
+"""The ingress (SIGMOD §3, thesis §3.3): where input enters the dataflow.
 
 It assigns dense, increasing input sequence numbers (ISN) to accepted records, computes the
-event-time watermark, routes each record to its first-stage mini-partition, and sends every
-site a progress marker with each batch so that no merge waits on a quiet partition. Records
-whose event time is behind the watermark are rejected (late) *before* they get an ISN, which
-keeps the watermark a true bound and the run deterministic.
-
-Flow control is end to end: the driver admits input only while the number of ISNs not yet
-completed at the egress is below the window, which bounds the data in flight anywhere.
+event-time watermark, routes each record to its first-stage mini-partition and sends it to
+every replica of that partition, keeping it in its buffer until both have acknowledged it
+(``del = {PROD, PRIM, SEC}``; on a replica's failure ``ack_all`` drops it from ``del``).
+Progress markers go with every batch so no merge waits on a quiet partition. Records whose
+event time is behind the watermark are rejected (late) *before* they get an ISN, which keeps
+the watermark a true bound and every run deterministic.
 """
 
 from __future__ import annotations
@@ -16,34 +15,36 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.dataflow.compiler import stage_schema
+from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.dataflow.routing import Router
-from sparkflux.model.progress import ENDED, NO_WATERMARK, Progress
+from sparkflux.model.keys import partition_of
+from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK
 from sparkflux.model.schema import PART, SN, SNM, T0
 from sparkflux.model.validate import Rejected
-from sparkflux.protocol.actions import SendData
-
-INGRESS = -1
+from sparkflux.protocol.messages import SRC, Ack, Outgoing
+from sparkflux.protocol.producer import ProducerBuffer
+from sparkflux.protocol.roles import ingress_roles
+from sparkflux.protocol.site import wire_schema
 
 
 class Ingress:
-    """Assigns ISNs and routes admitted input to the first stage."""
+    """Numbers admitted input and sends it to both replicas of its first-stage partition."""
 
-    def __init__(self, plan: PhysicalPlan) -> None:
+    def __init__(self, plan: PhysicalPlan, layout: Layout) -> None:
         self.plan = plan
+        self.layout = layout
         self.schema = stage_schema(plan.source_schema)
         self.operators = plan.ingress_operators
-        self.router = Router(plan, plan.stages[0])
+        self.key = list(plan.stages[0].key)
+        self.wire = wire_schema(plan.stages[0].input_schema)
+        site, send, wait = ingress_roles(layout)
+        self.buffer = ProducerBuffer(0, {0: 0}, site, send, wait, self.wire)
         self.next_isn = 0
         self.watermark = NO_WATERMARK
         self.ended = False
 
-    @property
-    def progress(self) -> Progress:
-        return ENDED if self.ended else Progress(self.next_isn - 1, self.watermark)
-
-    def admit(self, batch: pa.RecordBatch, now: float) -> tuple[list[SendData], list[Rejected]]:
-        """Number and route a batch of valid records (user columns in the source schema)."""
+    def admit(self, batch: pa.RecordBatch, now: float) -> tuple[list[Outgoing], list[Rejected]]:
+        """Number, route and send a batch of valid records (user columns of the source)."""
         rejected: list[Rejected] = []
         et = self.plan.event_time
         if et is not None and batch.num_rows:
@@ -58,27 +59,42 @@ class Ingress:
             if batch.num_rows:
                 self.watermark = max(self.watermark, int(running[-1]))
         n = batch.num_rows
-        cols = list(batch.columns)
-        cols += [
-            pa.array(np.arange(self.next_isn, self.next_isn + n, dtype=np.int64)),
-            pa.array(np.zeros(n, dtype=np.int64)),
-            pa.array(np.full(n, now, dtype=np.float64)),
-            pa.array(np.zeros(n, dtype=np.int32)),
-        ]
-        names = [*batch.schema.names, SN, SNM, T0, PART]
-        numbered = pa.RecordBatch.from_arrays(cols, names=names)
-        numbered = pa.RecordBatch.from_arrays(numbered.columns, schema=self.schema)
+        cols = [*batch.columns,
+                pa.array(np.arange(self.next_isn, self.next_isn + n, dtype=np.int64)),
+                pa.array(np.zeros(n, dtype=np.int64)),
+                pa.array(np.full(n, now, dtype=np.float64)),
+                pa.array(np.zeros(n, dtype=np.int32))]
+        numbered = pa.RecordBatch.from_arrays(cols, schema=self.schema)
         self.next_isn += n
         for op in self.operators:  # stateless steps before the first exchange
             numbered = op.process(numbered)
-        return self._sends(self.router.route(numbered)), rejected
+        return self._send(numbered), rejected
 
-    def finish(self) -> list[SendData]:
-        """The end of the input: every site learns that the stream is complete."""
+    def finish(self) -> list[Outgoing]:
+        """The end of the input: every replica learns that the stream is complete."""
         self.ended = True
-        return self._sends({})
+        return self._send(None)
 
-    def _sends(self, parts: dict[int, pa.RecordBatch]) -> list[SendData]:
-        p = self.progress
-        return [SendData(site=s, stage=0, producer=INGRESS, progress=p, batch=parts.get(s))
-                for s in range(self.plan.sites)]
+    def _send(self, numbered: pa.RecordBatch | None) -> list[Outgoing]:
+        batch = None
+        if numbered is not None and numbered.num_rows:
+            dest = partition_of(numbered, self.key, self.plan.partitions)
+            cols = [numbered.column(n) for n in numbered.schema.names]
+            cols[numbered.schema.get_field_index(PART)] = pa.array(dest, type=pa.int32())
+            cols.append(pa.array(np.zeros(len(dest), dtype=np.int32)))
+            batch = pa.RecordBatch.from_arrays(cols, schema=self.wire)
+        sn = END_OF_STREAM if self.ended else self.next_isn - 1
+        wm = END_OF_STREAM if self.ended else self.watermark
+        return self.buffer.produce(batch, np.array([sn]), np.array([wm]))
+
+    def on_ack(self, ack: Ack) -> None:
+        self.buffer.on_ack(ack)
+
+    def on_fail(self, dead_sites: set[int]) -> None:
+        self.buffer.on_fail(np.isin(self.layout.table(), list(dead_sites)))
+
+    def buffered(self) -> int:
+        return self.buffer.buffered_rows()
+
+
+__all__ = ["Ingress", "SN", "SNM", "T0", "SRC"]

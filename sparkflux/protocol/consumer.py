@@ -1,0 +1,168 @@
+"""FH-Cons: the input side of the consumer replicas one site hosts for one stage.
+
+For every hosted consumer replica (q, c) and every input stream p -> q (digest §4.4, §5.2):
+
+- ``sender[q, p]``: the producer replica c takes stream p -> q from: normally c itself (its
+  *primary* producer, in the same dataflow copy); after that one fails, the other (``reverse``).
+- ``ack_to[q, p]``: the producer replica c acknowledges to, *before processing* anything it
+  received: normally 1 - c (the secondary producer), or none once that one is dead.
+- ``progress[q, p]``: the cumulative progress received on the stream.
+
+``on_data`` takes a ``Data`` message, keeps only what comes from current senders, updates the
+progress and returns the acknowledgements to send at once. ``release`` hands over, per
+consumer partition, every buffered row at or below the minimum progress over its input
+streams, in SN order: the order-preserving merge that keeps replicas identical. ``on_fail``
+is the take-over of the egress / FH-Cons (SIGMOD Fig. 4 action 1): a dead sender means
+``reverse`` to the surviving producer replica; a dead acknowledgement target stops acks. The
+egress is this class with one consumer and the last stage's partitions as producers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.model.batch import concat
+from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
+from sparkflux.model.schema import PART, SN, SNM
+from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Reverse
+from sparkflux.protocol.producer import ProtocolError
+
+
+class PartitionLost(ProtocolError):
+    """Both replicas of a producer partition failed: the dataflow cannot go on."""
+
+
+class ConsumerSet:
+    """FH-Cons of the hosted consumer replicas of ``stage``."""
+
+    def __init__(self, stage: int, consumers: dict[int, int], producer_site: np.ndarray,
+                 sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema) -> None:
+        self.stage = stage
+        self.parts = np.array(sorted(consumers), dtype=np.int32)
+        self.replica = np.array([consumers[q] for q in self.parts], dtype=np.int8)
+        n_all = int(self.parts.max()) + 1 if self.parts.size else 1
+        self.index = np.full(n_all, -1, dtype=np.int32)
+        self.index[self.parts] = np.arange(self.parts.size, dtype=np.int32)
+        self.producer_site = producer_site.astype(np.int32)  # [P, R]
+        self.sender = sender.astype(np.int8).copy()  # [Qn, P]
+        self.ack_to = ack_to.astype(np.int8).copy()  # [Qn, P], -1 = none
+        self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
+        self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
+        self.schema = schema  # wire schema (with _src)
+        self.pending: list[pa.RecordBatch] = []
+        self.released_sn = np.full(self.parts.size, NO_PROGRESS, dtype=np.int64)
+        self.released_wm = np.full(self.parts.size, NO_WATERMARK, dtype=np.int64)
+        self.rows_in = 0
+
+    # -- receive: acknowledge before processing ------------------------------------------------
+    def on_data(self, msg: Data) -> list[Outgoing]:
+        st = msg.streams
+        qi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
+                      -1)
+        ok = qi >= 0
+        ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
+        qi, p = qi[ok], st.p[ok]
+        before = self.progress_sn[qi, p].copy()
+        if msg.batch is not None and msg.batch.num_rows:
+            self._accept_rows(msg.batch, st, ok, before, qi, p)
+        np.maximum.at(self.progress_sn, (qi, p), st.sn[ok])
+        np.maximum.at(self.progress_wm, (qi, p), st.wm[ok])
+        return self._acks(qi, p)
+
+    def _accept_rows(self, batch: pa.RecordBatch, st, ok, before, qi, p) -> None:  # noqa: ANN001
+        src = batch.column(SRC).to_numpy()
+        q = batch.column(PART).to_numpy()
+        sn = batch.column(SN).to_numpy()
+        # A row is accepted when its stream p -> q is listed as coming from its current sender.
+        key_ok = np.zeros((self.parts.size, self.sender.shape[1]), dtype=bool)
+        key_ok[qi, p] = True
+        floor = np.full(key_ok.shape, NO_PROGRESS, dtype=np.int64)
+        floor[qi, p] = before
+        rqi = np.where(q < self.index.size, self.index[np.minimum(q, self.index.size - 1)], -1)
+        keep = rqi >= 0
+        keep[keep] &= key_ok[rqi[keep], src[keep]]
+        if keep.any():
+            dup = sn[keep] <= floor[rqi[keep], src[keep]]
+            if dup.any():
+                streams = sorted(set(zip(src[keep][dup].tolist(), q[keep][dup].tolist(),
+                                         strict=True)))
+                raise ProtocolError(
+                    f"FH-Cons stage {self.stage}: duplicate input (SN at or below the stream's "
+                    f"progress) on streams (p, q) {streams[:3]}"
+                )
+        if keep.all():
+            self.pending.append(batch)
+        elif keep.any():
+            self.pending.append(batch.filter(pa.array(keep)))
+        self.rows_in += int(keep.sum())
+
+    def _acks(self, qi: np.ndarray, p: np.ndarray) -> list[Outgoing]:
+        target = self.ack_to[qi, p]
+        m = target >= 0
+        if not m.any():
+            return []
+        qi, p, target = qi[m], p[m], target[m]
+        sites = self.producer_site[p, target]
+        out = []
+        for s in np.unique(sites):
+            k = sites == s
+            out.append(Outgoing(int(s), Ack(
+                self.stage, p=p[k].astype(np.int32), q=self.parts[qi[k]],
+                c=self.replica[qi[k]], upto=self.progress_sn[qi[k], p[k]].copy())))
+        return out
+
+    # -- the order-preserving merge --------------------------------------------------------------
+    def frontier(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.progress_sn.min(axis=1), self.progress_wm.min(axis=1)
+
+    def release(self) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
+        """Rows at or below each partition's frontier, in SN order; None when nothing moved."""
+        f_sn, f_wm = self.frontier()
+        moved = bool((f_sn > self.released_sn).any() or (f_wm > self.released_wm).any())
+        if not moved:
+            return None
+        out = None
+        if self.pending:
+            rows = concat(self.pending, self.schema)
+            qi = self.index[rows.column(PART).to_numpy()]
+            sn = rows.column(SN).to_numpy()
+            ready = sn <= f_sn[qi]
+            if ready.all():
+                out, self.pending = rows, []
+            elif ready.any():
+                out = rows.filter(pa.array(ready))
+                self.pending = [rows.filter(pa.array(~ready))]
+            else:
+                self.pending = [rows]
+        if out is not None and out.num_rows > 1:
+            order = np.lexsort((out.column(SNM).to_numpy(), out.column(SN).to_numpy()))
+            out = out.take(pa.array(order))
+        self.released_sn, self.released_wm = f_sn, f_wm
+        return (out if out is not None else concat([], self.schema)), f_sn, f_wm
+
+    # -- take-over -------------------------------------------------------------------------------
+    def on_fail(self, dead: np.ndarray) -> list[Outgoing]:
+        """``dead[p, r]``: producer replicas that failed. Returns the ``reverse`` messages."""
+        out: list[Outgoing] = []
+        n_rep = dead.shape[1]
+        for i in range(self.parts.size):
+            for p in range(self.sender.shape[1]):
+                s = int(self.sender[i, p])
+                a = int(self.ack_to[i, p])
+                if a >= 0 and dead[p, a]:
+                    self.ack_to[i, p] = -1
+                if not dead[p, s]:
+                    continue
+                alive = [r for r in range(n_rep) if r != s and not dead[p, r]]
+                if not alive:
+                    raise PartitionLost(
+                        f"stage {self.stage}: every replica of producer partition {p} failed "
+                        f"before recovery; the dataflow cannot continue without losing input")
+                alt = alive[0]
+                self.sender[i, p] = alt
+                self.ack_to[i, p] = -1
+                q, c = int(self.parts[i]), int(self.replica[i])
+                out.append(Outgoing(int(self.producer_site[p, alt]),
+                                    Reverse(self.stage, p=p, r=alt, q=q, c=c)))
+        return out

@@ -1,0 +1,173 @@
+"""FH-Prod: the output buffers of the producer replicas one site hosts for one exchange.
+
+The paper's buffer (SIGMOD Fig. 3, digest §4.2-4.4) at batch granularity, vectorized over
+every producer replica ``p`` the site hosts, every consumer partition ``q`` and every consumer
+replica ``c``:
+
+- ``send[p, q, c]``: stream p -> q goes to consumer replica c (``conn[d] ∋ SEND``). Normally
+  only c = r, the *primary* destination in my own dataflow copy.
+- ``wait[p, q, c]``: a row may leave the buffer only once c has acknowledged it
+  (``del ∋ SEC``). Normally only c = 1 - r, the *secondary* consumer in the dual copy.
+- ``acked[p, q, c]``: the cumulative acknowledgement from c: the paper's PRIM/SEC marks as
+  offsets. An ack beyond what p has produced is a *dangling* SN: rows produced later at or
+  below it are never sent to c (the duplicate filter) and need no further ack.
+
+A row is sent to c when produced if ``send`` and its SN is above ``acked`` (action 2) and is
+evicted once every waiting consumer has acknowledged it (``put``/``ack`` with ``del``).
+Take-over (SIGMOD §3.2, §5.2): ``fail`` of consumer replica c is ``ack_all``: c neither
+receives nor holds rows back any more; ``reverse`` from c is ``reset``: send c every buffered
+row above its acknowledgement, then send to it and stop waiting for it (``del += {SEC}`` with
+``conn[SEC] := {SEND}``). The ingress is the same buffer with one producer that sends to and
+waits for both replicas of every first-stage partition (``del = {PROD, PRIM, SEC}``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.model.batch import concat
+from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
+from sparkflux.model.schema import PART, SN
+from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Reverse, Streams
+
+
+class ProtocolError(RuntimeError):
+    """A protocol invariant was violated; the site stops (fail-stop) with this message."""
+
+
+class ProducerBuffer:
+    """FH-Prod buffers of the hosted producer replicas for the exchange into ``stage``."""
+
+    def __init__(self, stage: int, producers: dict[int, int], consumer_site: np.ndarray,
+                 send: np.ndarray, wait: np.ndarray, schema: pa.Schema) -> None:
+        self.stage = stage
+        self.parts = np.array(sorted(producers), dtype=np.int32)
+        self.replica = np.array([producers[p] for p in self.parts], dtype=np.int8)
+        n_all = int(self.parts.max()) + 1 if self.parts.size else 0
+        self.index = np.full(max(n_all, 1), -1, dtype=np.int32)
+        self.index[self.parts] = np.arange(self.parts.size, dtype=np.int32)
+        self.site = consumer_site.astype(np.int32)  # [Q, C]
+        self.send = send.astype(bool).copy()  # [Pn, Q, C]
+        self.wait = wait.astype(bool).copy()
+        self.acked = np.full(self.send.shape, NO_PROGRESS, dtype=np.int64)
+        self.progress_sn = np.full(self.parts.size, NO_PROGRESS, dtype=np.int64)
+        self.progress_wm = np.full(self.parts.size, NO_WATERMARK, dtype=np.int64)
+        self.schema = schema  # wire schema: stage input columns + _src
+        self.buffer: deque[pa.RecordBatch] = deque()
+        self.rows_sent = 0
+
+    # -- queries -----------------------------------------------------------------------------
+    def buffered_rows(self) -> int:
+        return sum(b.num_rows for b in self.buffer)
+
+    def pi(self, p: int) -> int:
+        i = int(self.index[p]) if 0 <= p < self.index.size else -1
+        if i < 0:
+            raise ProtocolError(f"exchange into stage {self.stage}: producer {p} not hosted here")
+        return i
+
+    # -- action 1 + 2: put produced rows, send them to their current destinations ------------
+    def produce(self, batch: pa.RecordBatch | None, progress_sn: np.ndarray,
+                progress_wm: np.ndarray) -> list[Outgoing]:
+        """Buffer and send ``batch`` (rows with ``_part`` = q and ``_src`` = p); new progress."""
+        advanced = bool((progress_sn > self.progress_sn).any())
+        np.maximum(self.progress_sn, progress_sn, out=self.progress_sn)
+        np.maximum(self.progress_wm, progress_wm, out=self.progress_wm)
+        rows: pa.RecordBatch | None = batch if batch is not None and batch.num_rows else None
+        per_site: dict[int, list[np.ndarray]] = {}
+        if rows is not None:
+            pi, q, sn = self._keys(rows)
+            for c in range(self.send.shape[2]):
+                go = self.send[pi, q, c] & (sn > self.acked[pi, q, c])
+                if go.any():
+                    idx = np.flatnonzero(go)
+                    dest = self.site[q[idx], c]
+                    for s in np.unique(dest):
+                        per_site.setdefault(int(s), []).append(idx[dest == s])
+            # put(): keep a row only while some consumer it waits for has not acknowledged it;
+            # a dangling SN (an ack that came first) evicts it at once.
+            held = (self.wait[pi, q, :] & (sn[:, None] > self.acked[pi, q, :])).any(axis=1)
+            if held.all():
+                self.buffer.append(rows)
+            elif held.any():
+                self.buffer.append(rows.filter(pa.array(held)))
+        if not per_site and not advanced:
+            return []
+        out: list[Outgoing] = []
+        for s in self._target_sites():
+            parts = per_site.get(s)
+            data = None
+            if parts:
+                idx = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+                data = rows.take(pa.array(idx))  # type: ignore[union-attr]
+                self.rows_sent += data.num_rows
+            elif not advanced:
+                continue
+            out.append(Outgoing(s, Data(self.stage, self._streams_to(s), data)))
+        return out
+
+    def _keys(self, rows: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        src = rows.column(SRC).to_numpy()
+        pi = self.index[src]
+        if (pi < 0).any():
+            raise ProtocolError(f"exchange into stage {self.stage}: rows of a producer not hosted")
+        return pi, rows.column(PART).to_numpy(), rows.column(SN).to_numpy()
+
+    def _target_sites(self) -> list[int]:
+        q, c = np.nonzero(self.send.any(axis=0))
+        return sorted({int(s) for s in self.site[q, c]})
+
+    def _streams_to(self, site: int) -> Streams:
+        pi, q, c = np.nonzero(self.send & (self.site[None, :, :] == site))
+        return Streams(p=self.parts[pi], r=self.replica[pi], q=q.astype(np.int32),
+                       sn=self.progress_sn[pi], wm=self.progress_wm[pi])
+
+    # -- action 3: acknowledgements ------------------------------------------------------------
+    def on_ack(self, ack: Ack) -> None:
+        pi = self.index[ack.p]
+        np.maximum.at(self.acked, (pi, ack.q, ack.c.astype(np.intp)), ack.upto)
+        self._evict()
+
+    def _evict(self) -> None:
+        while self.buffer:
+            b = self.buffer[0]
+            pi, q, sn = self._keys(b)
+            held = self.wait[pi, q, :] & (sn[:, None] > self.acked[pi, q, :])
+            if held.any():
+                return
+            self.buffer.popleft()
+
+    # -- take-over -----------------------------------------------------------------------------
+    def on_fail(self, dead: np.ndarray) -> None:
+        """``ack_all`` for every dead consumer replica: ``dead[q, c]``."""
+        self.send[:, dead] = False
+        self.wait[:, dead] = False
+        self._evict()
+
+    def on_reverse(self, rev: Reverse) -> list[Outgoing]:
+        """``reset(SEC)``: send c everything it has not acknowledged, then keep sending."""
+        i = self.pi(rev.p)
+        if int(self.replica[i]) != rev.r:
+            raise ProtocolError(f"reverse for replica {rev.r} of partition {rev.p} reached "
+                                f"replica {int(self.replica[i])}")
+        floor = self.acked[i, rev.q, rev.c]
+        pending = []
+        for b in self.buffer:
+            src = b.column(SRC).to_numpy()
+            q = b.column(PART).to_numpy()
+            sn = b.column(SN).to_numpy()
+            m = (src == rev.p) & (q == rev.q) & (sn > floor)
+            if m.any():
+                pending.append(b.filter(pa.array(m)))
+        self.send[i, rev.q, rev.c] = True
+        self.wait[i, rev.q, rev.c] = False
+        site = int(self.site[rev.q, rev.c])
+        streams = Streams(p=np.array([rev.p], np.int32), r=np.array([rev.r], np.int8),
+                          q=np.array([rev.q], np.int32), sn=self.progress_sn[i : i + 1].copy(),
+                          wm=self.progress_wm[i : i + 1].copy())
+        data = concat(pending, self.schema) if pending else None
+        self._evict()
+        return [Outgoing(site, Data(self.stage, streams, data))]

@@ -1,0 +1,50 @@
+"""Simulated FIFO links between nodes (sites and the driver) with a seeded scheduler.
+
+A link is a FIFO queue per ordered pair of nodes (TCP's guarantee, DESIGN.md §4). The
+scheduler picks, with the seed's random generator, which non-empty link delivers its head
+next, so every interleaving the real network allows can occur, and a seed replays exactly.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Network:
+    rng: np.random.Generator
+    links: dict[tuple[int, int], deque[Any]] = field(default_factory=dict)
+    delivered: int = 0
+
+    def send(self, src: int, dst: int, message: Any) -> None:
+        self.links.setdefault((src, dst), deque()).append(message)
+
+    def busy(self) -> list[tuple[int, int]]:
+        return [k for k, q in self.links.items() if q]
+
+    def pop(self) -> tuple[int, int, Any] | None:
+        """Deliver the head of a randomly chosen non-empty link."""
+        busy = self.busy()
+        if not busy:
+            return None
+        src, dst = busy[int(self.rng.integers(len(busy)))]
+        self.delivered += 1
+        return src, dst, self.links[(src, dst)].popleft()
+
+    def drop_to(self, node: int) -> None:
+        """A crashed node receives nothing more."""
+        for (_, dst), q in self.links.items():
+            if dst == node:
+                q.clear()
+
+    def drop_some_from(self, node: int) -> None:
+        """A crash loses a random suffix of what the node had sent but not yet delivered."""
+        for (src, _), q in self.links.items():
+            if src == node and q:
+                keep = int(self.rng.integers(len(q) + 1))
+                while len(q) > keep:
+                    q.pop()

@@ -1,0 +1,195 @@
+"""One simulated run of a dataflow with Flux-HA, and the correctness contract (DESIGN.md §5).
+
+``simulate(seed, ...)`` builds the real ``SiteCore``s, ``Ingress``, ``Egress`` and
+``Controller`` for a plan and drives them with a seeded scheduler: the ingress admits input
+batches, links deliver messages in FIFO order with random interleaving, and sites crash at
+random points (losing a random suffix of their unsent output). The controller learns of a
+crash (connection loss) after a random delay and installs a new view; each live site gets its
+``fail`` on the driver's link (FIFO with the ingress's data, as in the runtime), the ingress
+and egress at once. A run ends when the input is exhausted and the network is quiet.
+
+``check(seed, ...)`` compares the run with the failure-free run of the same input: the egress
+output must be identical row for row and in order, the egress must have seen the end of the
+stream, and every surviving buffer must have drained. A failing seed raises ``Violation``
+naming the seed, so ``simulate(seed)`` reproduces it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.control.controller import Controller
+from sparkflux.control.events import (
+    ConnectionClosed,
+    FailSites,
+    Registered,
+    SiteAddress,
+    SiteReady,
+)
+from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.model.digest import digest_of
+from sparkflux.model.validate import validate
+from sparkflux.protocol.consumer import PartitionLost
+from sparkflux.protocol.egress import Egress
+from sparkflux.protocol.ingress import Ingress
+from sparkflux.protocol.messages import Ack, Data, Outgoing, Reverse
+from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.site import SiteCore
+from sparkflux.sim.network import Network
+
+
+class Violation(AssertionError):
+    """The correctness contract failed for a seed."""
+
+
+@dataclass(frozen=True)
+class FailurePlan:
+    """Which sites crash, and after how many scheduler steps."""
+
+    crashes: tuple[tuple[int, int], ...] = ()  # (site, step)
+
+
+@dataclass
+class SimResult:
+    seed: int
+    output: pa.Table
+    ended: bool
+    leftover: dict[str, int] = field(default_factory=dict)
+    crashed: list[int] = field(default_factory=list)
+    steps: int = 0
+    messages: int = 0
+    admitted: int = 0
+
+
+def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
+             failures: FailurePlan = FailurePlan(), replicas: int = 2,
+             detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
+             window: int = 4) -> SimResult:
+    """Run ``plan`` on ``batches`` under ``seed`` with the given crashes."""
+    rng = np.random.default_rng(seed)
+    layout = Layout(plan.sites, plan.partitions, replicas)
+    net = Network(rng)
+    # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan.
+    sites = {s: SiteCore(s, copy.deepcopy(plan), layout) for s in range(plan.sites)}
+    ingress, egress = Ingress(plan, layout), Egress(plan, layout)
+    controller = Controller(plan.sites, heartbeat_timeout=1e9, ha=replicas == 2)
+    for s in range(plan.sites):
+        controller.handle(Registered(address=SiteAddress(site=s, attempt=0, host="sim",
+                                                         port=s, pid=s), now=0.0))
+    for s in range(plan.sites):
+        controller.handle(SiteReady(site=s, attempt=0))
+    out: list[pa.RecordBatch] = []
+    crashed: list[int] = []
+    pending_detect: list[tuple[int, int]] = []  # (step when the controller notices, site)
+    crash_at = dict((step, site) for site, step in failures.crashes)
+    next_batch = 0
+    admitted: list[int] = []  # ISN count after each admitted batch
+    step = 0
+
+    def emit(src: int, outs: list[Outgoing]) -> None:
+        for o in outs:
+            net.send(src, o.site, o.message)
+
+    while step < max_steps:
+        step += 1
+        if step in crash_at:
+            site = crash_at[step]
+            if site not in crashed:
+                crashed.append(site)
+                net.drop_to(site)
+                net.drop_some_from(site)
+                lo, hi = detect_delay
+                pending_detect.append((step + int(rng.integers(lo, hi + 1)), site))
+        for when, site in [d for d in pending_detect if d[0] <= step]:
+            pending_detect.remove((when, site))
+            for a in controller.handle(ConnectionClosed(site=site, attempt=0, reason="crash",
+                                                        now=float(step))):
+                if isinstance(a, FailSites):
+                    ingress.on_fail(set(a.dead))
+                    emit(DRIVER, egress.on_fail(set(a.dead)))
+                    for s in a.view.members:
+                        net.send(DRIVER, s, ("fail", frozenset(a.dead)))
+                else:
+                    raise Violation(f"seed {seed}: controller gave up: {a}")
+        # Admit the next input batch when the window allows, with some probability.
+        in_flight = ingress.next_isn - 1 - egress.progress.sn
+        can_admit = next_batch < len(batches) and in_flight < window * _rows(batches, 1)
+        if can_admit and rng.random() < 0.3:
+            good, _ = validate(batches[next_batch], plan.source_schema)
+            sends, _ = ingress.admit(good, 0.0)
+            emit(DRIVER, sends)
+            next_batch += 1
+            admitted.append(ingress.next_isn)
+            continue
+        if next_batch == len(batches) and not ingress.ended:
+            emit(DRIVER, ingress.finish())
+            continue
+        item = net.pop()
+        if item is None:
+            if pending_detect or (can_admit and next_batch < len(batches)):
+                continue  # a detection or an admission is still to come
+            break  # quiet: finished, or stuck (then the egress has not ended: a violation)
+        src, dst, msg = item
+        if dst in crashed:
+            continue
+        try:
+            if dst == DRIVER:
+                if isinstance(msg, Data):
+                    d, acks = egress.on_data(msg)
+                    emit(DRIVER, acks)
+                    if d is not None and d.batch.num_rows:
+                        out.append(d.batch)
+                elif isinstance(msg, Ack):
+                    ingress.on_ack(msg)
+                else:
+                    raise Violation(f"seed {seed}: driver got {type(msg).__name__}")
+            elif isinstance(msg, tuple) and msg[0] == "fail":
+                emit(dst, sites[dst].on_fail(set(msg[1])))
+            else:
+                assert isinstance(msg, (Data, Ack, Reverse))
+                emit(dst, sites[dst].on_message(src, msg))
+        except (ProtocolError, PartitionLost) as e:
+            raise Violation(f"seed {seed}: {e}") from e
+    leftover = {"ingress": ingress.buffered()}
+    for s, core in sites.items():
+        if s not in crashed:
+            leftover[f"site{s}"] = core.buffered_rows()
+    table = pa.Table.from_batches(out, schema=plan.output_schema) if out else \
+        plan.output_schema.empty_table()
+    return SimResult(seed, table, egress.ended, leftover, crashed, step, net.delivered,
+                     ingress.next_isn)
+
+
+def res_plan_schema(plan_factory: Callable[[], PhysicalPlan]) -> pa.Schema:
+    return plan_factory().source_schema
+
+
+def _rows(batches: list[pa.RecordBatch], i: int) -> int:
+    return batches[0].num_rows * i if batches else 1
+
+
+def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch], seed: int,
+          failures: FailurePlan, expected: pa.Table | None = None, **kw: object) -> SimResult:
+    """Run a seed and enforce the contract against the failure-free output."""
+    if expected is None:
+        expected = simulate(plan_factory(), batches, seed, FailurePlan(), **kw).output  # type: ignore[arg-type]
+    res = simulate(plan_factory(), batches, seed, failures, **kw)  # type: ignore[arg-type]
+    total = sum(validate(b, res_plan_schema(plan_factory))[0].num_rows for b in batches)
+    if res.admitted != total:
+        raise Violation(f"seed {seed}: the ingress admitted {res.admitted} of {total} inputs")
+    if not res.ended:
+        raise Violation(f"seed {seed}: the egress never saw the end of the stream "
+                        f"(crashes {res.crashed}, {res.steps} steps)")
+    if res.output.num_rows != expected.num_rows or digest_of(res.output) != digest_of(expected):
+        raise Violation(
+            f"seed {seed}: egress output differs from the failure-free run "
+            f"({res.output.num_rows} rows vs {expected.num_rows}; crashes {res.crashed})")
+    if any(res.leftover.values()):
+        raise Violation(f"seed {seed}: buffers did not drain: {res.leftover}")
+    return res
