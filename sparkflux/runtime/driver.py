@@ -29,26 +29,33 @@ from sparkflux.control.events import (
     Abort,
     Action,
     ConnectionClosed,
+    FailSites,
     Finished,
     Heartbeat,
     InstallView,
     Registered,
     SiteAddress,
     SiteReady,
+    Standby,
     StartIngress,
     StopSite,
     Tick,
 )
+from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.batch import concat
 from sparkflux.model.digest import Digest
 from sparkflux.model.validate import Rejected, validate
+from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
-from sparkflux.runtime.frames import DATA, DataFrame
+from sparkflux.protocol.messages import Ack, Data, Outgoing
+from sparkflux.protocol.producer import ProtocolError
+from sparkflux.runtime.frames import CONTROL, decode
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.sinks import DeadLetters, Sink
-from sparkflux.runtime.transport import Connection, ConnectionLost, decode
+from sparkflux.runtime.site import schemas_of
+from sparkflux.runtime.transport import Connection, ConnectionLost
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +101,19 @@ class Host:
         self.plan = plan
         self.cfg = cfg
         self.sink = sink
-        self.dead = dead_letters
-        self.controller = Controller(plan.sites, cfg.heartbeat_timeout)
-        self.ingress = Ingress(plan)
-        self.egress = Egress(plan)
+        self.dead_letters = dead_letters
+        self.replicas = 2 if cfg.ha == "flux" else 1
+        self.layout = Layout(plan.sites, plan.partitions, self.replicas)
+        self.controller = Controller(plan.sites, cfg.heartbeat_timeout, ha=self.replicas == 2)
+        self.ingress = Ingress(plan, self.layout)
+        self.egress = Egress(plan, self.layout)
         self.digest = Digest()
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=_total(plan))
         self.conns: dict[int, Connection] = {}
-        self.schema_of = {len(plan.stages): plan.output_schema}
+        self.schema_of = schemas_of(plan)
+        self.dead: set[int] = set()
+        self.standbys: list[Connection] = []
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -112,6 +123,7 @@ class Host:
         self._progressed: asyncio.Event | None = None
         self._finished: asyncio.Event | None = None
         self.kills: list[dict[str, Any]] = []
+        self.failures: list[dict[str, Any]] = []
 
     # -- thread entry ------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -134,7 +146,7 @@ class Host:
         finally:
             feeder.cancel()
             ticker.cancel()
-            for conn in self.conns.values():
+            for conn in [*self.conns.values(), *self.standbys]:
                 try:
                     conn.send_control({"type": "stop", "reason": "run finished"})
                     await asyncio.wait_for(conn.drain(), 5.0)
@@ -142,7 +154,7 @@ class Host:
                     pass
             server.close()
             self.sink.close()
-            self.dead.close()
+            self.dead_letters.close()
             self.done.set()
 
     def stop(self, reason: str) -> None:
@@ -157,7 +169,7 @@ class Host:
             kind, body = await conn.recv()
         except ConnectionLost:
             return
-        msg = decode(kind, body, self.schema_of)
+        msg = decode(kind, body, self.schema_of) if kind == CONTROL else None
         if not isinstance(msg, dict) or msg.get("type") != "register":
             conn.close()
             return
@@ -171,6 +183,14 @@ class Host:
                                "reason": "not a member of the view"})
             conn.close()
             return
+        if any(isinstance(a, Standby) for a in actions):
+            conn.send_control({"type": "standby"})
+            self.standbys.append(conn)
+            try:
+                await self._pump(conn, addr, standby=True)
+            except asyncio.CancelledError:
+                conn.close()
+            return
         self.conns[addr.site] = conn
         self._carry_out(actions)
         try:
@@ -178,16 +198,15 @@ class Host:
         except asyncio.CancelledError:
             conn.close()  # the run is over; the loop is shutting down
 
-    async def _pump(self, conn: Connection, addr: SiteAddress) -> None:
+    async def _pump(self, conn: Connection, addr: SiteAddress, standby: bool = False) -> None:
         try:
             while True:
                 kind, body = await conn.recv()
-                if kind == DATA:
-                    frame = decode(kind, body, self.schema_of)
-                    assert isinstance(frame, DataFrame)
-                    self._on_output(frame)
-                    continue
                 msg = decode(kind, body, self.schema_of)
+                if kind != CONTROL:
+                    if addr.site not in self.dead and not standby:
+                        self._on_site_message(msg)  # type: ignore[arg-type]
+                    continue
                 assert isinstance(msg, dict)
                 t = msg.get("type")
                 now = time.monotonic()
@@ -200,6 +219,8 @@ class Host:
                 elif t == "error":
                     self._abort(f"site {addr.site} stopped on an error:\n{msg['error']}")
         except ConnectionLost as e:
+            if standby:
+                return
             self._carry_out(self.controller.handle(ConnectionClosed(
                 site=addr.site, attempt=addr.attempt, reason=str(e), now=time.monotonic())))
 
@@ -221,12 +242,50 @@ class Host:
                 case StartIngress():
                     assert self._start_ingress is not None
                     self._start_ingress.set()
+                case FailSites(view=view, dead=dead):
+                    self._take_over(set(dead), list(view.members))
+                case Standby():
+                    pass
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
                         conn.send_control({"type": "stop", "excluded": True, "reason": reason})
                 case Abort(reason=reason):
                     self._abort(reason)
+
+    def _take_over(self, dead: set[int], live: list[int]) -> None:
+        """Deliver ``fail`` to every live site, the ingress and the egress (SIGMOD §3.2)."""
+        new = dead - self.dead
+        self.dead |= dead
+        now = time.time()
+        for s in new:
+            self.failures.append({"site": s, "time": now})
+            conn = self.conns.pop(s, None)
+            if conn is not None:
+                conn.close()
+        for s in live:
+            conn = self.conns.get(s)
+            if conn is not None:
+                try:
+                    conn.send_control({"type": "fail", "dead": sorted(self.dead)})
+                except ConnectionLost:
+                    pass
+        try:
+            self.ingress.on_fail(self.dead)
+            self._send(self.egress.on_fail(self.dead))
+        except PartitionLost as e:
+            self._abort(f"{e}. Two sites holding both replicas of a partition failed before "
+                        f"recovery; nothing can bring that partition's state back.")
+
+    def _send(self, outs: list[Outgoing]) -> None:
+        for o in outs:
+            conn = self.conns.get(o.site)
+            if conn is None or o.site in self.dead:
+                continue
+            try:
+                conn.send(o.message)
+            except ConnectionLost:
+                pass
 
     def _abort(self, reason: str) -> None:
         if self.failure is None and not self.egress.ended:
@@ -236,8 +295,19 @@ class Host:
         self._finished.set()
 
     # -- data plane --------------------------------------------------------------------------
-    def _on_output(self, frame: DataFrame) -> None:
-        d = self.egress.on_data(frame.producer, frame.batch, frame.progress)
+    def _on_site_message(self, msg: Data | Ack) -> None:
+        if isinstance(msg, Ack):
+            self.ingress.on_ack(msg)
+            return
+        if not isinstance(msg, Data):
+            self._abort(f"the driver got an unexpected {type(msg).__name__} message")
+            return
+        try:
+            d, acks = self.egress.on_data(msg)
+        except ProtocolError as e:
+            self._abort(f"egress invariant violated: {e}")
+            return
+        self._send(acks)
         if d is None:
             return
         now = time.time()
@@ -282,12 +352,10 @@ class Host:
                 good, rejected = validate(item, self.plan.source_schema)
                 sends, late = self.ingress.admit(good, time.time())
                 self._reject(rejected + late)
-                for s in sends:
-                    self.conns[s.site].send_data(s.stage, s.producer, s.progress, s.batch)
+                self._send(sends)
                 self.stats.events_in = self.ingress.next_isn
                 await self._wait_window()
-            for s in self.ingress.finish():
-                self.conns[s.site].send_data(s.stage, s.producer, s.progress, s.batch)
+            self._send(self.ingress.finish())
         except ConnectionLost as e:
             self._abort(str(e))
         finally:
@@ -319,7 +387,7 @@ class Host:
 
     def _reject(self, rejected: list[Rejected]) -> None:
         if rejected:
-            self.dead.write(rejected)
+            self.dead_letters.write(rejected)
             self.stats.dead_letters += len(rejected)
 
     def result_metrics(self) -> dict[str, Any]:
@@ -450,8 +518,6 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
         spark_session,
     )
 
-    if cfg.ha != "none":
-        raise RunFailed(f"--ha {cfg.ha} is not available yet; use --ha none")
     master = cfg.master or default_master(cfg.sites)
     bind = cfg.bind_host if is_local(master) else "0.0.0.0"
     cfg = replace(cfg, local=is_local(master))
@@ -466,7 +532,7 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     advertise = bind if is_local(master) else spark.sparkContext.getConf().get(
         "spark.driver.host", "127.0.0.1")
     job = launch_sites(spark, plan, (advertise, host.port), bind,
-                       bind if is_local(master) else "", plan.sites)
+                       bind if is_local(master) else "", plan.sites, host.replicas)
     deadline = time.monotonic() + cfg.start_timeout
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()

@@ -1,71 +1,97 @@
 """The wire format of the one multiplexed connection between two sites (or a site and the driver).
 
-Every frame is ``u32 length | u8 kind | body``. Data and control share the connection so that
-they stay in FIFO order (DESIGN.md §4: ``pause-ack`` after the last in-flight tuple, ``psync``
-on the data channel).
+Every frame is ``u32 length | u8 kind | body``. Data, acknowledgements, ``reverse`` and control
+share the connection so that they stay in FIFO order (DESIGN.md §4): an acknowledgement sent
+before a ``reverse`` arrives before it; the driver's ``fail`` follows the ingress data it sent.
 
-- ``DATA``: ``i16 stage | i32 producer | i64 progress.sn | i64 progress.wm | i32 rows`` then,
-  when ``rows > 0``, the record batch in Arrow IPC form *without* its schema (both ends know
-  the stage's schema from the plan), so a frame costs a few dozen bytes over its data.
-- ``CONTROL``: a pickled ``dict`` (small, rare: registration, views, stop, statistics).
+- ``DATA``: ``i16 stage | i32 streams | i32 rows``, the stream entries as packed arrays
+  (p i32, r i8, q i32, sn i64, wm i64), then the rows in Arrow IPC form *without* their schema
+  (both ends know the stage's wire schema from the plan).
+- ``ACK``: ``i16 stage | i32 n`` then p i32, q i32, c i8, upto i64 arrays.
+- ``REVERSE``: ``i16 stage | i32 p | i8 r | i32 q | i8 c``.
+- ``CONTROL``: a pickled ``dict`` (small, rare: registration, views, fail, stop).
 """
 
 from __future__ import annotations
 
 import pickle
 import struct
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from sparkflux.model.progress import Progress
+from sparkflux.protocol.messages import Ack, Data, Message, Reverse, Streams
 
 DATA = 1
 CONTROL = 2
+ACK = 3
+REVERSE = 4
+KINDS = (DATA, CONTROL, ACK, REVERSE)
 
 FRAME_HEADER = struct.Struct("<IB")
-DATA_HEADER = struct.Struct("<hiqqi")
-MAX_FRAME = 1 << 31
+DATA_HEADER = struct.Struct("<hii")
+ACK_HEADER = struct.Struct("<hi")
+REVERSE_BODY = struct.Struct("<hibib")
+
+_STREAM_TYPES = (np.int32, np.int8, np.int32, np.int64, np.int64)
+_ACK_TYPES = (np.int32, np.int32, np.int8, np.int64)
 
 
-@dataclass(frozen=True, slots=True)
-class DataFrame:
-    """A decoded DATA frame: rows (maybe none) of one stage from one producer, and progress."""
-
-    stage: int
-    producer: int
-    progress: Progress
-    batch: pa.RecordBatch | None
+def _frame(kind: int, pieces: list[Any]) -> list[Any]:
+    size = 1 + sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in pieces)
+    return [FRAME_HEADER.pack(size, kind), *pieces]
 
 
-def encode_data(
-    stage: int, producer: int, progress: Progress, batch: pa.RecordBatch | None
-) -> list[bytes | memoryview]:
-    """The pieces of a DATA frame, ready for ``writelines`` (no copy of the batch buffers)."""
-    rows = 0 if batch is None else batch.num_rows
-    body: pa.Buffer | None = batch.serialize() if rows else None
-    head = DATA_HEADER.pack(stage, producer, progress.sn, progress.wm, rows)
-    size = 1 + len(head) + (body.size if body is not None else 0)
-    pieces: list[bytes | memoryview] = [FRAME_HEADER.pack(size, DATA), head]
-    if body is not None:
-        pieces.append(memoryview(body))
-    return pieces
-
-
-def decode_data(body: bytes | memoryview, schema_of: dict[int, pa.Schema]) -> DataFrame:
-    stage, producer, sn, wm, rows = DATA_HEADER.unpack_from(body, 0)
-    batch = None
-    if rows:
-        buf = pa.py_buffer(memoryview(body)[DATA_HEADER.size :])
-        batch = pa.ipc.read_record_batch(buf, schema_of[stage])
-    return DataFrame(stage, producer, Progress(sn, wm), batch)
+def encode(msg: Message) -> list[Any]:
+    """The pieces of one frame for ``writelines`` (no copy of the batch buffers)."""
+    if isinstance(msg, Data):
+        st = msg.streams
+        rows = 0 if msg.batch is None else msg.batch.num_rows
+        arrays = [np.ascontiguousarray(a, dtype=t).tobytes() for a, t in
+                  zip((st.p, st.r, st.q, st.sn, st.wm), _STREAM_TYPES, strict=True)]
+        pieces: list[Any] = [DATA_HEADER.pack(msg.stage, len(st), rows), *arrays]
+        if rows:
+            pieces.append(memoryview(msg.batch.serialize()))  # type: ignore[union-attr]
+        return _frame(DATA, pieces)
+    if isinstance(msg, Ack):
+        arrays = [np.ascontiguousarray(a, dtype=t).tobytes() for a, t in
+                  zip((msg.p, msg.q, msg.c, msg.upto), _ACK_TYPES, strict=True)]
+        return _frame(ACK, [ACK_HEADER.pack(msg.stage, int(msg.p.size)), *arrays])
+    if isinstance(msg, Reverse):
+        return _frame(REVERSE, [REVERSE_BODY.pack(msg.stage, msg.p, msg.r, msg.q, msg.c)])
+    raise TypeError(f"cannot encode {type(msg).__name__}")
 
 
 def encode_control(message: dict[str, Any]) -> list[bytes]:
-    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return [FRAME_HEADER.pack(1 + len(body), CONTROL), body]
+    return _frame(CONTROL, [pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)])
 
 
-def decode_control(body: bytes | memoryview) -> dict[str, Any]:
-    return pickle.loads(body)
+def _arrays(body: memoryview, offset: int, n: int, types: tuple) -> tuple[list[np.ndarray], int]:
+    out = []
+    for t in types:
+        size = n * np.dtype(t).itemsize
+        out.append(np.frombuffer(body, dtype=t, count=n, offset=offset).copy())
+        offset += size
+    return out, offset
+
+
+def decode(kind: int, body: bytes, schema_of: dict[int, pa.Schema]) -> Message | dict[str, Any]:
+    view = memoryview(body)
+    if kind == DATA:
+        stage, n, rows = DATA_HEADER.unpack_from(view, 0)
+        (p, r, q, sn, wm), off = _arrays(view, DATA_HEADER.size, n, _STREAM_TYPES)
+        batch = None
+        if rows:
+            batch = pa.ipc.read_record_batch(pa.py_buffer(view[off:]), schema_of[stage])
+        return Data(stage, Streams(p, r, q, sn, wm), batch)
+    if kind == ACK:
+        stage, n = ACK_HEADER.unpack_from(view, 0)
+        (p, q, c, upto), _ = _arrays(view, ACK_HEADER.size, n, _ACK_TYPES)
+        return Ack(stage, p, q, c, upto)
+    if kind == REVERSE:
+        stage, p, r, q, c = REVERSE_BODY.unpack_from(view, 0)
+        return Reverse(stage, p, r, q, c)
+    if kind == CONTROL:
+        return pickle.loads(view)
+    raise ValueError(f"unknown frame kind {kind}")

@@ -1,11 +1,14 @@
-"""A site: one long-lived Python process (one Spark task) running its mini-partitions.
+"""A site: one long-lived Python process (one Spark task) running its mini-partition replicas.
 
 Life of a site (DESIGN.md §1): open a data server, register with the controller in the driver
-over the control connection (which also carries the ingress's and egress's data), receive the
-view, connect to every other site (one multiplexed connection per pair: the lower site id
-dials), report ready, then run the event loop until told to stop. A site that loses the driver
-stops at once (fail-stop: no zombies); an invariant violation or operator error is reported to
-the controller and stops the site.
+over the control connection (which also carries the ingress's and egress's traffic), receive
+the view, connect to every other site (one multiplexed connection per pair: the lower site id
+dials), report ready, then feed every frame to the sans-I/O ``SiteCore`` and send what it
+returns. ``fail`` from the controller is take-over; a site that learns it was excluded, or
+loses the driver, stops at once (fail-stop: no zombies). A site process that registers after
+the view was formed (Spark's retry of a crashed task) is a stateless standby until the run
+ends. An invariant violation or operator error is reported to the controller and stops the
+site.
 """
 
 from __future__ import annotations
@@ -19,19 +22,14 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
+from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.dataflow.routing import Router
-from sparkflux.model.progress import Progress
-from sparkflux.runtime.frames import DATA, DataFrame
-from sparkflux.runtime.stage import StageRunner
-from sparkflux.runtime.transport import Connection, ConnectionLost, connect, decode
+from sparkflux.protocol.messages import Outgoing
+from sparkflux.protocol.site import SiteCore, wire_schema
+from sparkflux.runtime.frames import CONTROL, decode
+from sparkflux.runtime.transport import Connection, ConnectionLost, connect
 
 log = logging.getLogger(__name__)
-
-INGRESS = -1
-DRIVER = -1
 
 
 @dataclass(frozen=True)
@@ -42,11 +40,15 @@ class SiteConfig:
     controller_port: int
     bind_host: str
     advertise_host: str
+    replicas: int = 1
     heartbeat_interval: float = 0.25
 
 
-class SiteStopped(Exception):
-    """The controller excluded or stopped this site."""
+def schemas_of(plan: PhysicalPlan) -> dict:
+    """Wire schema of every exchange's DATA frames, by consumer stage (egress = n stages)."""
+    out = {s.index: wire_schema(s.input_schema) for s in plan.stages}
+    out[len(plan.stages)] = wire_schema(plan.output_schema)
+    return out
 
 
 class Site:
@@ -56,20 +58,17 @@ class Site:
         self.cfg = cfg
         self.plan = plan
         self.id = cfg.site
-        n_stages = len(plan.stages)
-        self.runners = [
-            StageRunner(s, [INGRESS] if s.index == 0 else range(plan.sites)) for s in plan.stages
-        ]
-        self.routers = [Router(plan, plan.stages[i + 1]) for i in range(n_stages - 1)]
-        self.schema_of = {s.index: s.input_schema for s in plan.stages}
+        self.layout = Layout(plan.sites, plan.partitions, cfg.replicas)
+        self.core: SiteCore | None = None
+        self.schema_of = schemas_of(plan)
         self.peers: dict[int, Connection] = {}
         self.driver: Connection | None = None
         self._peers_ready = asyncio.Event()
         self._stop = asyncio.Event()
-        self._last_sent: dict[int, Progress] = {}
         self.busy_s = 0.0
         self.error: str | None = None
         self.excluded: str | None = None
+        self.role = "member"
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -95,37 +94,34 @@ class Site:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
+        core = self.core
         return {
             "site": self.id, "attempt": self.cfg.attempt, "pid": os.getpid(),
-            "excluded": self.excluded,
-            "busy_s": round(self.busy_s, 3),
-            "rows_in": [r.rows_in for r in self.runners],
-            "rows_out": [r.rows_out for r in self.runners],
+            "role": self.role, "excluded": self.excluded, "busy_s": round(self.busy_s, 3),
+            "rows_in": [c.rows_in for c in core.cons] if core else [],
         }
 
     async def _install_view(self, members: dict[int, dict]) -> None:
+        self.core = SiteCore(self.id, self.plan, self.layout)
         for j, m in sorted(members.items()):
             if j > self.id:
                 conn = await connect(m["host"], m["port"], f"site {j}")
                 conn.send_control({"type": "hello", "site": self.id})
                 self.peers[j] = conn
                 asyncio.create_task(self._pump(conn, j))
-        await self._wait_peers(len(members) - 1)
-        assert self.driver is not None
-        self.driver.send_control({"type": "ready", "site": self.id, "attempt": self.cfg.attempt})
-
-    async def _wait_peers(self, n: int) -> None:
-        while len(self.peers) < n:
+        while len(self.peers) < len(members) - 1:
             self._peers_ready.clear()
             await self._peers_ready.wait()
+        assert self.driver is not None
+        self.driver.send_control({"type": "ready", "site": self.id, "attempt": self.cfg.attempt})
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer, "site ?")
         try:
             kind, body = await conn.recv()
-            hello = decode(kind, body, self.schema_of)
         except ConnectionLost:
             return
+        hello = decode(kind, body, self.schema_of) if kind == CONTROL else None
         if not isinstance(hello, dict) or hello.get("type") != "hello":
             conn.close()
             return
@@ -155,72 +151,61 @@ class Site:
             while True:
                 kind, body = await conn.recv()
                 t = time.perf_counter()
-                if kind == DATA:
-                    self._on_data(decode(kind, body, self.schema_of))  # type: ignore[arg-type]
-                else:
-                    await self._on_control(decode(kind, body, self.schema_of))  # type: ignore
+                msg = decode(kind, body, self.schema_of)
+                if kind == CONTROL:
+                    assert isinstance(msg, dict)
+                    await self._on_control(msg)
+                elif self.core is not None:
+                    self._send(self.core.on_message(peer, msg))  # type: ignore[arg-type]
                 self.busy_s += time.perf_counter() - t
         except ConnectionLost as e:
             if not self._stop.is_set():
                 if peer == DRIVER:
                     self._fail(f"lost the driver ({e}); stopping (fail-stop)")
                 else:
-                    log.warning("site %d: %s", self.id, e)
+                    log.info("site %d: %s", self.id, e)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
             self._report_error(traceback.format_exc())
 
+    def _send(self, outs: list[Outgoing]) -> None:
+        assert self.core is not None
+        for o in outs:
+            conn = self.driver if o.site == DRIVER else self.peers.get(o.site)
+            if conn is None or o.site in self.core.dead_sites:
+                continue
+            try:
+                conn.send(o.message)
+            except ConnectionLost:
+                pass  # the peer is failing; the controller's view change will follow
+
     async def _on_control(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
         if kind == "view":
             await self._install_view(msg["members"])
+        elif kind == "fail":
+            assert self.core is not None
+            dead = set(msg["dead"])
+            for s in dead:
+                c = self.peers.pop(s, None)
+                if c is not None:
+                    c.close()
+            self._send(self.core.on_fail(dead))
+            if self.core.stopped:
+                self.excluded = self.core.stopped
+                self._stop.set()
+        elif kind == "standby":
+            self.role = "standby"
+            log.info("site %d (attempt %d) is a standby", self.id, self.cfg.attempt)
         elif kind == "kill":
             # A real crash on request (clusters, where the driver cannot signal the process).
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "stop":
-            log.info("site %d stopping: %s", self.id, msg.get("reason", ""))
             if msg.get("excluded"):
                 # Not an error of this task: Spark must not retry it (no zombies either).
                 self.excluded = str(msg.get("reason"))
             self._stop.set()
-
-    def _on_data(self, frame: DataFrame) -> None:
-        self.runners[frame.stage].push(
-            INGRESS if frame.stage == 0 else frame.producer, frame.batch, frame.progress
-        )
-        self._drive(frame.stage)
-
-    def _drive(self, first: int) -> None:
-        """Step stages from ``first`` on; local deliveries feed the next stage at once."""
-        for s in range(first, len(self.runners)):
-            out = self.runners[s].step()
-            if out is None:
-                if s > first:
-                    break
-                return
-            batch, progress = out
-            self._emit(s, batch, progress)
-
-    def _emit(self, s: int, batch: pa.RecordBatch, progress: Progress) -> None:
-        last = s == len(self.runners) - 1
-        if last:
-            assert self.driver is not None
-            if batch.num_rows or self._last_sent.get(s) != progress:
-                self.driver.send_data(s + 1, self.id, progress, batch if batch.num_rows else None)
-                self._last_sent[s] = progress
-            return
-        parts = self.routers[s].route(batch)
-        moved = bool(parts) or self._last_sent.get(s) != progress
-        if not moved:
-            return
-        self._last_sent[s] = progress
-        for j in range(self.plan.sites):
-            rows = parts.get(j)
-            if j == self.id:
-                self.runners[s + 1].push(self.id, rows, progress)
-            else:
-                self.peers[j].send_data(s + 1, self.id, progress, rows)
 
     def _report_error(self, tb: str) -> None:
         self.error = f"site {self.id} failed:\n{tb}"

@@ -13,19 +13,8 @@ import asyncio
 import socket
 from typing import Any
 
-import pyarrow as pa
-
-from sparkflux.model.progress import Progress
-from sparkflux.runtime.frames import (
-    CONTROL,
-    DATA,
-    FRAME_HEADER,
-    DataFrame,
-    decode_control,
-    decode_data,
-    encode_control,
-    encode_data,
-)
+from sparkflux.protocol.messages import Message
+from sparkflux.runtime.frames import FRAME_HEADER, KINDS, encode, encode_control
 
 
 class ConnectionLost(Exception):
@@ -55,7 +44,7 @@ class Connection:
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
             self.closed = True
             raise ConnectionLost(f"connection to {self.peer} lost: {e!r}") from e
-        if kind not in (DATA, CONTROL):
+        if kind not in KINDS:
             self.closed = True
             raise ConnectionLost(f"connection to {self.peer}: unknown frame kind {kind}")
         return kind, body
@@ -64,11 +53,11 @@ class Connection:
         if self.closed or self.writer.is_closing():
             raise ConnectionLost(f"connection to {self.peer} is closed")
         self.writer.writelines(pieces)
-        self.bytes_sent += sum(len(p) for p in pieces)
+        self.bytes_sent += sum(p.nbytes if isinstance(p, memoryview) else len(p)
+                               for p in pieces)
 
-    def send_data(self, stage: int, producer: int, progress: Progress,
-                  batch: pa.RecordBatch | None) -> None:
-        self._write(encode_data(stage, producer, progress, batch))
+    def send(self, msg: Message) -> None:
+        self._write(encode(msg))
 
     def send_control(self, message: dict[str, Any]) -> None:
         self._write(encode_control(message))
@@ -108,6 +97,3 @@ async def connect(host: str, port: int, peer: str, timeout: float = 30.0) -> Con
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-
-def decode(kind: int, body: bytes, schema_of: dict[int, pa.Schema]) -> DataFrame | dict:
-    return decode_data(body, schema_of) if kind == DATA else decode_control(body)

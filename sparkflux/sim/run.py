@@ -87,7 +87,9 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     out: list[pa.RecordBatch] = []
     crashed: list[int] = []
     pending_detect: list[tuple[int, int]] = []  # (step when the controller notices, site)
-    crash_at = dict((step, site) for site, step in failures.crashes)
+    crash_at: dict[int, list[int]] = {}
+    for site, at in failures.crashes:
+        crash_at.setdefault(at, []).append(site)
     next_batch = 0
     admitted: list[int] = []  # ISN count after each admitted batch
     step = 0
@@ -98,8 +100,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
 
     while step < max_steps:
         step += 1
-        if step in crash_at:
-            site = crash_at[step]
+        for site in crash_at.get(step, []):
             if site not in crashed:
                 crashed.append(site)
                 net.drop_to(site)
@@ -112,7 +113,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                                                         now=float(step))):
                 if isinstance(a, FailSites):
                     ingress.on_fail(set(a.dead))
-                    emit(DRIVER, egress.on_fail(set(a.dead)))
+                    try:
+                        emit(DRIVER, egress.on_fail(set(a.dead)))
+                    except (ProtocolError, PartitionLost) as e:
+                        raise Violation(f"seed {seed}: {e}") from e
                     for s in a.view.members:
                         net.send(DRIVER, s, ("fail", frozenset(a.dead)))
                 else:

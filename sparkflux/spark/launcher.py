@@ -70,7 +70,7 @@ class SiteJob:
 
 
 def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bind_host: str,
-                 advertise_host: str, tasks: int) -> SiteJob:
+                 advertise_host: str, tasks: int, replicas: int = 1) -> SiteJob:
     """Start ``tasks`` site tasks in a background thread and return at once."""
     from pyspark import cloudpickle
 
@@ -85,7 +85,8 @@ def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bi
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
         cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
-                         controller_port=port, bind_host=bind_host, advertise_host=advertise_host)
+                         controller_port=port, bind_host=bind_host,
+                         advertise_host=advertise_host, replicas=replicas)
         yield run_site(cfg, cp.loads(blob))
 
     sc = spark.sparkContext
