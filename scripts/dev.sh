@@ -31,7 +31,7 @@ fi
 
 case "${1:-test}" in
   demo) shift || true; exec .venv/bin/sparkflux demo "$@" ;;
-  test) shift || true; exec .venv/bin/python -m pytest -q "$@" ;;
+  test) shift || true; exec .venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@" ;;
   setup) ;;
   *) echo "usage: scripts/dev.sh demo|test|setup" >&2; exit 2 ;;
 esac

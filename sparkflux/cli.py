@@ -89,6 +89,10 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--metrics", default=None, help="write the run's metrics JSON here")
     p.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
                    help="SIGKILL a site's process this many seconds after the input starts")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="draw output rate and latency over time, kills marked (Fig. 3.16)")
+    p.add_argument("--heartbeat-timeout", type=float, default=10.0,
+                   help="seconds without a heartbeat before a site counts as failed (hung)")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     return p, module
 
@@ -104,6 +108,13 @@ def cmd_run(argv: list[str]) -> int:
         parser.error("give the example dataflow's path")
     result = run_example(module, args, show_progress=not args.no_progress)
     _print_summary(result.metrics)
+    if args.plot:
+        from sparkflux.runtime.plot import plot_timeline
+
+        plot_timeline(args.plot, result.timeline, result.ingress_timeline, result.events,
+                      f"{Path(args.example).stem}: --ha {args.ha}, {args.sites} sites, "
+                      f"{args.partitions} partitions")
+        console.print(f"timeline drawn to {args.plot}")
     if args.metrics:
         write_metrics(args.metrics, result.metrics)
         console.print(f"metrics written to {args.metrics}")
@@ -129,7 +140,8 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
         dead = DeadLetters(path)
     cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
                     ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
-                    window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites))
+                    window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
+                    heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0))
     console.print(plan.describe())
     return run(plan, cfg, sink, dead, spark=spark,
                display=_display if show_progress else None)

@@ -29,3 +29,10 @@ def netmon() -> Any:
     from sparkflux.dataflow.examples import load_example
 
     return load_example(ROOT / "examples" / "netmon.py")
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Every test that uses Spark runs on one xdist worker (one JVM, free cores for the rest)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -77,6 +77,7 @@ class RunConfig:
     start_timeout: float = 180.0
     bind_host: str = "127.0.0.1"
     kills: tuple[tuple[int, float], ...] = ()
+    flush_ms: float = 20.0
     local: bool = True
 
 
@@ -124,6 +125,8 @@ class Host:
         self._finished: asyncio.Event | None = None
         self.kills: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
+        self.ingress_times: list[float] = []
+        self.ingress_counts: list[int] = []
 
     # -- thread entry ------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -335,7 +338,8 @@ class Host:
             asyncio.get_running_loop().call_later(after, self._kill, site, after)
         source = _SourceFeed(self.plan)
         if self.cfg.rate:
-            buffer = _PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats)
+            buffer = _PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
+                                  flush_s=self.cfg.flush_ms / 1000)
             pump = asyncio.create_task(buffer.produce())
             take: Callable[[], Any] = buffer.take
         else:
@@ -353,6 +357,8 @@ class Host:
                 sends, late = self.ingress.admit(good, time.time())
                 self._reject(rejected + late)
                 self._send(sends)
+                self.ingress_times.append(time.time())
+                self.ingress_counts.append(good.num_rows)
                 self.stats.events_in = self.ingress.next_isn
                 await self._wait_window()
             self._send(self.ingress.finish())
@@ -404,6 +410,20 @@ class Host:
             "ingress_dropped": self.stats.dropped,
             "dead_letters": self.stats.dead_letters,
             "kills": len(self.kills),
+            "failures": [self._failure_report(f) for f in self.failures],
+        }
+
+    def _failure_report(self, f: dict[str, Any]) -> dict[str, Any]:
+        """What one failure cost: detection delay, output gap and latency around it."""
+        kill = next((k for k in self.kills if k["site"] == f["site"]), None)
+        at = kill["time"] if kill else f["time"]
+        m = self.metrics
+        return {
+            "site": f["site"],
+            "killed_at_s": round(at - (m.start or at), 3),
+            "detected_after_s": round(f["time"] - at, 4),
+            "max_output_gap_s": round(m.gaps_around(at), 4),
+            "latency_p99_s": round(m.latency_p99_between(at - 0.5, at + 3.0), 4),
         }
 
 
@@ -434,7 +454,8 @@ class _PacedBuffer:
     What the ingress buffer cannot hold is dropped and counted (``ingress_dropped``).
     """
 
-    def __init__(self, source: _SourceFeed, rate: float, capacity: int, stats: LiveStats) -> None:
+    def __init__(self, source: _SourceFeed, rate: float, capacity: int, stats: LiveStats,
+                 flush_rows: int = 8192, flush_s: float = 0.02) -> None:
         self.source = source
         self.rate = rate
         self.capacity = capacity
@@ -443,6 +464,9 @@ class _PacedBuffer:
         self.held = 0
         self.exhausted = False
         self._carry: pa.RecordBatch | list[dict] | None = None
+        self.flush_rows = flush_rows
+        self.flush_s = flush_s
+        self._last_take = time.monotonic()
 
     async def produce(self) -> None:
         t0 = time.monotonic()
@@ -469,7 +493,16 @@ class _PacedBuffer:
             await asyncio.sleep(0.005)
 
     def take(self) -> Any:
-        if self.buffer:
+        """Everything buffered, once it fills a batch or the flush interval has passed.
+
+        Admitting every few milliseconds would multiply the per-message cost (every admission
+        fans out into data and acknowledgements to every site and both replicas); flushing on
+        size or a short timer keeps that cost bounded at any rate (DESIGN.md §6).
+        """
+        now = time.monotonic()
+        due = self.held >= self.flush_rows or now - self._last_take >= self.flush_s
+        if self.buffer and (due or self.exhausted):
+            self._last_take = now
             parts = []
             while self.buffer:
                 item = self.buffer.popleft()
@@ -504,6 +537,8 @@ class RunResult:
     metrics: dict[str, Any]
     sites: list[dict[str, Any]] = field(default_factory=list)
     timeline: EgressMetrics | None = None
+    ingress_timeline: tuple[list[float], list[int]] = ([], [])
+    events: dict[str, list[float]] = field(default_factory=dict)
 
 
 def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
@@ -552,7 +587,11 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     if job.error is not None and not job.summaries:
         log.warning("site job ended with %s", job.error)
     thread.join(10)
-    return RunResult(metrics=host.result_metrics(), sites=job.summaries, timeline=host.metrics)
+    from sparkflux.runtime.plot import timeline_events
+
+    return RunResult(metrics=host.result_metrics(), sites=job.summaries, timeline=host.metrics,
+                     ingress_timeline=(host.ingress_times, host.ingress_counts),
+                     events=timeline_events(host.kills, host.failures))
 
 
 def _watch_job(job: Any, host: Host) -> None:

@@ -24,12 +24,14 @@ class EgressMetrics:
     counts: list[int] = field(default_factory=list)
     latency_sums: list[float] = field(default_factory=list)
     _latencies: list[np.ndarray] = field(default_factory=list)
+    _lat_times: list[float] = field(default_factory=list)
 
     def delivered(self, batch: pa.RecordBatch, now: float) -> None:
         if batch.num_rows == 0:
             return
         lat = now - batch.column(T0).to_numpy()
         self._latencies.append(lat.astype(np.float32))
+        self._lat_times.append(now)
         self.rows += batch.num_rows
         self.times.append(now)
         self.counts.append(batch.num_rows)
@@ -39,6 +41,11 @@ class EgressMetrics:
         if not self._latencies:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(self._latencies)
+
+    def latency_p99_between(self, lo: float, hi: float) -> float:
+        """p99 latency of the rows delivered in [lo, hi]."""
+        sel = [a for a, t in zip(self._latencies, self._lat_times, strict=True) if lo <= t <= hi]
+        return float(np.percentile(np.concatenate(sel), 99)) if sel else 0.0
 
     def max_gap(self, until: float | None = None) -> float:
         """Longest time without output between the first and the last delivery."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.runtime.site import SiteConfig, run_site
+from sparkflux.spark.site_task import make_site_task
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +77,7 @@ def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bi
     site_plan = _site_plan(plan)
     blob = cloudpickle.dumps(site_plan)
     host, port = controller
-
-    def site_task(index: int, _rows: Any) -> Any:
-        from pyspark import TaskContext
-        from pyspark import cloudpickle as cp
-
-        ctx = TaskContext.get()
-        attempt = ctx.attemptNumber() if ctx is not None else 0
-        cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
-                         controller_port=port, bind_host=bind_host,
-                         advertise_host=advertise_host, replicas=replicas)
-        yield run_site(cfg, cp.loads(blob))
+    site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas)
 
     sc = spark.sparkContext
     job = SiteJob(thread=threading.Thread(target=lambda: None))
