@@ -144,7 +144,7 @@ class ConsumerSet:
     # -- take-over -------------------------------------------------------------------------------
     def on_fail(self, dead: np.ndarray) -> list[Outgoing]:
         """``dead[p, r]``: producer replicas that failed. Returns the ``reverse`` messages."""
-        out: list[Outgoing] = []
+        asks: list[tuple[int, int, int, int]] = []  # (p, alt, q, c)
         n_rep = dead.shape[1]
         for i in range(self.parts.size):
             for p in range(self.sender.shape[1]):
@@ -162,7 +162,14 @@ class ConsumerSet:
                 alt = alive[0]
                 self.sender[i, p] = alt
                 self.ack_to[i, p] = -1
-                q, c = int(self.parts[i]), int(self.replica[i])
-                out.append(Outgoing(int(self.producer_site[p, alt]),
-                                    Reverse(self.stage, p=p, r=alt, q=q, c=c)))
+                asks.append((p, alt, int(self.parts[i]), int(self.replica[i])))
+        by_site: dict[int, list[tuple[int, int, int, int]]] = {}
+        for a in asks:
+            by_site.setdefault(int(self.producer_site[a[0], a[1]]), []).append(a)
+        out: list[Outgoing] = []
+        for site, rows in sorted(by_site.items()):
+            p_, r_, q_, c_ = (np.array(col) for col in zip(*rows, strict=True))
+            out.append(Outgoing(site, Reverse(self.stage, p=p_.astype(np.int32),
+                                              r=r_.astype(np.int8), q=q_.astype(np.int32),
+                                              c=c_.astype(np.int8))))
         return out

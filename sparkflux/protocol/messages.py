@@ -8,8 +8,9 @@ depends on that order (an acknowledgement sent before a ``reverse`` arrives befo
   ``r`` and the progress of that stream; rows carry ``_part`` = q and ``_src`` = p.
 - ``Ack``: cumulative acknowledgements "consumer replica (q, c) received stream p -> q up to
   SN ``upto``", for producer replicas hosted on the receiving site (digest §4.1-4.4).
-- ``Reverse``: consumer replica (q, c) lost its sender and asks replica ``r`` of producer p to
-  send it stream p -> q from the first SN it has not acknowledged (digest §5.2).
+- ``Reverse``: consumer replicas that lost their sender ask replica ``r`` of producer p to send
+  them stream p -> q from the first SN they have not acknowledged (digest §5.2); all the
+  reversals one site asks of another travel in one message.
 """
 
 from __future__ import annotations
@@ -54,11 +55,13 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Reverse:
+    """Consumer replicas (q[i], c[i]) ask replica r[i] of producer p[i] for stream p -> q."""
+
     stage: int
-    p: int
-    r: int
-    q: int
-    c: int
+    p: np.ndarray  # int32
+    r: np.ndarray  # int8
+    q: np.ndarray  # int32
+    c: np.ndarray  # int8
 
 
 Message = Data | Ack | Reverse

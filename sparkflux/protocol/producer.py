@@ -148,26 +148,42 @@ class ProducerBuffer:
         self._evict()
 
     def on_reverse(self, rev: Reverse) -> list[Outgoing]:
-        """``reset(SEC)``: send c everything it has not acknowledged, then keep sending."""
-        i = self.pi(rev.p)
-        if int(self.replica[i]) != rev.r:
-            raise ProtocolError(f"reverse for replica {rev.r} of partition {rev.p} reached "
-                                f"replica {int(self.replica[i])}")
-        floor = self.acked[i, rev.q, rev.c]
-        pending = []
+        """``reset(SEC)``: send each reversing consumer every buffered row above its
+        acknowledgement, then keep sending to it and stop waiting for it."""
+        pi = self.index[rev.p]
+        if (pi < 0).any() or (self.replica[pi] != rev.r).any():
+            raise ProtocolError(f"reverse for stage {self.stage} reached the wrong replica: "
+                                f"asked {list(zip(rev.p.tolist(), rev.r.tolist(), strict=True))}")
+        c = rev.c.astype(np.intp)
+        rev_c = np.full(self.send.shape[:2], -1, dtype=np.intp)  # [Pn, Q]
+        rev_c[pi, rev.q] = c
+        floor = self.acked[pi, rev.q, c].copy()
+        floor_of = np.full(self.send.shape[:2], NO_PROGRESS, dtype=np.int64)
+        floor_of[pi, rev.q] = floor
+        picked: list[pa.RecordBatch] = []
         for b in self.buffer:
-            src = b.column(SRC).to_numpy()
-            q = b.column(PART).to_numpy()
-            sn = b.column(SN).to_numpy()
-            m = (src == rev.p) & (q == rev.q) & (sn > floor)
+            bpi, bq, bsn = self._keys(b)
+            rc = rev_c[bpi, bq]
+            m = (rc >= 0) & (bsn > floor_of[bpi, bq])
             if m.any():
-                pending.append(b.filter(pa.array(m)))
-        self.send[i, rev.q, rev.c] = True
-        self.wait[i, rev.q, rev.c] = False
-        site = int(self.site[rev.q, rev.c])
-        streams = Streams(p=np.array([rev.p], np.int32), r=np.array([rev.r], np.int8),
-                          q=np.array([rev.q], np.int32), sn=self.progress_sn[i : i + 1].copy(),
-                          wm=self.progress_wm[i : i + 1].copy())
-        data = concat(pending, self.schema) if pending else None
+                picked.append(b.filter(pa.array(m)))
+        self.send[pi, rev.q, c] = True
+        self.wait[pi, rev.q, c] = False
+        rows = concat(picked, self.schema) if picked else None
+        dest_site = self.site[rev.q, c]
+        out: list[Outgoing] = []
+        row_site = None
+        if rows is not None:
+            rpi, rq, _ = self._keys(rows)
+            row_site = self.site[rq, rev_c[rpi, rq]]
+        for s in np.unique(dest_site):
+            k = dest_site == s
+            streams = Streams(p=rev.p[k].astype(np.int32), r=rev.r[k].astype(np.int8),
+                              q=rev.q[k].astype(np.int32), sn=self.progress_sn[pi[k]].copy(),
+                              wm=self.progress_wm[pi[k]].copy())
+            data = None
+            if rows is not None and row_site is not None and (row_site == s).any():
+                data = rows.filter(pa.array(row_site == s))
+            out.append(Outgoing(int(s), Data(self.stage, streams, data)))
         self._evict()
-        return [Outgoing(site, Data(self.stage, streams, data))]
+        return out

@@ -77,6 +77,7 @@ class RunConfig:
     start_timeout: float = 180.0
     bind_host: str = "127.0.0.1"
     kills: tuple[tuple[int, float], ...] = ()
+    hangs: tuple[tuple[int, float, float], ...] = ()  # (site, at, for): SIGSTOP then SIGCONT
     flush_ms: float = 20.0
     local: bool = True
 
@@ -261,8 +262,9 @@ class Host:
         new = dead - self.dead
         self.dead |= dead
         now = time.time()
+        reasons = {site: reason for _, site, reason in self.controller.failures}
         for s in new:
-            self.failures.append({"site": s, "time": now})
+            self.failures.append({"site": s, "time": now, "reason": reasons.get(s, "")})
             conn = self.conns.pop(s, None)
             if conn is not None:
                 conn.close()
@@ -336,6 +338,8 @@ class Host:
         self.stats.started_at = start
         for site, after in self.cfg.kills:
             asyncio.get_running_loop().call_later(after, self._kill, site, after)
+        for site, after, duration in self.cfg.hangs:
+            asyncio.get_running_loop().call_later(after, self._hang, site, duration)
         source = _SourceFeed(self.plan)
         if self.cfg.rate:
             buffer = _PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
@@ -391,6 +395,15 @@ class Host:
         else:
             self.conns[site].send_control({"type": "kill"})
 
+    def _hang(self, site: int, duration: float) -> None:
+        """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only
+        by the heartbeat timeout. When it wakes it finds itself excluded and stops."""
+        member = self.controller.view.members.get(site)
+        if member is None or not self.cfg.local:
+            return
+        os.kill(member.pid, signal.SIGSTOP)
+        asyncio.get_running_loop().call_later(duration, _signal, member.pid, signal.SIGCONT)
+
     def _reject(self, rejected: list[Rejected]) -> None:
         if rejected:
             self.dead_letters.write(rejected)
@@ -420,6 +433,7 @@ class Host:
         m = self.metrics
         return {
             "site": f["site"],
+            "reason": f.get("reason", ""),
             "killed_at_s": round(at - (m.start or at), 3),
             "detected_after_s": round(f["time"] - at, 4),
             "max_output_gap_s": round(m.gaps_around(at), 4),
@@ -428,6 +442,13 @@ class Host:
 
 
 _WAIT = object()
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 class _SourceFeed:

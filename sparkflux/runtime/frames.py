@@ -8,7 +8,7 @@ before a ``reverse`` arrives before it; the driver's ``fail`` follows the ingres
   (p i32, r i8, q i32, sn i64, wm i64), then the rows in Arrow IPC form *without* their schema
   (both ends know the stage's wire schema from the plan).
 - ``ACK``: ``i16 stage | i32 n`` then p i32, q i32, c i8, upto i64 arrays.
-- ``REVERSE``: ``i16 stage | i32 p | i8 r | i32 q | i8 c``.
+- ``REVERSE``: ``i16 stage | i32 n`` then p i32, r i8, q i32, c i8 arrays.
 - ``CONTROL``: a pickled ``dict`` (small, rare: registration, views, fail, stop).
 """
 
@@ -32,10 +32,11 @@ KINDS = (DATA, CONTROL, ACK, REVERSE)
 FRAME_HEADER = struct.Struct("<IB")
 DATA_HEADER = struct.Struct("<hii")
 ACK_HEADER = struct.Struct("<hi")
-REVERSE_BODY = struct.Struct("<hibib")
+REVERSE_HEADER = struct.Struct("<hi")
 
 _STREAM_TYPES = (np.int32, np.int8, np.int32, np.int64, np.int64)
 _ACK_TYPES = (np.int32, np.int32, np.int8, np.int64)
+_REVERSE_TYPES = (np.int32, np.int8, np.int32, np.int8)
 
 
 def _frame(kind: int, pieces: list[Any]) -> list[Any]:
@@ -59,7 +60,9 @@ def encode(msg: Message) -> list[Any]:
                   zip((msg.p, msg.q, msg.c, msg.upto), _ACK_TYPES, strict=True)]
         return _frame(ACK, [ACK_HEADER.pack(msg.stage, int(msg.p.size)), *arrays])
     if isinstance(msg, Reverse):
-        return _frame(REVERSE, [REVERSE_BODY.pack(msg.stage, msg.p, msg.r, msg.q, msg.c)])
+        arrays = [np.ascontiguousarray(a, dtype=t).tobytes() for a, t in
+                  zip((msg.p, msg.r, msg.q, msg.c), _REVERSE_TYPES, strict=True)]
+        return _frame(REVERSE, [REVERSE_HEADER.pack(msg.stage, int(msg.p.size)), *arrays])
     raise TypeError(f"cannot encode {type(msg).__name__}")
 
 
@@ -90,7 +93,8 @@ def decode(kind: int, body: bytes, schema_of: dict[int, pa.Schema]) -> Message |
         (p, q, c, upto), _ = _arrays(view, ACK_HEADER.size, n, _ACK_TYPES)
         return Ack(stage, p, q, c, upto)
     if kind == REVERSE:
-        stage, p, r, q, c = REVERSE_BODY.unpack_from(view, 0)
+        stage, n = REVERSE_HEADER.unpack_from(view, 0)
+        (p, r, q, c), _ = _arrays(view, REVERSE_HEADER.size, n, _REVERSE_TYPES)
         return Reverse(stage, p, r, q, c)
     if kind == CONTROL:
         return pickle.loads(view)

@@ -1,0 +1,78 @@
+"""Flux-HA on Spark local mode with real process failures, checked against the reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkflux.cli import reference_digest, run_example
+from sparkflux.runtime.driver import RunFailed
+from sparkflux.runtime.sinks import DeadLetters, NullSink
+
+from .test_netmon_spark import netmon_args
+
+pytestmark = pytest.mark.spark
+
+EVENTS = 300_000
+RATE = 100_000.0  # the input is held at this rate through every failure
+
+
+@pytest.fixture(scope="module")
+def expected(netmon: Any, spark: Any) -> tuple[str, int]:
+    digest, rows, _ = reference_digest(netmon, netmon_args(events=EVENTS), spark=spark)
+    return digest, rows
+
+
+def run_flux(netmon: Any, spark: Any, **kw: Any) -> dict[str, Any]:
+    args = netmon_args(**{"events": EVENTS, "rate": RATE, "ha": "flux", "sites": 4,
+                          "partitions": 16, "batch_size": 8192, "window": 400_000, **kw})
+    return run_example(netmon, args, show_progress=False, sink=NullSink(), dead=DeadLetters(),
+                       spark=spark).metrics
+
+
+def test_flux_without_failures_matches_reference(netmon: Any, spark: Any,
+                                                 expected: tuple[str, int]) -> None:
+    m = run_flux(netmon, spark, rate=None)
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    assert m["kills"] == 0 and m["failures"] == []
+
+
+@pytest.mark.parametrize("site,at", [(1, 0.3), (2, 1.5), (3, 2.6)],
+                         ids=["early", "mid", "late-heavy-output"])
+def test_a_killed_site_loses_duplicates_and_reorders_nothing(
+        netmon: Any, spark: Any, expected: tuple[str, int], site: int, at: float) -> None:
+    m = run_flux(netmon, spark, kill=[f"{site}@{at}"])
+    assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [site]
+    assert m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    assert m["failures"][0]["detected_after_s"] < 1.0  # connection loss, not a timeout
+
+
+def test_two_failures_in_different_partition_pairs(netmon: Any, spark: Any,
+                                                   expected: tuple[str, int]) -> None:
+    m = run_flux(netmon, spark, kill=["1@0.8", "3@2.0"])
+    assert m["kills"] == 2 and sorted(f["site"] for f in m["failures"]) == [1, 3]
+    assert (m["output_digest"], m["output_tuples"]) == expected
+
+
+def test_losing_both_replicas_of_a_partition_is_reported(netmon: Any, spark: Any) -> None:
+    with pytest.raises(RunFailed, match="every replica of producer partition"):
+        run_flux(netmon, spark, kill=["1@0.8", "2@1.2"])
+
+
+def test_a_hung_site_is_found_by_heartbeat_and_excluded(netmon: Any, spark: Any,
+                                                        expected: tuple[str, int]) -> None:
+    from sparkflux.cli import parse_kills  # noqa: F401 - the CLI parses --kill the same way
+    from sparkflux.dataflow.compiler import compile_plan
+    from sparkflux.runtime.driver import RunConfig, run
+
+    args = netmon_args(events=EVENTS, rate=RATE, ha="flux", sites=4, partitions=16)
+    opts = netmon.options(args)
+    plan = compile_plan(netmon.build(opts), 16, 4)
+    cfg = RunConfig(sites=4, partitions=16, ha="flux", rate=RATE, heartbeat_timeout=1.0,
+                    hangs=((2, 0.8, 3.0),))
+    m = run(plan, cfg, NullSink(), DeadLetters(), spark=spark).metrics
+    assert [f["site"] for f in m["failures"]] == [2]
+    assert "heartbeat" in m["failures"][0]["reason"]
+    assert (m["output_digest"], m["output_tuples"]) == expected
