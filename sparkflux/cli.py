@@ -180,6 +180,7 @@ def _display(stats: LiveStats, done: threading.Event) -> None:
         while not done.wait(0.25):
             live.update(table())
         live.update(table())
+    console.print()
 
 
 def _print_summary(metrics: dict[str, Any]) -> None:
