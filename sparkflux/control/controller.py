@@ -18,12 +18,16 @@ from collections.abc import Sequence
 from sparkflux.control.events import (
     Abort,
     Action,
+    Adopt,
+    CatchUp,
+    CatchUpDone,
     ConnectionClosed,
     Event,
     FailSites,
     Finished,
     Heartbeat,
     InstallView,
+    Recovered,
     Registered,
     SiteAddress,
     SiteReady,
@@ -33,6 +37,7 @@ from sparkflux.control.events import (
     Tick,
     View,
 )
+from sparkflux.dataflow.placement import Layout
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +45,8 @@ log = logging.getLogger(__name__)
 class Controller:
     """Membership and views for ``sites`` site slots."""
 
-    def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False) -> None:
+    def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False,
+                 layout: Layout | None = None, stages: int = 0) -> None:
         if sites < 1:
             raise ValueError("a controller needs at least one site")
         self.sites = sites
@@ -55,7 +61,16 @@ class Controller:
         self.failures: list[tuple[float, int, str]] = []
         self.ha = ha
         self.dead: set[int] = set()
-        self.standbys: list[SiteAddress] = []
+        self.standbys: list[SiteAddress] = []  # idle standby processes
+        self.layout = layout
+        self.stages = stages
+        self.awaiting: list[int] = []  # failed slots waiting for a standby, oldest first
+        self.recovering: int | None = None
+        self.adopted: SiteAddress | None = None
+        self.queue: list[tuple[int, int, int]] = []
+        self.current: tuple[int, int, int] | None = None
+        self.current_since = 0.0
+        self.recoveries: list[dict] = []
 
     def handle(self, *events: Event) -> list[Action]:
         actions: list[Action] = []
@@ -74,6 +89,8 @@ class Controller:
                     actions += self._tick(ev.now)
                 case Finished():
                     self.finished = True
+                case CatchUpDone():
+                    actions += self._catch_up_done(ev)
         return actions
 
     def _is_member(self, site: int, attempt: int) -> bool:
@@ -82,11 +99,12 @@ class Controller:
 
     def _registered(self, ev: Registered) -> list[Action]:
         a = ev.address
-        if not 0 <= a.site < self.sites:
+        spare = a.site >= self.sites  # --spare-sites: standbys from the start
+        if a.site < 0 or (spare and not self.ha):
             return [StopSite(site=a.site, attempt=a.attempt, reason="no such site slot")]
-        if self.view.number > 0 and self.ha:
+        if (self.view.number > 0 or spare) and self.ha:
             self.standbys.append(a)
-            return [Standby(site=a.site, attempt=a.attempt)]
+            return [Standby(site=a.site, attempt=a.attempt), *self._adopt_next()]
         if self.view.number > 0 or a.site in self._pending:
             reason = ("the job no longer accepts sites (with --ha none a restarted site has no "
                       "role)" if self.view.number > 0 else "the slot already has a live site")
@@ -100,6 +118,9 @@ class Controller:
         return [InstallView(view=self.view)]
 
     def _ready_site(self, ev: SiteReady) -> list[Action]:
+        if (self.recovering == ev.site and self.adopted is not None
+                and self.adopted.attempt == ev.attempt and self.current is None):
+            return self._next_catch_up(0.0)
         if not self._is_member(ev.site, ev.attempt) or self.started:
             return []
         self._ready.add(ev.site)
@@ -133,7 +154,78 @@ class Controller:
         self._pending.pop(site, None)
         log.warning("site %d failed; view %d has sites %s", site, self.view.number,
                     sorted(members))
-        return [FailSites(view=self.view, dead=tuple(sorted(self.dead)))]
+        actions: list[Action] = [FailSites(view=self.view, dead=tuple(sorted(self.dead)))]
+        lost = self._lost_partition(site)
+        if lost is not None:
+            self.aborted = lost
+            return actions + [Abort(reason=lost)]
+        if self.recovering == site:  # the standby died mid-recovery: start over later
+            self.recovering, self.adopted, self.current, self.queue = None, None, None, []
+            self.awaiting.insert(0, site)
+        elif site not in self.awaiting:
+            self.awaiting.append(site)
+        return actions + self._adopt_next()
+
+    def _lost_partition(self, site: int) -> str | None:
+        """A partition none of whose replicas is live and complete any more, if any.
+
+        A replica is complete when its site is live and, if that site is being recovered,
+        its catch-up has finished."""
+        if self.layout is None:
+            return None
+        done = {(d["stage"], d["partition"], d["replica"]) for d in self.recoveries
+                if d["site"] == self.recovering}
+        for s in range(self.stages):
+            for q in range(self.layout.partitions):
+                live = [r for r in range(self.layout.replicas)
+                        if self.layout.site_of(q, r) not in self.dead
+                        and (self.layout.site_of(q, r) != self.recovering
+                             or (s, q, r) in done)]
+                if not live:
+                    return (f"site {site} failed while partition {q} of stage {s} had no other "
+                            f"complete replica (its copy was lost or still being caught up); "
+                            f"its state is lost")
+        return None
+
+    # -- recovery (catch-up orchestration, digest §5.4) --------------------------------------------
+    def _adopt_next(self) -> list[Action]:
+        """Give the oldest failed slot to an idle standby (``avail``)."""
+        if self.recovering is not None or not self.awaiting or not self.standbys:
+            return []
+        if self.layout is None or self.finished:
+            return []
+        slot = self.awaiting.pop(0)
+        proc = self.standbys.pop(0)
+        adopted = SiteAddress(site=slot, attempt=proc.attempt, host=proc.host, port=proc.port,
+                              pid=proc.pid)
+        members = {**self.view.members, slot: adopted}
+        self.view = View(number=self.view.number + 1, members=members)
+        self.dead.discard(slot)
+        self.recovering, self.adopted = slot, adopted
+        self.queue = [(s, q, r) for s in range(self.stages)
+                      for q, r in sorted(self.layout.hosted(slot).items())]
+        log.warning("standby (pid %d) adopts site %d; %d replicas to catch up", proc.pid, slot,
+                    len(self.queue))
+        return [Adopt(slot=slot, address=adopted, view=self.view)]
+
+    def _next_catch_up(self, now: float) -> list[Action]:
+        assert self.layout is not None and self.recovering is not None
+        if not self.queue:
+            slot = self.recovering
+            self.recovering, self.adopted, self.current = None, None, None
+            return [Recovered(slot=slot), *self._adopt_next()]
+        self.current = self.queue.pop(0)
+        self.current_since = now
+        s, q, r = self.current
+        return [CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r))]
+
+    def _catch_up_done(self, ev: CatchUpDone) -> list[Action]:
+        if self.current != (ev.stage, ev.q, ev.r):
+            return []  # stale: from an abandoned attempt
+        self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
+                                "site": self.recovering, "state_bytes": ev.nbytes,
+                                "done_at": ev.now})
+        return self._next_catch_up(ev.now)
 
     def _tick(self, now: float) -> list[Action]:
         actions: list[Action] = []

@@ -60,6 +60,17 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUpDone:
+    """``cu-done``: replica r of partition q of ``stage`` is folded in."""
+
+    stage: int
+    q: int
+    r: int
+    nbytes: int
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finished:
     """The egress has delivered the end of the stream."""
 
@@ -103,11 +114,40 @@ class Standby:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Adopt:
+    """A standby process takes over site slot ``slot`` (``avail``): it gets the view and
+    connects to every live site; every live site learns its address."""
+
+    slot: int
+    address: SiteAddress
+    view: View
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUp:
+    """``cu-start`` to the survivor: catch up replica r of partition q of ``stage``."""
+
+    stage: int
+    q: int
+    r: int
+    survivor: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recovered:
+    """Every replica of site slot ``slot`` is folded in again."""
+
+    slot: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Abort:
     """The job cannot go on; the message says why and what to change."""
 
     reason: str
 
 
-Event = Registered | SiteReady | Heartbeat | ConnectionClosed | Tick | Finished
-Action = InstallView | StartIngress | StopSite | FailSites | Standby | Abort
+Event = (Registered | SiteReady | Heartbeat | ConnectionClosed | Tick | Finished
+         | CatchUpDone)
+Action = (InstallView | StartIngress | StopSite | FailSites | Standby | Adopt | CatchUp
+          | Recovered | Abort)

@@ -25,7 +25,7 @@ import pyarrow as pa
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, SN, SNM
-from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Reverse
+from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, PSync, Rejoin, Reverse
 from sparkflux.protocol.producer import ProtocolError
 
 
@@ -37,7 +37,8 @@ class ConsumerSet:
     """FH-Cons of the hosted consumer replicas of ``stage``."""
 
     def __init__(self, stage: int, consumers: dict[int, int], producer_site: np.ndarray,
-                 sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema) -> None:
+                 sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema,
+                 installed: bool = True) -> None:
         self.stage = stage
         self.parts = np.array(sorted(consumers), dtype=np.int32)
         self.replica = np.array([consumers[q] for q in self.parts], dtype=np.int8)
@@ -54,6 +55,8 @@ class ConsumerSet:
         self.released_sn = np.full(self.parts.size, NO_PROGRESS, dtype=np.int64)
         self.released_wm = np.full(self.parts.size, NO_WATERMARK, dtype=np.int64)
         self.rows_in = 0
+        # A standby's replicas exist only once catch-up has installed their state.
+        self.installed = np.full(self.parts.size, installed, dtype=bool)
 
     # -- receive: acknowledge before processing ------------------------------------------------
     def on_data(self, msg: Data) -> list[Outgoing]:
@@ -61,6 +64,7 @@ class ConsumerSet:
         qi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
                       -1)
         ok = qi >= 0
+        ok[ok] &= self.installed[qi[ok]]
         ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
         qi, p = qi[ok], st.p[ok]
         before = self.progress_sn[qi, p].copy()
@@ -169,7 +173,92 @@ class ConsumerSet:
         out: list[Outgoing] = []
         for site, rows in sorted(by_site.items()):
             p_, r_, q_, c_ = (np.array(col) for col in zip(*rows, strict=True))
+            qi = self.index[q_]
+            floor = self.progress_sn[qi, p_]
             out.append(Outgoing(site, Reverse(self.stage, p=p_.astype(np.int32),
                                               r=r_.astype(np.int8), q=q_.astype(np.int32),
-                                              c=c_.astype(np.int8))))
+                                              c=c_.astype(np.int8), floor=floor.copy())))
         return out
+
+    # -- catch-up --------------------------------------------------------------------------------
+    def snapshot(self, q: int) -> dict:
+        """FH-Cons state of consumer partition q: stream progress and the in-flight rows
+        received above its frontier (the paper buffers them inside FH-Cons)."""
+        i = int(self.index[q])
+        rows = None
+        if self.pending:
+            allrows = concat(self.pending, self.schema)
+            mine = allrows.column(PART).to_numpy() == q
+            if mine.any():
+                rows = allrows.filter(pa.array(mine))
+        return {"progress_sn": self.progress_sn[i].copy(),
+                "progress_wm": self.progress_wm[i].copy(),
+                "released_sn": int(self.released_sn[i]),
+                "released_wm": int(self.released_wm[i]), "pending": rows}
+
+    def install(self, q: int, snap: dict, dead: np.ndarray) -> list[Outgoing]:
+        """Install a snapshot as this site's replica of q and rejoin its input streams:
+        the sender feeds it from above the snapshot's progress, the other producer replica
+        holds rows for it (the normal roles of digest §4.4, given the dead replicas)."""
+        i = int(self.index[q])
+        c = int(self.replica[i])
+        self.progress_sn[i] = snap["progress_sn"]
+        self.progress_wm[i] = snap["progress_wm"]
+        self.released_sn[i] = snap["released_sn"]
+        self.released_wm[i] = snap["released_wm"]
+        if snap["pending"] is not None and snap["pending"].num_rows:
+            self.pending.append(snap["pending"])
+        self.installed[i] = True
+        n_rep = self.producer_site.shape[1]
+        entries: list[tuple[int, int, int, bool, bool]] = []  # (site, p, r, send, wait)
+        for p in range(self.sender.shape[1]):
+            if n_rep == 1:  # the ingress: it sends to and waits for every replica
+                self.sender[i, p], self.ack_to[i, p] = 0, 0
+                entries.append((int(self.producer_site[p, 0]), p, 0, True, True))
+                continue
+            sender = c if not dead[p, c] else 1 - c
+            other = 1 - sender
+            if dead[p, sender]:
+                raise PartitionLost(f"stage {self.stage}: every replica of producer partition "
+                                    f"{p} failed; partition {q} cannot be caught up")
+            self.sender[i, p] = sender
+            self.ack_to[i, p] = other if not dead[p, other] else -1
+            entries.append((int(self.producer_site[p, sender]), p, sender, True, False))
+            if not dead[p, other]:
+                entries.append((int(self.producer_site[p, other]), p, other, False, True))
+        return self._rejoins(i, entries)
+
+    def on_psync(self, msg: PSync) -> list[Outgoing]:
+        """``psync`` from the survivor of producer p: its replica r is back, so acknowledge
+        to r what arrives from the survivor (r holds its output until then)."""
+        entries = []
+        for i in range(self.parts.size):
+            if self.installed[i] and self.sender[i, msg.p] == 1 - msg.r:
+                self.ack_to[i, msg.p] = msg.r
+                entries.append((int(self.producer_site[msg.p, msg.r]), msg.p, msg.r, False,
+                                True, i))
+        out: list[Outgoing] = []
+        for i_rows in _group(entries):
+            out += self._rejoins_rows(i_rows)
+        return out
+
+    def _rejoins(self, i: int, entries: list[tuple[int, int, int, bool, bool]]) -> list[Outgoing]:
+        return self._rejoins_rows([(*e, i) for e in entries])
+
+    def _rejoins_rows(self, rows: list[tuple[int, int, int, bool, bool, int]]) -> list[Outgoing]:
+        by_site: dict[int, list[tuple[int, int, int, bool, bool, int]]] = {}
+        for e in rows:
+            by_site.setdefault(e[0], []).append(e)
+        out = []
+        for site, es in sorted(by_site.items()):
+            p = np.array([e[1] for e in es], dtype=np.int32)
+            qi = np.array([e[5] for e in es], dtype=np.int64)
+            out.append(Outgoing(site, Rejoin(
+                self.stage, p=p, r=np.array([e[2] for e in es], dtype=np.int8),
+                q=self.parts[qi], c=self.replica[qi], floor=self.progress_sn[qi, p].copy(),
+                send=np.array([e[3] for e in es]), wait=np.array([e[4] for e in es]))))
+        return out
+
+
+def _group(entries: list) -> list[list]:
+    return [entries] if entries else []

@@ -93,6 +93,9 @@ class Ingress:
     def on_fail(self, dead_sites: set[int]) -> None:
         self.buffer.on_fail(np.isin(self.layout.table(), list(dead_sites)))
 
+    def on_avail(self, site: int) -> None:
+        """A standby took over site ``site``: its replicas come back one by one (retain)."""
+
     def buffered(self) -> int:
         return self.buffer.buffered_rows()
 

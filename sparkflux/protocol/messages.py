@@ -55,16 +55,104 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Reverse:
-    """Consumer replicas (q[i], c[i]) ask replica r[i] of producer p[i] for stream p -> q."""
+    """Consumer replicas (q[i], c[i]) ask replica r[i] of producer p[i] for stream p -> q,
+    from above ``floor[i]`` (what they have received)."""
 
     stage: int
     p: np.ndarray  # int32
     r: np.ndarray  # int8
     q: np.ndarray  # int32
     c: np.ndarray  # int8
+    floor: np.ndarray  # int64
 
 
-Message = Data | Ack | Reverse
+# -- catch-up (SIGMOD §3.3, §5.3; digest §5.3-5.4) -----------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CuStart:
+    """Controller -> survivor replica (q, 1 - r): catch up replica r of partition q."""
+
+    stage: int
+    q: int
+    r: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retain:
+    """Survivor -> every site hosting a producer of ``stage``: keep stream p -> q for the new
+    replica (q, c) from now on (wait for its acknowledgement, send nothing yet)."""
+
+    stage: int
+    q: int
+    c: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retaining:
+    """Producer site -> survivor, on the data channel: retention for (q, c) is in force; every
+    row sent to the survivor before this message is covered by its snapshot."""
+
+    stage: int
+    q: int
+    c: int
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """Survivor -> the new replica's site (the StateMover's transfer): partition q of ``stage``."""
+
+    stage: int
+    q: int
+    r: int
+    snapshot: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    """New replica -> survivor: state installed and input streams rejoined."""
+
+    stage: int
+    q: int
+    r: int
+
+
+@dataclass(frozen=True, slots=True)
+class PSync:
+    """Survivor -> downstream consumer sites on the data channel (``psync``): replica r of
+    producer partition p is back; acknowledge to it what you receive from me."""
+
+    stage: int
+    p: int
+    r: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejoin:
+    """Consumer replicas -> producer replicas (fold-in, ``csync``): set the roles of stream
+    p -> q for consumer replica c: ``floor`` is what c already has (rows at or below it are
+    never sent to c nor held for it), then ``send`` / ``wait`` as given."""
+
+    stage: int
+    p: np.ndarray  # int32
+    r: np.ndarray  # int8
+    q: np.ndarray  # int32
+    c: np.ndarray  # int8
+    floor: np.ndarray  # int64
+    send: np.ndarray  # bool
+    wait: np.ndarray  # bool
+
+
+@dataclass(frozen=True, slots=True)
+class CuDone:
+    """Survivor -> controller: partition q of ``stage`` has two replicas again."""
+
+    stage: int
+    q: int
+    r: int
+    nbytes: int
+
+
+Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
+           | Rejoin | CuDone)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ import pyarrow as pa
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, SN
-from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Reverse, Streams
+from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Rejoin, Reverse, Streams
 
 
 class ProtocolError(RuntimeError):
@@ -157,6 +157,7 @@ class ProducerBuffer:
         c = rev.c.astype(np.intp)
         rev_c = np.full(self.send.shape[:2], -1, dtype=np.intp)  # [Pn, Q]
         rev_c[pi, rev.q] = c
+        np.maximum.at(self.acked, (pi, rev.q, c), rev.floor)
         floor = self.acked[pi, rev.q, c].copy()
         floor_of = np.full(self.send.shape[:2], NO_PROGRESS, dtype=np.int64)
         floor_of[pi, rev.q] = floor
@@ -187,3 +188,48 @@ class ProducerBuffer:
             out.append(Outgoing(int(s), Data(self.stage, streams, data)))
         self._evict()
         return out
+
+    # -- catch-up (retention, fold-in) ---------------------------------------------------------
+    def on_retain(self, q: int, c: int) -> None:
+        """Keep every row of stream p -> q for the new consumer replica (q, c) until it has
+        acknowledged it; send it nothing yet (its state is still on the way)."""
+        self.send[:, q, c] = False
+        self.wait[:, q, c] = True
+        self.acked[:, q, c] = NO_PROGRESS
+
+    def on_rejoin(self, msg: Rejoin) -> list[Outgoing]:
+        """Fold-in (``csync``): consumer replica c has stream p -> q up to ``floor``; from now
+        on send to it and/or wait for it as told, starting above the floor."""
+        pi = self.index[msg.p]
+        if (pi < 0).any() or (self.replica[pi] != msg.r).any():
+            raise ProtocolError(f"rejoin for stage {self.stage} reached the wrong replica")
+        c = msg.c.astype(np.intp)
+        np.maximum.at(self.acked, (pi, msg.q, c), msg.floor)
+        self.send[pi, msg.q, c] = msg.send
+        self.wait[pi, msg.q, c] = msg.wait
+        out: list[Outgoing] = []
+        k = msg.send.astype(bool)
+        if k.any():
+            rev = Reverse(self.stage, p=msg.p[k], r=msg.r[k], q=msg.q[k], c=msg.c[k],
+                          floor=msg.floor[k])
+            out = self.on_reverse(rev)  # reset(dest): resend what is above the floor
+            self.wait[pi[k], msg.q[k], c[k]] = msg.wait[k]
+        self._evict()
+        return out
+
+    def install(self, p: int, progress_sn: int, progress_wm: int, alive: np.ndarray) -> None:
+        """A new replica of producer p (catch-up): it has sent nothing; it holds every row it
+        produces for every live consumer replica until that one's fold-in sets the roles."""
+        i = self.pi(p)
+        self.progress_sn[i] = max(self.progress_sn[i], progress_sn)
+        self.progress_wm[i] = max(self.progress_wm[i], progress_wm)
+        self.send[i] = False
+        self.wait[i] = alive
+        self.acked[i] = NO_PROGRESS
+
+    def drop(self, p: int) -> None:
+        """Forget producer p's replica here (it failed over to nowhere: a standby reset)."""
+        i = self.pi(p)
+        self.send[i] = False
+        self.wait[i] = False
+        self._evict()

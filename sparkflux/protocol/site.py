@@ -14,14 +14,29 @@ import logging
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.dataflow.placement import Layout
+from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.batch import concat, sort_by_sn
 from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import Progress
 from sparkflux.model.schema import PART
 from sparkflux.protocol.consumer import ConsumerSet
-from sparkflux.protocol.messages import SRC, Ack, Data, Message, Outgoing, Reverse
+from sparkflux.protocol.messages import (
+    SRC,
+    Ack,
+    CuDone,
+    CuStart,
+    Data,
+    Installed,
+    Message,
+    Outgoing,
+    PSync,
+    Rejoin,
+    Retain,
+    Retaining,
+    Reverse,
+    State,
+)
 from sparkflux.protocol.producer import ProducerBuffer, ProtocolError
 from sparkflux.protocol.roles import consumer_roles, producer_roles
 
@@ -36,7 +51,8 @@ def wire_schema(schema: pa.Schema) -> pa.Schema:
 class SiteCore:
     """Everything one site computes; no I/O."""
 
-    def __init__(self, site: int, plan: PhysicalPlan, layout: Layout) -> None:
+    def __init__(self, site: int, plan: PhysicalPlan, layout: Layout,
+                 standby: bool = False) -> None:
         self.site = site
         self.plan = plan
         self.layout = layout
@@ -49,12 +65,18 @@ class SiteCore:
         for s, stage in enumerate(plan.stages):
             psite, sender, ack_to = consumer_roles(layout, self.hosted, first_stage=s == 0)
             self.cons.append(ConsumerSet(s, self.hosted, psite, sender, ack_to,
-                                         wire_schema(stage.input_schema)))
+                                         wire_schema(stage.input_schema),
+                                         installed=not standby))
             last = s == n - 1
             csite, send, wait = producer_roles(layout, self.hosted, to_egress=last)
             out_schema = plan.output_schema if last else plan.stages[s + 1].input_schema
+            if standby:  # nothing is installed yet: send nothing, hold nothing
+                send, wait = np.zeros_like(send), np.zeros_like(wait)
             self.prods.append(ProducerBuffer(s + 1, self.hosted, csite, send, wait,
                                              wire_schema(out_schema)))
+        # Catch-ups this site runs as the survivor: (stage, q) -> sites still to confirm.
+        self.catchups: dict[tuple[int, int], dict] = {}
+        self.state_bytes = 0
         self.holds = [any(getattr(o, "holds_progress", False) for o in st.operators)
                       for st in plan.stages]
 
@@ -63,9 +85,9 @@ class SiteCore:
         """Handle one message; returns what to send to *other* sites, in order."""
         if self.stopped or src in self.dead_sites:
             return []  # a failed site's late messages are ignored (fail-stop)
-        return self._local(self._handle(msg))
+        return self._local(self._handle(msg, src))
 
-    def _handle(self, msg: Message) -> list[Outgoing]:
+    def _handle(self, msg: Message, src: int) -> list[Outgoing]:
         if isinstance(msg, Data):
             return self._on_data(msg)
         if isinstance(msg, Ack):
@@ -73,7 +95,92 @@ class SiteCore:
             return []
         if isinstance(msg, Reverse):
             return self.prods[msg.stage - 1].on_reverse(msg)
+        if isinstance(msg, CuStart):
+            return self._cu_start(msg)
+        if isinstance(msg, Retain):
+            self.prods[msg.stage - 1].on_retain(msg.q, msg.c)
+            return [Outgoing(src, Retaining(msg.stage, msg.q, msg.c))]
+        if isinstance(msg, Retaining):
+            return self._retaining(msg, src)
+        if isinstance(msg, State):
+            return self._install(msg)
+        if isinstance(msg, Installed):
+            return self._fold_in(msg)
+        if isinstance(msg, PSync):
+            return self.cons[msg.stage].on_psync(msg)
+        if isinstance(msg, Rejoin):
+            return self.prods[msg.stage - 1].on_rejoin(msg)
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
+
+    # -- catch-up: the survivor's side -----------------------------------------------------------
+    def _producer_sites(self, stage: int) -> set[int]:
+        if stage == 0:
+            return {DRIVER}
+        return set(range(self.layout.sites)) - self.dead_sites
+
+    def _cu_start(self, msg: CuStart) -> list[Outgoing]:
+        """Start catching up replica r of partition q: ask every producer site to retain
+        stream p -> q for it (instead of the paper's pause: this partition keeps running)."""
+        sites = self._producer_sites(msg.stage)
+        self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": set(sites)}
+        return [Outgoing(s, Retain(msg.stage, msg.q, msg.r)) for s in sorted(sites)]
+
+    def _retaining(self, msg: Retaining, src: int) -> list[Outgoing]:
+        cu = self.catchups.get((msg.stage, msg.q))
+        if cu is None:
+            return []
+        cu["waiting"].discard(src)
+        return self._maybe_snapshot(msg.stage, msg.q)
+
+    def _maybe_snapshot(self, stage: int, q: int) -> list[Outgoing]:
+        """Once every producer retains for the new replica, everything the survivor has not
+        received yet is kept for it: snapshot partition q and move it (StateMover)."""
+        cu = self.catchups[(stage, q)]
+        if cu["waiting"] or cu.get("sent"):
+            return []
+        cu["sent"] = True
+        pi = self.prods[stage].pi(q)
+        snap = {
+            "cons": self.cons[stage].snapshot(q),
+            "ops": [op.get_partition_state(q) for op in self.plan.stages[stage].operators],
+            "out_sn": int(self.prods[stage].progress_sn[pi]),
+            "out_wm": int(self.prods[stage].progress_wm[pi]),
+        }
+        r = cu["r"]
+        return [Outgoing(self.layout.site_of(q, r), State(stage, q, r, snap))]
+
+    def _fold_in(self, msg: Installed) -> list[Outgoing]:
+        """The new replica is installed: tell every downstream consumer (``psync``, on the
+        data channel after everything sent so far) and report ``cu-done``."""
+        cu = self.catchups.pop((msg.stage, msg.q), None)
+        if cu is None:
+            return []
+        last = msg.stage == len(self.plan.stages) - 1
+        sites = {DRIVER} if last else set(range(self.layout.sites)) - self.dead_sites
+        out = [Outgoing(s, PSync(msg.stage + 1, msg.q, msg.r)) for s in sorted(sites)]
+        return out + [Outgoing(DRIVER, CuDone(msg.stage, msg.q, msg.r, cu.get("nbytes", 0)))]
+
+    # -- catch-up: the new replica's side --------------------------------------------------------
+    def _install(self, msg: State) -> list[Outgoing]:
+        s, q = msg.stage, msg.q
+        snap = msg.snapshot
+        dead = self._dead_replicas() if s > 0 else np.zeros((1, 1), dtype=bool)
+        out = self.cons[s].install(q, snap["cons"], dead)
+        for op, st in zip(self.plan.stages[s].operators, snap["ops"], strict=True):
+            op.install_partition_state(q, st)
+        n_cons = 1 if s == len(self.plan.stages) - 1 else self.layout.partitions
+        alive = ~self._dead_replicas()[:n_cons] if s < len(self.plan.stages) - 1 else \
+            np.ones((1, 1), dtype=bool)
+        self.prods[s].install(q, snap["out_sn"], snap["out_wm"], alive)
+        survivor = self.layout.site_of(q, 1 - msg.r)
+        return out + [Outgoing(survivor, Installed(s, q, msg.r))] + self._drive(s)
+
+    def _dead_replicas(self) -> np.ndarray:
+        return np.isin(self.layout.table(), list(self.dead_sites))
+
+    def on_avail(self, site: int) -> None:
+        """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
+        self.dead_sites.discard(site)
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
         """A view change: these sites failed (take-over for every hosted replica)."""
@@ -84,6 +191,13 @@ class SiteCore:
         if not new:
             return []
         self.dead_sites |= new
+        out_cu: list[Outgoing] = []
+        for key, cu in list(self.catchups.items()):
+            if self.layout.site_of(key[1], cu["r"]) in new:
+                del self.catchups[key]  # the new replica died: the controller retries later
+            else:
+                cu["waiting"] -= new  # a dead producer site has nothing left to retain
+                out_cu += self._maybe_snapshot(*key)
         table = self.layout.table()
         dead = np.isin(table, list(self.dead_sites))  # [P, R]
         out: list[Outgoing] = []
@@ -93,7 +207,7 @@ class SiteCore:
             last = s == len(self.plan.stages) - 1
             if not last:
                 self.prods[s].on_fail(dead)
-        return self._local(out)
+        return self._local(out + out_cu)
 
     # -- data path ---------------------------------------------------------------------------
     def _on_data(self, msg: Data) -> list[Outgoing]:
@@ -112,7 +226,7 @@ class SiteCore:
         while queue:
             o = queue.pop(0)
             if o.site == self.site:
-                queue[0:0] = self._handle(o.message)
+                queue[0:0] = self._handle(o.message, self.site)
             else:
                 remote.append(o)
         return remote

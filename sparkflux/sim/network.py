@@ -41,6 +41,12 @@ class Network:
             if dst == node:
                 q.clear()
 
+    def forget(self, node: int) -> None:
+        """A new process takes the node's place: nothing of the old one's traffic remains."""
+        for (src, dst), q in self.links.items():
+            if node in (src, dst):
+                q.clear()
+
     def drop_some_from(self, node: int) -> None:
         """A crash loses a random suffix of what the node had sent but not yet delivered."""
         for (src, _), q in self.links.items():

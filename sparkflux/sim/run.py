@@ -25,11 +25,17 @@ import pyarrow as pa
 
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
+    Abort,
+    Adopt,
+    CatchUp,
+    CatchUpDone,
     ConnectionClosed,
     FailSites,
+    Recovered,
     Registered,
     SiteAddress,
     SiteReady,
+    Standby,
 )
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -38,7 +44,17 @@ from sparkflux.model.validate import validate
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
-from sparkflux.protocol.messages import Ack, Data, Outgoing, Reverse
+from sparkflux.protocol.messages import (
+    Ack,
+    CuDone,
+    CuStart,
+    Data,
+    Outgoing,
+    PSync,
+    Rejoin,
+    Retain,
+    Retaining,
+)
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore
 from sparkflux.sim.network import Network
@@ -50,9 +66,10 @@ class Violation(AssertionError):
 
 @dataclass(frozen=True)
 class FailurePlan:
-    """Which sites crash, and after how many scheduler steps."""
+    """Which sites crash, and after how many scheduler steps; when standbys register."""
 
-    crashes: tuple[tuple[int, int], ...] = ()  # (site, step)
+    crashes: tuple[tuple[int, int], ...] = ()  # (site slot, step): kills its current process
+    standbys: tuple[int, ...] = ()  # steps at which a standby process registers
 
 
 @dataclass
@@ -65,6 +82,8 @@ class SimResult:
     steps: int = 0
     messages: int = 0
     admitted: int = 0
+    recovered: list[int] = field(default_factory=list)
+    replicas_live: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
@@ -78,7 +97,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan.
     sites = {s: SiteCore(s, copy.deepcopy(plan), layout) for s in range(plan.sites)}
     ingress, egress = Ingress(plan, layout), Egress(plan, layout)
-    controller = Controller(plan.sites, heartbeat_timeout=1e9, ha=replicas == 2)
+    controller = Controller(plan.sites, heartbeat_timeout=1e9, ha=replicas == 2, layout=layout,
+                            stages=len(plan.stages))
     for s in range(plan.sites):
         controller.handle(Registered(address=SiteAddress(site=s, attempt=0, host="sim",
                                                          port=s, pid=s), now=0.0))
@@ -90,6 +110,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     crash_at: dict[int, list[int]] = {}
     for site, at in failures.crashes:
         crash_at.setdefault(at, []).append(site)
+    standby_at = {at for at in failures.standbys}
+    n_standby = 0
+    attempt = dict.fromkeys(range(plan.sites), 0)
+    hellos: dict[int, set[int]] = {}
+    recovered: list[int] = []
     next_batch = 0
     admitted: list[int] = []  # ISN count after each admitted batch
     step = 0
@@ -98,29 +123,71 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
         for o in outs:
             net.send(src, o.site, o.message)
 
+    ready_sent: set[tuple[int, int]] = set()
+
+    def maybe_ready(k: int) -> None:
+        """A standby is ready once every live member has connected to it (hello)."""
+        if k in crashed_now or (k, attempt[k]) in ready_sent or k not in hellos:
+            return
+        if hellos[k] >= set(controller.view.members) - {k}:
+            ready_sent.add((k, attempt[k]))
+            net.send(k, DRIVER, ("ready", k))
+
+    def carry_out(actions: list) -> None:
+        for a in actions:
+            if isinstance(a, FailSites):
+                ingress.on_fail(set(a.dead))
+                try:
+                    emit(DRIVER, egress.on_fail(set(a.dead)))
+                except (ProtocolError, PartitionLost) as e:
+                    raise Violation(f"seed {seed}: {e}") from e
+                for s in a.view.members:
+                    net.send(DRIVER, s, ("fail", frozenset(a.dead)))
+                for k in list(hellos):
+                    maybe_ready(k)
+            elif isinstance(a, Adopt):
+                k = a.slot
+                net.forget(k)  # the old process's connections are gone with it
+                attempt[k] = a.address.attempt
+                sites[k] = SiteCore(k, copy.deepcopy(plan), layout, standby=True)
+                sites[k].dead_sites = set(controller.dead)
+                crashed_now.discard(k)
+                ingress.on_avail(k)
+                hellos[k] = set()
+                for s in a.view.members:
+                    if s != k:
+                        net.send(DRIVER, s, ("avail", k))
+                maybe_ready(k)
+            elif isinstance(a, CatchUp):
+                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r))
+            elif isinstance(a, Recovered):
+                recovered.append(a.slot)
+            elif isinstance(a, Abort):
+                raise Violation(f"seed {seed}: controller gave up: {a.reason}")
+            elif isinstance(a, Standby):
+                pass
+
+    crashed_now: set[int] = set()  # slots whose current process is dead
     while step < max_steps:
         step += 1
         for site in crash_at.get(step, []):
-            if site not in crashed:
+            if site not in crashed_now:
                 crashed.append(site)
+                crashed_now.add(site)
                 net.drop_to(site)
                 net.drop_some_from(site)
                 lo, hi = detect_delay
-                pending_detect.append((step + int(rng.integers(lo, hi + 1)), site))
-        for when, site in [d for d in pending_detect if d[0] <= step]:
-            pending_detect.remove((when, site))
-            for a in controller.handle(ConnectionClosed(site=site, attempt=0, reason="crash",
-                                                        now=float(step))):
-                if isinstance(a, FailSites):
-                    ingress.on_fail(set(a.dead))
-                    try:
-                        emit(DRIVER, egress.on_fail(set(a.dead)))
-                    except (ProtocolError, PartitionLost) as e:
-                        raise Violation(f"seed {seed}: {e}") from e
-                    for s in a.view.members:
-                        net.send(DRIVER, s, ("fail", frozenset(a.dead)))
-                else:
-                    raise Violation(f"seed {seed}: controller gave up: {a}")
+                pending_detect.append((step + int(rng.integers(lo, hi + 1)), site,
+                                       attempt[site]))
+        if step in standby_at:
+            n_standby += 1
+            addr = SiteAddress(site=plan.sites + n_standby, attempt=n_standby, host="sim",
+                               port=1000 + n_standby, pid=1000 + n_standby)
+            carry_out(controller.handle(Registered(address=addr, now=float(step))))
+        for d in [d for d in pending_detect if d[0] <= step]:
+            pending_detect.remove(d)
+            carry_out(controller.handle(ConnectionClosed(site=d[1], attempt=d[2],
+                                                         reason="crash", now=float(step))))
         # Admit the next input batch when the window allows, with some probability.
         in_flight = ingress.next_isn - 1 - egress.progress.sn
         can_admit = next_batch < len(batches) and in_flight < window * _rows(batches, 1)
@@ -138,9 +205,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
         if item is None:
             if pending_detect or (can_admit and next_batch < len(batches)):
                 continue  # a detection or an admission is still to come
+            if any(at > step for at in standby_at):
+                continue  # a standby still registers: recovery runs after the input ends too
             break  # quiet: finished, or stuck (then the egress has not ended: a violation)
         src, dst, msg = item
-        if dst in crashed:
+        if dst in crashed_now:
             continue
         try:
             if dst == DRIVER:
@@ -151,23 +220,44 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                         out.append(d.batch)
                 elif isinstance(msg, Ack):
                     ingress.on_ack(msg)
+                elif isinstance(msg, Retain):
+                    ingress.buffer.on_retain(msg.q, msg.c)
+                    net.send(DRIVER, src, Retaining(msg.stage, msg.q, msg.c))
+                elif isinstance(msg, Rejoin):
+                    emit(DRIVER, ingress.buffer.on_rejoin(msg))
+                elif isinstance(msg, PSync):
+                    emit(DRIVER, egress.cons.on_psync(msg))
+                elif isinstance(msg, CuDone):
+                    carry_out(controller.handle(CatchUpDone(stage=msg.stage, q=msg.q, r=msg.r,
+                                                            nbytes=msg.nbytes, now=float(step))))
+                elif isinstance(msg, tuple) and msg[0] == "ready":
+                    carry_out(controller.handle(SiteReady(site=msg[1], attempt=attempt[msg[1]])))
                 else:
                     raise Violation(f"seed {seed}: driver got {type(msg).__name__}")
             elif isinstance(msg, tuple) and msg[0] == "fail":
                 emit(dst, sites[dst].on_fail(set(msg[1])))
+            elif isinstance(msg, tuple) and msg[0] == "avail":
+                sites[dst].on_avail(msg[1])
+                net.send(dst, msg[1], ("hello", dst))
+            elif isinstance(msg, tuple) and msg[0] == "hello":
+                hellos[dst].add(msg[1])
+                maybe_ready(dst)
             else:
-                assert isinstance(msg, (Data, Ack, Reverse))
                 emit(dst, sites[dst].on_message(src, msg))
         except (ProtocolError, PartitionLost) as e:
             raise Violation(f"seed {seed}: {e}") from e
     leftover = {"ingress": ingress.buffered()}
+    live_replicas: dict[tuple[int, int], int] = {}
     for s, core in sites.items():
-        if s not in crashed:
+        if s not in crashed_now:
             leftover[f"site{s}"] = core.buffered_rows()
+            for st, cons in enumerate(core.cons):
+                for q in cons.parts[cons.installed]:
+                    live_replicas[(st, int(q))] = live_replicas.get((st, int(q)), 0) + 1
     table = pa.Table.from_batches(out, schema=plan.output_schema) if out else \
         plan.output_schema.empty_table()
     return SimResult(seed, table, egress.ended, leftover, crashed, step, net.delivered,
-                     ingress.next_isn)
+                     ingress.next_isn, recovered, live_replicas)
 
 
 def res_plan_schema(plan_factory: Callable[[], PhysicalPlan]) -> pa.Schema:
