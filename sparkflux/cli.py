@@ -32,7 +32,8 @@ console = Console(stderr=True)
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not argv or argv[0] in ("-h", "--help"):
         _top_parser().print_help()
         return 0
@@ -87,6 +88,9 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--dead-letter", default=None,
                    help="JSON-lines file for rejected input (default: next to --output)")
     p.add_argument("--metrics", default=None, help="write the run's metrics JSON here")
+    p.add_argument("--spare-sites", type=int, default=0,
+                   help="standby sites launched up front (with --ha flux they replace failed "
+                        "sites at once; Spark's retry of a crashed site is a standby too)")
     p.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
                    help="SIGKILL a site's process this many seconds after the input starts")
     p.add_argument("--plot", default=None, metavar="PNG",
@@ -141,7 +145,8 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
     cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
                     ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
                     window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
-                    heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0))
+                    heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0),
+                    spares=getattr(args, "spare_sites", 0))
     console.print(plan.describe())
     return run(plan, cfg, sink, dead, spark=spark,
                display=_display if show_progress else None)

@@ -212,6 +212,7 @@ class Controller:
         assert self.layout is not None and self.recovering is not None
         if not self.queue:
             slot = self.recovering
+            log.warning("site %d recovered: every replica caught up and folded in", slot)
             self.recovering, self.adopted, self.current = None, None, None
             return [Recovered(slot=slot), *self._adopt_next()]
         self.current = self.queue.pop(0)

@@ -28,11 +28,15 @@ from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
     Abort,
     Action,
+    Adopt,
+    CatchUp,
+    CatchUpDone,
     ConnectionClosed,
     FailSites,
     Finished,
     Heartbeat,
     InstallView,
+    Recovered,
     Registered,
     SiteAddress,
     SiteReady,
@@ -49,7 +53,17 @@ from sparkflux.model.validate import Rejected, validate
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
-from sparkflux.protocol.messages import Ack, Data, Outgoing
+from sparkflux.protocol.messages import (
+    Ack,
+    CuDone,
+    CuStart,
+    Data,
+    Outgoing,
+    PSync,
+    Rejoin,
+    Retain,
+    Retaining,
+)
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.runtime.frames import CONTROL, decode
 from sparkflux.runtime.metrics import EgressMetrics
@@ -79,6 +93,7 @@ class RunConfig:
     kills: tuple[tuple[int, float], ...] = ()
     hangs: tuple[tuple[int, float, float], ...] = ()  # (site, at, for): SIGSTOP then SIGCONT
     flush_ms: float = 20.0
+    spares: int = 0  # standby sites launched up front (--spare-sites)
     local: bool = True
 
 
@@ -106,7 +121,8 @@ class Host:
         self.dead_letters = dead_letters
         self.replicas = 2 if cfg.ha == "flux" else 1
         self.layout = Layout(plan.sites, plan.partitions, self.replicas)
-        self.controller = Controller(plan.sites, cfg.heartbeat_timeout, ha=self.replicas == 2)
+        self.controller = Controller(plan.sites, cfg.heartbeat_timeout, ha=self.replicas == 2,
+                                     layout=self.layout, stages=len(plan.stages))
         self.ingress = Ingress(plan, self.layout)
         self.egress = Egress(plan, self.layout)
         self.digest = Digest()
@@ -116,6 +132,10 @@ class Host:
         self.schema_of = schemas_of(plan)
         self.dead: set[int] = set()
         self.standbys: list[Connection] = []
+        self.identity: dict[Connection, tuple[int, int, int]] = {}  # slot, attempt, pid
+        self._catch_up_started: dict[tuple[int, int], float] = {}
+        self.catch_ups: list[dict[str, Any]] = []
+        self.recovered: list[dict[str, Any]] = []
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -187,46 +207,50 @@ class Host:
                                "reason": "not a member of the view"})
             conn.close()
             return
+        self.identity[conn] = (addr.site, addr.attempt, addr.pid)
         if any(isinstance(a, Standby) for a in actions):
             conn.send_control({"type": "standby"})
             self.standbys.append(conn)
-            try:
-                await self._pump(conn, addr, standby=True)
-            except asyncio.CancelledError:
-                conn.close()
-            return
-        self.conns[addr.site] = conn
+        else:
+            self.conns[addr.site] = conn
         self._carry_out(actions)
         try:
-            await self._pump(conn, addr)
+            await self._pump(conn)
         except asyncio.CancelledError:
             conn.close()  # the run is over; the loop is shutting down
 
-    async def _pump(self, conn: Connection, addr: SiteAddress, standby: bool = False) -> None:
+    async def _pump(self, conn: Connection) -> None:
+        """Frames from one site process; its identity (slot, attempt) may change when a
+        standby adopts a slot."""
         try:
             while True:
                 kind, body = await conn.recv()
                 msg = decode(kind, body, self.schema_of)
+                slot, attempt, _ = self.identity[conn]
+                member = self.conns.get(slot) is conn
                 if kind != CONTROL:
-                    if addr.site not in self.dead and not standby:
-                        self._on_site_message(msg)  # type: ignore[arg-type]
+                    if member and slot not in self.dead:
+                        self._on_site_message(msg, slot)  # type: ignore[arg-type]
                     continue
                 assert isinstance(msg, dict)
                 t = msg.get("type")
                 now = time.monotonic()
                 if t == "hb":
                     self._carry_out(self.controller.handle(
-                        Heartbeat(site=addr.site, attempt=addr.attempt, now=now)))
+                        Heartbeat(site=slot, attempt=attempt, now=now)))
                 elif t == "ready":
                     self._carry_out(self.controller.handle(
-                        SiteReady(site=addr.site, attempt=addr.attempt)))
+                        SiteReady(site=slot, attempt=attempt)))
                 elif t == "error":
-                    self._abort(f"site {addr.site} stopped on an error:\n{msg['error']}")
+                    self._abort(f"site {slot} stopped on an error:\n{msg['error']}")
         except ConnectionLost as e:
-            if standby:
+            slot, attempt, _ = self.identity[conn]
+            if self.conns.get(slot) is not conn:
+                if conn in self.standbys:
+                    self.standbys.remove(conn)
                 return
             self._carry_out(self.controller.handle(ConnectionClosed(
-                site=addr.site, attempt=addr.attempt, reason=str(e), now=time.monotonic())))
+                site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
 
     async def _ticker(self) -> None:
         while True:
@@ -250,12 +274,37 @@ class Host:
                     self._take_over(set(dead), list(view.members))
                 case Standby():
                     pass
+                case Adopt(slot=slot, address=address, view=view):
+                    self._adopt(slot, address, view)
+                case CatchUp(stage=stage, q=q, r=r, survivor=survivor):
+                    self._catch_up_started[(stage, q)] = time.time()
+                    self._send([Outgoing(survivor, CuStart(stage, q, r))])
+                case Recovered(slot=slot):
+                    self.recovered.append({"site": slot, "time": time.time()})
+                    self.stats.phase = "running"
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
                         conn.send_control({"type": "stop", "excluded": True, "reason": reason})
                 case Abort(reason=reason):
                     self._abort(reason)
+
+    def _adopt(self, slot: int, address: SiteAddress, view: Any) -> None:
+        """``avail``: the standby process becomes site ``slot``; the live sites dial it."""
+        conn = next((c for c in self.standbys if self.identity[c][2] == address.pid), None)
+        if conn is None:
+            return
+        self.standbys.remove(conn)
+        self.identity[conn] = (slot, address.attempt, address.pid)
+        self.conns[slot] = conn
+        self.dead.discard(slot)
+        self.stats.phase = f"recovering site {slot}"
+        conn.send_control({"type": "adopt", "slot": slot, "members": sorted(view.members),
+                           "dead": sorted(self.dead)})
+        for s in view.members:
+            if s != slot and s in self.conns:
+                self.conns[s].send_control({"type": "avail", "slot": slot,
+                                            "host": address.host, "port": address.port})
 
     def _take_over(self, dead: set[int], live: list[int]) -> None:
         """Deliver ``fail`` to every live site, the ingress and the egress (SIGMOD §3.2)."""
@@ -300,9 +349,22 @@ class Host:
         self._finished.set()
 
     # -- data plane --------------------------------------------------------------------------
-    def _on_site_message(self, msg: Data | Ack) -> None:
+    def _on_site_message(self, msg: Any, slot: int) -> None:
         if isinstance(msg, Ack):
             self.ingress.on_ack(msg)
+            return
+        if isinstance(msg, Retain):  # catch-up of a first-stage partition: the ingress retains
+            self.ingress.buffer.on_retain(msg.q, msg.c)
+            self._send([Outgoing(slot, Retaining(msg.stage, msg.q, msg.c))])
+            return
+        if isinstance(msg, Rejoin):
+            self._send(self.ingress.buffer.on_rejoin(msg))
+            return
+        if isinstance(msg, PSync):
+            self._send(self.egress.cons.on_psync(msg))
+            return
+        if isinstance(msg, CuDone):
+            self._cu_done(msg)
             return
         if not isinstance(msg, Data):
             self._abort(f"the driver got an unexpected {type(msg).__name__} message")
@@ -379,6 +441,17 @@ class Host:
             await self._progressed.wait()
         await asyncio.sleep(0)
 
+    def _cu_done(self, msg: CuDone) -> None:
+        now = time.time()
+        start = self._catch_up_started.pop((msg.stage, msg.q), now)
+        self.catch_ups.append({
+            "stage": msg.stage, "partition": msg.q, "replica": msg.r,
+            "site": self.controller.recovering, "state_bytes": msg.nbytes,
+            "start": start, "end": now,
+        })
+        self._carry_out(self.controller.handle(CatchUpDone(
+            stage=msg.stage, q=msg.q, r=msg.r, nbytes=msg.nbytes, now=time.monotonic())))
+
     def _kill(self, site: int, after: float) -> None:
         """Crash a site's process with SIGKILL (``--kill SITE@SECONDS``)."""
         member = self.controller.view.members.get(site)
@@ -424,11 +497,27 @@ class Host:
             "dead_letters": self.stats.dead_letters,
             "kills": len(self.kills),
             "failures": [self._failure_report(f) for f in self.failures],
+            "recoveries": [self._recovery_report(c) for c in self.catch_ups],
+        }
+
+    def _recovery_report(self, c: dict[str, Any]) -> dict[str, Any]:
+        """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""
+        m = self.metrics
+        t = np.asarray(m.times)
+        sel = t[(t >= c["start"]) & (t <= c["end"])]
+        edges = np.r_[c["start"], sel, c["end"]]
+        return {
+            "stage": c["stage"], "partition": c["partition"], "replica": c["replica"],
+            "site": c["site"], "state_bytes": c["state_bytes"],
+            "started_at_s": round(c["start"] - (m.start or c["start"]), 3),
+            "duration_s": round(c["end"] - c["start"], 4),
+            "output_gap_s": round(float(np.diff(edges).max()), 4),
         }
 
     def _failure_report(self, f: dict[str, Any]) -> dict[str, Any]:
         """What one failure cost: detection delay, output gap and latency around it."""
-        kill = next((k for k in self.kills if k["site"] == f["site"]), None)
+        before = [k for k in self.kills if k["site"] == f["site"] and k["time"] <= f["time"]]
+        kill = before[-1] if before else None
         at = kill["time"] if kill else f["time"]
         m = self.metrics
         return {
@@ -574,7 +663,7 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
         spark_session,
     )
 
-    master = cfg.master or default_master(cfg.sites)
+    master = cfg.master or default_master(cfg.sites + cfg.spares)
     bind = cfg.bind_host if is_local(master) else "0.0.0.0"
     cfg = replace(cfg, local=is_local(master))
     host = Host(plan, cfg, sink, dead_letters)
@@ -588,7 +677,8 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     advertise = bind if is_local(master) else spark.sparkContext.getConf().get(
         "spark.driver.host", "127.0.0.1")
     job = launch_sites(spark, plan, (advertise, host.port), bind,
-                       bind if is_local(master) else "", plan.sites, host.replicas)
+                       bind if is_local(master) else "", plan.sites + cfg.spares,
+                       host.replicas)
     deadline = time.monotonic() + cfg.start_timeout
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()
@@ -612,7 +702,7 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
 
     return RunResult(metrics=host.result_metrics(), sites=job.summaries, timeline=host.metrics,
                      ingress_timeline=(host.ingress_times, host.ingress_counts),
-                     events=timeline_events(host.kills, host.failures))
+                     events=timeline_events(host.kills, host.failures, host.recovered))
 
 
 def _watch_job(job: Any, host: Host) -> None:

@@ -8,8 +8,10 @@ before a ``reverse`` arrives before it; the driver's ``fail`` follows the ingres
   (p i32, r i8, q i32, sn i64, wm i64), then the rows in Arrow IPC form *without* their schema
   (both ends know the stage's wire schema from the plan).
 - ``ACK``: ``i16 stage | i32 n`` then p i32, q i32, c i8, upto i64 arrays.
-- ``REVERSE``: ``i16 stage | i32 n`` then p i32, r i8, q i32, c i8 arrays.
+- ``REVERSE``: ``i16 stage | i32 n`` then p i32, r i8, q i32, c i8, floor i64 arrays.
 - ``CONTROL``: a pickled ``dict`` (small, rare: registration, views, fail, stop).
+- ``PROTO``: a pickled catch-up message (``cu-start``, retain, the moved state, rejoin,
+  ``psync``, ``cu-done``); the state of a partition travels as one such frame.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ DATA = 1
 CONTROL = 2
 ACK = 3
 REVERSE = 4
-KINDS = (DATA, CONTROL, ACK, REVERSE)
+PROTO = 5  # rare protocol messages (catch-up), pickled: CuStart, Retain, State, Rejoin, ...
+KINDS = (DATA, CONTROL, ACK, REVERSE, PROTO)
 
 FRAME_HEADER = struct.Struct("<IB")
 DATA_HEADER = struct.Struct("<hii")
@@ -36,7 +39,7 @@ REVERSE_HEADER = struct.Struct("<hi")
 
 _STREAM_TYPES = (np.int32, np.int8, np.int32, np.int64, np.int64)
 _ACK_TYPES = (np.int32, np.int32, np.int8, np.int64)
-_REVERSE_TYPES = (np.int32, np.int8, np.int32, np.int8)
+_REVERSE_TYPES = (np.int32, np.int8, np.int32, np.int8, np.int64)
 
 
 def _frame(kind: int, pieces: list[Any]) -> list[Any]:
@@ -61,9 +64,9 @@ def encode(msg: Message) -> list[Any]:
         return _frame(ACK, [ACK_HEADER.pack(msg.stage, int(msg.p.size)), *arrays])
     if isinstance(msg, Reverse):
         arrays = [np.ascontiguousarray(a, dtype=t).tobytes() for a, t in
-                  zip((msg.p, msg.r, msg.q, msg.c), _REVERSE_TYPES, strict=True)]
+                  zip((msg.p, msg.r, msg.q, msg.c, msg.floor), _REVERSE_TYPES, strict=True)]
         return _frame(REVERSE, [REVERSE_HEADER.pack(msg.stage, int(msg.p.size)), *arrays])
-    raise TypeError(f"cannot encode {type(msg).__name__}")
+    return _frame(PROTO, [pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)])
 
 
 def encode_control(message: dict[str, Any]) -> list[bytes]:
@@ -94,8 +97,8 @@ def decode(kind: int, body: bytes, schema_of: dict[int, pa.Schema]) -> Message |
         return Ack(stage, p, q, c, upto)
     if kind == REVERSE:
         stage, n = REVERSE_HEADER.unpack_from(view, 0)
-        (p, r, q, c), _ = _arrays(view, REVERSE_HEADER.size, n, _REVERSE_TYPES)
-        return Reverse(stage, p, r, q, c)
-    if kind == CONTROL:
+        (p, r, q, c, floor), _ = _arrays(view, REVERSE_HEADER.size, n, _REVERSE_TYPES)
+        return Reverse(stage, p, r, q, c, floor)
+    if kind in (CONTROL, PROTO):
         return pickle.loads(view)
     raise ValueError(f"unknown frame kind {kind}")

@@ -24,7 +24,7 @@ from typing import Any
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.protocol.messages import Outgoing
+from sparkflux.protocol.messages import CuDone, Outgoing, State
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.runtime.frames import CONTROL, decode
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect
@@ -69,6 +69,10 @@ class Site:
         self.error: str | None = None
         self.excluded: str | None = None
         self.role = "member"
+        self.state_bytes: dict[tuple[int, int], int] = {}
+        self._hellos: set[int] = set()
+        self._ready_sent = False
+        self._members: set[int] = set()
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -127,8 +131,13 @@ class Site:
             return
         j = int(hello["site"])
         conn.peer = f"site {j}"
+        old = self.peers.get(j)
+        if old is not None and old is not conn:
+            old.close()
         self.peers[j] = conn
         self._peers_ready.set()
+        self._hellos.add(j)
+        self._maybe_ready()
         try:
             await self._pump(conn, j)
         except asyncio.CancelledError:
@@ -139,7 +148,7 @@ class Site:
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
             try:
-                self.driver.send_control({"type": "hb", "site": self.id,
+                self.driver.send_control({"type": "hb", "site": self.id, "pid": os.getpid(),
                                           "attempt": self.cfg.attempt})
             except ConnectionLost:
                 self._fail("lost the driver")
@@ -175,10 +184,41 @@ class Site:
             conn = self.driver if o.site == DRIVER else self.peers.get(o.site)
             if conn is None or o.site in self.core.dead_sites:
                 continue
+            msg = o.message
+            if isinstance(msg, CuDone):  # report what the StateMover moved for it
+                msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop((msg.stage, msg.q), 0))
             try:
-                conn.send(o.message)
+                before = conn.bytes_sent
+                conn.send(msg)
+                if isinstance(msg, State):
+                    self.state_bytes[(msg.stage, msg.q)] = conn.bytes_sent - before
             except ConnectionLost:
                 pass  # the peer is failing; the controller's view change will follow
+
+    # -- standby and adoption ----------------------------------------------------------------
+    def _maybe_ready(self) -> None:
+        """An adopted standby is ready once every live member has connected to it."""
+        if self.role != "adopted" or self._ready_sent or self.core is None:
+            return
+        live = self._members - self.core.dead_sites - {self.id}
+        if live <= self._hellos:
+            self._ready_sent = True
+            assert self.driver is not None
+            self.driver.send_control({"type": "ready", "site": self.id,
+                                      "attempt": self.cfg.attempt})
+
+    async def _avail(self, msg: dict[str, Any]) -> None:
+        """A standby adopted site slot ``slot``: dial it (after forgetting it was dead)."""
+        assert self.core is not None
+        slot = int(msg["slot"])
+        self.core.on_avail(slot)
+        old = self.peers.pop(slot, None)
+        if old is not None:
+            old.close()
+        conn = await connect(msg["host"], msg["port"], f"site {slot}")
+        conn.send_control({"type": "hello", "site": self.id})
+        self.peers[slot] = conn
+        asyncio.create_task(self._pump(conn, slot))
 
     async def _on_control(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
@@ -192,12 +232,27 @@ class Site:
                 if c is not None:
                     c.close()
             self._send(self.core.on_fail(dead))
+            self._maybe_ready()
             if self.core.stopped:
                 self.excluded = self.core.stopped
                 self._stop.set()
         elif kind == "standby":
             self.role = "standby"
             log.info("site %d (attempt %d) is a standby", self.id, self.cfg.attempt)
+        elif kind == "adopt":
+            # This standby becomes site slot ``slot``: empty replicas, filled by catch-up.
+            self.id = int(msg["slot"])
+            self.role = "adopted"
+            try:  # a standby started at low priority; its catch-up must not be starved
+                os.setpriority(os.PRIO_PROCESS, 0, 0)
+            except (PermissionError, OSError):
+                log.info("site %d could not restore its priority", self.id)
+            self.core = SiteCore(self.id, self.plan, self.layout, standby=True)
+            self.core.dead_sites = set(msg["dead"])
+            self._members = set(msg["members"])
+            self._maybe_ready()
+        elif kind == "avail":
+            await self._avail(msg)
         elif kind == "kill":
             # A real crash on request (clusters, where the driver cannot signal the process).
             os.kill(os.getpid(), signal.SIGKILL)

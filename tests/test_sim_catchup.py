@@ -1,0 +1,137 @@
+"""Catch-up in the deterministic simulator: standbys fold failed replicas back in, on-line.
+
+Every seed crashes a site at a random step and brings standbys at random later steps (some
+before the failure, as ``--spare-sites``); some seeds crash the standby itself mid-recovery
+(idempotent catch-up) or a second, non-adjacent site. Each must satisfy the correctness
+contract (output identical to the failure-free run, nothing lost, buffers drained) and end
+with two live replicas of every partition whenever enough standbys came.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sparkflux.protocol.consumer import ConsumerSet
+from sparkflux.protocol.producer import ProducerBuffer
+from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
+from sparkflux.sim.workload import tiny_plan
+
+SEEDS_PER_CHUNK = 125
+CHUNKS = 8  # 1,000 catch-up seeds
+PARTITIONS = 8
+STAGES = 2
+RECOVERY_STEPS = 400  # enough scheduler steps for a standby to catch up all its replicas
+
+
+@pytest.fixture(scope="module")
+def baseline() -> tuple[Any, Any, int]:
+    plan, batches = tiny_plan()
+    expected = simulate(plan, batches, 0, FailurePlan(), replicas=1).output
+    steps = simulate(tiny_plan()[0], batches, 0, FailurePlan(), replicas=2).steps
+    return batches, expected, steps
+
+
+def plan_for(seed: int, steps: int) -> tuple[FailurePlan, int]:
+    """A random failure schedule and the number of crashes it can recover from."""
+    rng = np.random.default_rng((seed, 7))
+    site = int(rng.integers(4))
+    crash = int(rng.integers(1, steps))
+    kind = int(rng.integers(5))
+    if kind == 0:  # a spare standby is there before the failure
+        return FailurePlan(((site, crash),), standbys=(int(rng.integers(1, crash + 1)),)), 1
+    standby = crash + int(rng.integers(1, 200))
+    if kind == 1:  # one failure, one standby
+        return FailurePlan(((site, crash),), standbys=(standby,)), 1
+    if kind == 2:  # the standby dies while catching up; a second standby finishes the job
+        again = standby + int(rng.integers(1, 40))
+        return FailurePlan(((site, crash), (site, again)),
+                           standbys=(standby, again + int(rng.integers(1, 100)))), 2
+    if kind == 3:  # a second failure in a different partition pair, during the recovery
+        other = (site + 2) % 4
+        return FailurePlan(((site, crash), (other, standby + int(rng.integers(-30, 60)))),
+                           standbys=(standby, standby + int(rng.integers(60, 200)))), 2
+    # The neighbour holding the survivors fails once the first recovery is over: the new
+    # replicas must now carry the partitions on their own (the issue's kill 1, then kill 2).
+    neighbour = (site + int(rng.choice([1, 3]))) % 4
+    late = standby + RECOVERY_STEPS + int(rng.integers(0, 100))
+    return FailurePlan(((site, crash), (neighbour, late)),
+                       standbys=(standby, late + int(rng.integers(1, 100)))), 2
+
+
+def assert_recovered(res: SimResult, seed: int, fp: FailurePlan) -> None:
+    want = {(s, q) for s in range(STAGES) for q in range(PARTITIONS)}
+    assert set(res.replicas_live) == want, f"seed {seed} {fp}: partitions missing"
+    short = {k: v for k, v in res.replicas_live.items() if v != 2}
+    assert not short, f"seed {seed} {fp}: not two live replicas: {short}"
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_catch_up_restores_two_replicas_and_the_contract(chunk: int, baseline: Any) -> None:
+    batches, expected, steps = baseline
+    failures = []
+    for seed in range(chunk * SEEDS_PER_CHUNK, (chunk + 1) * SEEDS_PER_CHUNK):
+        fp, _ = plan_for(seed, steps)
+        try:
+            res = check(lambda: tiny_plan()[0], batches, seed, fp, expected=expected)
+            assert_recovered(res, seed, fp)
+        except (Violation, AssertionError) as e:
+            failures.append(f"{e} [{fp}]")
+    assert not failures, "\n".join(failures[:5])
+
+
+def test_recovery_happens_after_the_input_has_ended(baseline: Any) -> None:
+    batches, expected, steps = baseline
+    fp = FailurePlan(((1, steps // 2),), standbys=(steps * 3,))
+    res = check(lambda: tiny_plan()[0], batches, 5, fp, expected=expected)
+    assert res.recovered == [1]
+    assert_recovered(res, 5, fp)
+
+
+def test_without_a_standby_partitions_stay_single(baseline: Any) -> None:
+    batches, expected, steps = baseline
+    res = check(lambda: tiny_plan()[0], batches, 3, FailurePlan(((2, steps // 3),)),
+                expected=expected)
+    assert res.recovered == [] and sorted(set(res.replicas_live.values())) == [1, 2]
+
+
+def _caught(batches: Any, expected: Any, steps: int, symptom: tuple[str, ...]) -> str:
+    for seed in range(200):
+        fp, _ = plan_for(seed, steps)
+        try:
+            check(lambda: tiny_plan()[0], batches, seed, fp, expected=expected)
+        except Violation as e:
+            if any(s in str(e) for s in symptom):
+                return str(e)
+    raise AssertionError("the mutated catch-up survived 200 seeds")
+
+
+def test_mutation_catch_up_without_retention_loses_input(
+        monkeypatch: pytest.MonkeyPatch, baseline: Any) -> None:
+    """Producers that do not retain for the new replica: the rows between the snapshot and
+    the rejoin are gone when the survivor later fails."""
+    batches, expected, steps = baseline
+    monkeypatch.setattr(ProducerBuffer, "on_retain", lambda self, q, c: None)
+    msg = _caught(batches, expected, steps,
+                  ("differs from the failure-free", "never saw the end", "not two live"))
+    assert msg.startswith("seed ")
+
+
+def test_mutation_install_without_floors_duplicates(
+        monkeypatch: pytest.MonkeyPatch, baseline: Any) -> None:
+    """A new replica that rejoins its inputs from scratch instead of its snapshot's
+    progress receives rows it already has: the FH-Cons duplicate check catches it."""
+    batches, expected, steps = baseline
+    install = ConsumerSet.install
+
+    def no_floor(self: ConsumerSet, q: int, snap: dict, dead: np.ndarray) -> list:
+        out = install(self, q, snap, dead)
+        for o in out:
+            o.message.floor[:] = -1
+        return out
+
+    monkeypatch.setattr(ConsumerSet, "install", no_floor)
+    msg = _caught(batches, expected, steps, ("duplicate input", "differs from the failure"))
+    assert msg.startswith("seed ")
