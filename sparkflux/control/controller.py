@@ -71,6 +71,7 @@ class Controller:
         self.current: tuple[int, int, int] | None = None
         self.current_since = 0.0
         self.recoveries: list[dict] = []
+        self.epoch = 0
 
     def handle(self, *events: Event) -> list[Action]:
         actions: list[Action] = []
@@ -201,6 +202,7 @@ class Controller:
         members = {**self.view.members, slot: adopted}
         self.view = View(number=self.view.number + 1, members=members)
         self.dead.discard(slot)
+        self.epoch = self.view.number  # names this incarnation in cu-start and retain
         self.recovering, self.adopted = slot, adopted
         self.queue = [(s, q, r) for s in range(self.stages)
                       for q, r in sorted(self.layout.hosted(slot).items())]
@@ -218,7 +220,8 @@ class Controller:
         self.current = self.queue.pop(0)
         self.current_since = now
         s, q, r = self.current
-        return [CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r))]
+        return [CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
+                        epoch=self.epoch)]
 
     def _catch_up_done(self, ev: CatchUpDone) -> list[Action]:
         if self.current != (ev.stage, ev.q, ev.r):

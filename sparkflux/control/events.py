@@ -131,6 +131,7 @@ class CatchUp:
     q: int
     r: int
     survivor: int
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,6 +40,7 @@ class Ingress:
         site, send, wait = ingress_roles(layout)
         self.buffer = ProducerBuffer(0, {0: 0}, site, send, wait, self.wire)
         self.next_isn = 0
+        self.epoch: dict[int, int] = {}
         self.watermark = NO_WATERMARK
         self.ended = False
 
@@ -93,8 +94,14 @@ class Ingress:
     def on_fail(self, dead_sites: set[int]) -> None:
         self.buffer.on_fail(np.isin(self.layout.table(), list(dead_sites)))
 
-    def on_avail(self, site: int) -> None:
+    def on_avail(self, site: int, epoch: int = 0) -> None:
         """A standby took over site ``site``: its replicas come back one by one (retain)."""
+        self.epoch[site] = epoch
+
+    def on_retain(self, q: int, c: int, epoch: int) -> None:
+        """Retain for first-stage replica (q, c) unless the request is for a dead incarnation."""
+        if self.epoch.get(self.layout.site_of(q, c), 0) == epoch:
+            self.buffer.on_retain(q, c)
 
     def buffered(self) -> int:
         return self.buffer.buffered_rows()

@@ -74,26 +74,32 @@ class CuStart:
     stage: int
     q: int
     r: int
+    epoch: int = 0  # the adoption epoch of the new replica's site slot
 
 
 @dataclass(frozen=True, slots=True)
 class Retain:
     """Survivor -> every site hosting a producer of ``stage``: keep stream p -> q for the new
-    replica (q, c) from now on (wait for its acknowledgement, send nothing yet)."""
+    replica (q, c) from now on (wait for its acknowledgement, send nothing yet). ``epoch``
+    (the paper's version number) names the incarnation of c's site the catch-up is for; a
+    producer ignores a retain for an incarnation that is no longer the current one."""
 
     stage: int
     q: int
     c: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Retaining:
     """Producer site -> survivor, on the data channel: retention for (q, c) is in force; every
-    row sent to the survivor before this message is covered by its snapshot."""
+    row sent to the survivor before this message is covered by its snapshot. The ``epoch``
+    is the retain's: a reply to a stale retain must not complete a newer catch-up."""
 
     stage: int
     q: int
     c: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ class SiteCore:
                                              wire_schema(out_schema)))
         # Catch-ups this site runs as the survivor: (stage, q) -> sites still to confirm.
         self.catchups: dict[tuple[int, int], dict] = {}
+        self.epoch: dict[int, int] = {}  # site slot -> adoption epoch of its current process
         self.state_bytes = 0
         self.holds = [any(getattr(o, "holds_progress", False) for o in st.operators)
                       for st in plan.stages]
@@ -98,8 +99,9 @@ class SiteCore:
         if isinstance(msg, CuStart):
             return self._cu_start(msg)
         if isinstance(msg, Retain):
-            self.prods[msg.stage - 1].on_retain(msg.q, msg.c)
-            return [Outgoing(src, Retaining(msg.stage, msg.q, msg.c))]
+            if self.epoch.get(self.layout.site_of(msg.q, msg.c), 0) == msg.epoch:
+                self.prods[msg.stage - 1].on_retain(msg.q, msg.c)
+            return [Outgoing(src, Retaining(msg.stage, msg.q, msg.c, msg.epoch))]
         if isinstance(msg, Retaining):
             return self._retaining(msg, src)
         if isinstance(msg, State):
@@ -122,13 +124,14 @@ class SiteCore:
         """Start catching up replica r of partition q: ask every producer site to retain
         stream p -> q for it (instead of the paper's pause: this partition keeps running)."""
         sites = self._producer_sites(msg.stage)
-        self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": set(sites)}
-        return [Outgoing(s, Retain(msg.stage, msg.q, msg.r)) for s in sorted(sites)]
+        self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": set(sites),
+                                             "epoch": msg.epoch}
+        return [Outgoing(s, Retain(msg.stage, msg.q, msg.r, msg.epoch)) for s in sorted(sites)]
 
     def _retaining(self, msg: Retaining, src: int) -> list[Outgoing]:
         cu = self.catchups.get((msg.stage, msg.q))
-        if cu is None:
-            return []
+        if cu is None or cu["epoch"] != msg.epoch:
+            return []  # the reply to a retain of an abandoned catch-up
         cu["waiting"].discard(src)
         return self._maybe_snapshot(msg.stage, msg.q)
 
@@ -178,9 +181,10 @@ class SiteCore:
     def _dead_replicas(self) -> np.ndarray:
         return np.isin(self.layout.table(), list(self.dead_sites))
 
-    def on_avail(self, site: int) -> None:
+    def on_avail(self, site: int, epoch: int = 0) -> None:
         """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
         self.dead_sites.discard(site)
+        self.epoch[site] = epoch
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
         """A view change: these sites failed (take-over for every hosted replica)."""

@@ -136,6 +136,7 @@ class Host:
         self._catch_up_started: dict[tuple[int, int], float] = {}
         self.catch_ups: list[dict[str, Any]] = []
         self.recovered: list[dict[str, Any]] = []
+        self.epochs: dict[int, int] = {}
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -276,9 +277,9 @@ class Host:
                     pass
                 case Adopt(slot=slot, address=address, view=view):
                     self._adopt(slot, address, view)
-                case CatchUp(stage=stage, q=q, r=r, survivor=survivor):
+                case CatchUp(stage=stage, q=q, r=r, survivor=survivor, epoch=epoch):
                     self._catch_up_started[(stage, q)] = time.time()
-                    self._send([Outgoing(survivor, CuStart(stage, q, r))])
+                    self._send([Outgoing(survivor, CuStart(stage, q, r, epoch))])
                 case Recovered(slot=slot):
                     self.recovered.append({"site": slot, "time": time.time()})
                     self.stats.phase = "running"
@@ -299,11 +300,14 @@ class Host:
         self.conns[slot] = conn
         self.dead.discard(slot)
         self.stats.phase = f"recovering site {slot}"
+        epoch = self.controller.epoch
+        self.epochs[slot] = epoch
+        self.ingress.on_avail(slot, epoch)
         conn.send_control({"type": "adopt", "slot": slot, "members": sorted(view.members),
-                           "dead": sorted(self.dead)})
+                           "dead": sorted(self.dead), "epochs": dict(self.epochs)})
         for s in view.members:
             if s != slot and s in self.conns:
-                self.conns[s].send_control({"type": "avail", "slot": slot,
+                self.conns[s].send_control({"type": "avail", "slot": slot, "epoch": epoch,
                                             "host": address.host, "port": address.port})
 
     def _take_over(self, dead: set[int], live: list[int]) -> None:
@@ -354,8 +358,8 @@ class Host:
             self.ingress.on_ack(msg)
             return
         if isinstance(msg, Retain):  # catch-up of a first-stage partition: the ingress retains
-            self.ingress.buffer.on_retain(msg.q, msg.c)
-            self._send([Outgoing(slot, Retaining(msg.stage, msg.q, msg.c))])
+            self.ingress.on_retain(msg.q, msg.c, msg.epoch)
+            self._send([Outgoing(slot, Retaining(msg.stage, msg.q, msg.c, msg.epoch))])
             return
         if isinstance(msg, Rejoin):
             self._send(self.ingress.buffer.on_rejoin(msg))

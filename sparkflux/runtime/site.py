@@ -211,7 +211,7 @@ class Site:
         """A standby adopted site slot ``slot``: dial it (after forgetting it was dead)."""
         assert self.core is not None
         slot = int(msg["slot"])
-        self.core.on_avail(slot)
+        self.core.on_avail(slot, int(msg.get("epoch", 0)))
         old = self.peers.pop(slot, None)
         if old is not None:
             old.close()
@@ -249,6 +249,7 @@ class Site:
                 log.info("site %d could not restore its priority", self.id)
             self.core = SiteCore(self.id, self.plan, self.layout, standby=True)
             self.core.dead_sites = set(msg["dead"])
+            self.core.epoch = {int(k): int(v) for k, v in msg.get("epochs", {}).items()}
             self._members = set(msg["members"])
             self._maybe_ready()
         elif kind == "avail":

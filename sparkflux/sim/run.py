@@ -70,6 +70,8 @@ class FailurePlan:
 
     crashes: tuple[tuple[int, int], ...] = ()  # (site slot, step): kills its current process
     standbys: tuple[int, ...] = ()  # steps at which a standby process registers
+    # (site slot, delay): crash it ``delay`` steps after the first recovery completes
+    after_recovery: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -114,6 +116,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     n_standby = 0
     attempt = dict.fromkeys(range(plan.sites), 0)
     hellos: dict[int, set[int]] = {}
+    epochs: dict[int, int] = {}
     recovered: list[int] = []
     next_batch = 0
     admitted: list[int] = []  # ISN count after each admitted batch
@@ -151,17 +154,22 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 attempt[k] = a.address.attempt
                 sites[k] = SiteCore(k, copy.deepcopy(plan), layout, standby=True)
                 sites[k].dead_sites = set(controller.dead)
+                epochs[k] = controller.epoch
+                sites[k].epoch = dict(epochs)
                 crashed_now.discard(k)
-                ingress.on_avail(k)
+                ingress.on_avail(k, controller.epoch)
                 hellos[k] = set()
                 for s in a.view.members:
                     if s != k:
-                        net.send(DRIVER, s, ("avail", k))
+                        net.send(DRIVER, s, ("avail", k, controller.epoch))
                 maybe_ready(k)
             elif isinstance(a, CatchUp):
-                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r))
+                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r, a.epoch))
             elif isinstance(a, Recovered):
                 recovered.append(a.slot)
+                if len(recovered) == 1:
+                    for site_, delay in failures.after_recovery:
+                        crash_at.setdefault(step + delay, []).append(site_)
             elif isinstance(a, Abort):
                 raise Violation(f"seed {seed}: controller gave up: {a.reason}")
             elif isinstance(a, Standby):
@@ -205,7 +213,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
         if item is None:
             if pending_detect or (can_admit and next_batch < len(batches)):
                 continue  # a detection or an admission is still to come
-            if any(at > step for at in standby_at):
+            if any(at > step for at in standby_at) or any(at > step for at in crash_at):
                 continue  # a standby still registers: recovery runs after the input ends too
             break  # quiet: finished, or stuck (then the egress has not ended: a violation)
         src, dst, msg = item
@@ -213,6 +221,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
             continue
         try:
             if dst == DRIVER:
+                if src in controller.dead:
+                    continue  # like the runtime's host: a failed site's late traffic is dropped
                 if isinstance(msg, Data):
                     d, acks = egress.on_data(msg)
                     emit(DRIVER, acks)
@@ -221,8 +231,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 elif isinstance(msg, Ack):
                     ingress.on_ack(msg)
                 elif isinstance(msg, Retain):
-                    ingress.buffer.on_retain(msg.q, msg.c)
-                    net.send(DRIVER, src, Retaining(msg.stage, msg.q, msg.c))
+                    ingress.on_retain(msg.q, msg.c, msg.epoch)
+                    net.send(DRIVER, src, Retaining(msg.stage, msg.q, msg.c, msg.epoch))
                 elif isinstance(msg, Rejoin):
                     emit(DRIVER, ingress.buffer.on_rejoin(msg))
                 elif isinstance(msg, PSync):
@@ -237,7 +247,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
             elif isinstance(msg, tuple) and msg[0] == "fail":
                 emit(dst, sites[dst].on_fail(set(msg[1])))
             elif isinstance(msg, tuple) and msg[0] == "avail":
-                sites[dst].on_avail(msg[1])
+                sites[dst].on_avail(msg[1], msg[2])
                 net.send(dst, msg[1], ("hello", dst))
             elif isinstance(msg, tuple) and msg[0] == "hello":
                 hellos[dst].add(msg[1])
