@@ -76,3 +76,37 @@ def test_a_hung_site_is_found_by_heartbeat_and_excluded(netmon: Any, spark: Any,
     assert [f["site"] for f in m["failures"]] == [2]
     assert "heartbeat" in m["failures"][0]["reason"]
     assert (m["output_digest"], m["output_tuples"]) == expected
+
+
+# -- catch-up: the restarted task comes back as a standby and is folded in --------------------
+def test_a_crashed_site_is_caught_up_and_folded_in(netmon: Any, spark: Any,
+                                                   expected: tuple[str, int]) -> None:
+    m = run_flux(netmon, spark, kill=["1@0.8"])
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    rec = m["recoveries"]
+    # site 1 holds 8 of the 16 partitions of each of the 2 stages: every one comes back
+    assert len(rec) == 16 and {r["site"] for r in rec} == {1}
+    assert {(r["stage"], r["partition"]) for r in rec} == {
+        (s, q) for s in (0, 1) for q in range(16) if q % 4 in (0, 1)}
+    assert [r["stage"] for r in rec] == sorted(r["stage"] for r in rec)  # bottom-up
+    assert all(r["state_bytes"] > 0 and r["duration_s"] < 5 for r in rec)
+
+
+def test_the_neighbour_of_a_recovered_site_can_fail_next(netmon: Any, spark: Any,
+                                                         expected: tuple[str, int]) -> None:
+    """Site 2 holds the survivors of site 1's partitions: once site 1 is caught up, losing
+    site 2 must leave the recovered replicas to carry on alone."""
+    m = run_flux(netmon, spark, kill=["1@0.5", "2@2.0"])
+    assert m["kills"] == 2 and m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    assert sorted({r["site"] for r in m["recoveries"]}) == [1, 2]
+
+
+def test_a_spare_site_takes_over_at_once(netmon: Any, spark: Any,
+                                         expected: tuple[str, int]) -> None:
+    m = run_flux(netmon, spark, kill=["3@0.8"], spare_sites=1)
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    rec = m["recoveries"]
+    assert len(rec) == 16
+    # a spare was registered before the failure, so recovery starts without Spark's retry
+    assert min(r["started_at_s"] for r in rec) - 0.8 < 0.7
