@@ -155,6 +155,7 @@ class CuDone:
     q: int
     r: int
     nbytes: int
+    move_s: float = 0.0  # how long the StateMover took to send the state
 
 
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync

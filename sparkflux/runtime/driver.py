@@ -451,7 +451,7 @@ class Host:
         self.catch_ups.append({
             "stage": msg.stage, "partition": msg.q, "replica": msg.r,
             "site": self.controller.recovering, "state_bytes": msg.nbytes,
-            "start": start, "end": now,
+            "move_s": msg.move_s, "start": start, "end": now,
         })
         self._carry_out(self.controller.handle(CatchUpDone(
             stage=msg.stage, q=msg.q, r=msg.r, nbytes=msg.nbytes, now=time.monotonic())))
@@ -513,6 +513,7 @@ class Host:
         return {
             "stage": c["stage"], "partition": c["partition"], "replica": c["replica"],
             "site": c["site"], "state_bytes": c["state_bytes"],
+            "state_move_s": round(c["move_s"], 5),
             "started_at_s": round(c["start"] - (m.start or c["start"]), 3),
             "duration_s": round(c["end"] - c["start"], 4),
             "output_gap_s": round(float(np.diff(edges).max()), 4),

@@ -66,7 +66,14 @@ def encode(msg: Message) -> list[Any]:
         arrays = [np.ascontiguousarray(a, dtype=t).tobytes() for a, t in
                   zip((msg.p, msg.r, msg.q, msg.c, msg.floor), _REVERSE_TYPES, strict=True)]
         return _frame(REVERSE, [REVERSE_HEADER.pack(msg.stage, int(msg.p.size)), *arrays])
-    return _frame(PROTO, [pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)])
+    # Pickle 5 with out-of-band buffers: a moved partition's Arrow buffers go to the socket
+    # as they are, never copied into the pickle (layout: u32 n | u64 sizes[n] | pickle | bufs).
+    buffers: list[pickle.PickleBuffer] = []
+    body = pickle.dumps(msg, protocol=5, buffer_callback=buffers.append)
+    views = [b.raw() for b in buffers]
+    sizes = np.array([len(body), *(v.nbytes for v in views)], dtype="<u8")
+    head = struct.pack("<I", len(views)) + sizes.tobytes()
+    return _frame(PROTO, [head, body, *views])
 
 
 def encode_control(message: dict[str, Any]) -> list[bytes]:
@@ -99,6 +106,17 @@ def decode(kind: int, body: bytes, schema_of: dict[int, pa.Schema]) -> Message |
         stage, n = REVERSE_HEADER.unpack_from(view, 0)
         (p, r, q, c, floor), _ = _arrays(view, REVERSE_HEADER.size, n, _REVERSE_TYPES)
         return Reverse(stage, p, r, q, c, floor)
-    if kind in (CONTROL, PROTO):
+    if kind == PROTO:
+        (n,) = struct.unpack_from("<I", view, 0)
+        sizes = np.frombuffer(view, dtype="<u8", count=n + 1, offset=4)
+        off = 4 + 8 * (n + 1)
+        body = view[off : off + int(sizes[0])]
+        off += int(sizes[0])
+        bufs = []
+        for size in sizes[1:]:
+            bufs.append(view[off : off + int(size)])
+            off += int(size)
+        return pickle.loads(body, buffers=bufs)
+    if kind == CONTROL:
         return pickle.loads(view)
     raise ValueError(f"unknown frame kind {kind}")

@@ -26,7 +26,7 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol.messages import CuDone, Outgoing, State
 from sparkflux.protocol.site import SiteCore, wire_schema
-from sparkflux.runtime.frames import CONTROL, decode
+from sparkflux.runtime.frames import CONTROL, decode, encode
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect
 
 log = logging.getLogger(__name__)
@@ -70,9 +70,12 @@ class Site:
         self.excluded: str | None = None
         self.role = "member"
         self.state_bytes: dict[tuple[int, int], int] = {}
+        self.state_move_s: dict[tuple[int, int], float] = {}
         self._hellos: set[int] = set()
         self._ready_sent = False
         self._members: set[int] = set()
+        self.addresses: dict[int, tuple[str, int]] = {}  # site slot -> (host, data port)
+        self.state_conns: dict[tuple[str, int], Connection] = {}
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -107,6 +110,7 @@ class Site:
 
     async def _install_view(self, members: dict[int, dict]) -> None:
         self.core = SiteCore(self.id, self.plan, self.layout)
+        self.addresses = {j: (m["host"], m["port"]) for j, m in members.items()}
         for j, m in sorted(members.items()):
             if j > self.id:
                 conn = await connect(m["host"], m["port"], f"site {j}")
@@ -126,10 +130,17 @@ class Site:
         except ConnectionLost:
             return
         hello = decode(kind, body, self.schema_of) if kind == CONTROL else None
-        if not isinstance(hello, dict) or hello.get("type") != "hello":
+        if not isinstance(hello, dict) or hello.get("type") not in ("hello", "state-hello"):
             conn.close()
             return
         j = int(hello["site"])
+        if hello["type"] == "state-hello":  # the StateMover's connection: state only
+            conn.peer = f"state mover of site {j}"
+            try:
+                await self._pump(conn, j)
+            except asyncio.CancelledError:
+                conn.close()
+            return
         conn.peer = f"site {j}"
         old = self.peers.get(j)
         if old is not None and old is not conn:
@@ -185,15 +196,41 @@ class Site:
             if conn is None or o.site in self.core.dead_sites:
                 continue
             msg = o.message
-            if isinstance(msg, CuDone):  # report what the StateMover moved for it
-                msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop((msg.stage, msg.q), 0))
+            if isinstance(msg, CuDone):  # report what the StateMover moved for it, how fast
+                key = (msg.stage, msg.q)
+                msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop(key, 0),
+                             self.state_move_s.pop(key, 0.0))
+            if isinstance(msg, State):  # moved outside the data path (the StateMover)
+                pieces = encode(msg)
+                self.state_bytes[(msg.stage, msg.q)] = sum(
+                    p.nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
+                asyncio.get_running_loop().create_task(
+                    self._move_state(o.site, pieces, (msg.stage, msg.q)))
+                continue
             try:
-                before = conn.bytes_sent
                 conn.send(msg)
-                if isinstance(msg, State):
-                    self.state_bytes[(msg.stage, msg.q)] = conn.bytes_sent - before
             except ConnectionLost:
                 pass  # the peer is failing; the controller's view change will follow
+
+    async def _move_state(self, site: int, pieces: list, key: tuple[int, int]) -> None:
+        """The StateMover: a partition's state goes over its own connection to the new
+        replica's site, so it never queues ahead of data frames (thesis Fig. 3.9)."""
+        addr = self.addresses.get(site)
+        if addr is None:
+            log.warning("site %d: no address for site %d; state not moved", self.id, site)
+            return
+        try:
+            conn = self.state_conns.get(addr)
+            if conn is None or conn.closed:
+                conn = await connect(addr[0], addr[1], f"state mover to site {site}")
+                conn.send_control({"type": "state-hello", "site": self.id})
+                self.state_conns[addr] = conn
+            t = time.perf_counter()
+            conn._write(pieces)
+            await conn.drain()
+            self.state_move_s[key] = time.perf_counter() - t
+        except ConnectionLost as e:
+            log.info("site %d: state move to site %d failed: %s", self.id, site, e)
 
     # -- standby and adoption ----------------------------------------------------------------
     def _maybe_ready(self) -> None:
@@ -212,6 +249,7 @@ class Site:
         assert self.core is not None
         slot = int(msg["slot"])
         self.core.on_avail(slot, int(msg.get("epoch", 0)))
+        self.addresses[slot] = (msg["host"], int(msg["port"]))
         old = self.peers.pop(slot, None)
         if old is not None:
             old.close()
