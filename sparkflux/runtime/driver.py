@@ -137,6 +137,7 @@ class Host:
         self.catch_ups: list[dict[str, Any]] = []
         self.recovered: list[dict[str, Any]] = []
         self.epochs: dict[int, int] = {}
+        self.adoptions: list[dict[str, Any]] = []
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -296,6 +297,9 @@ class Host:
         if conn is None:
             return
         self.standbys.remove(conn)
+        self.adoptions.append({"slot": slot, "registered_as": self.identity[conn][0],
+                               "attempt": address.attempt, "pid": address.pid,
+                               "time": time.time()})
         self.identity[conn] = (slot, address.attempt, address.pid)
         self.conns[slot] = conn
         self.dead.discard(slot)
@@ -502,6 +506,7 @@ class Host:
             "kills": len(self.kills),
             "failures": [self._failure_report(f) for f in self.failures],
             "recoveries": [self._recovery_report(c) for c in self.catch_ups],
+            "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in self.adoptions],
         }
 
     def _recovery_report(self, c: dict[str, Any]) -> dict[str, Any]:
