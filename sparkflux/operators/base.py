@@ -58,6 +58,8 @@ class Operator(ABC):
 
     #: True when the operator keeps state between batches (needs an exchange before it).
     stateful: bool = False
+    #: True when ``advance`` may claim less progress than its input (it holds windows open).
+    holds_progress: bool = False
 
     def __init__(self) -> None:
         self._output_schema: pa.Schema | None = None

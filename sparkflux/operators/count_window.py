@@ -15,10 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import empty
-from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
+from sparkflux.operators.base import Operator, PlanError, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,
+    TableState,
     assemble,
     check_output_names,
     groups_of,
@@ -68,7 +69,7 @@ def value_array(op: str, batch: pa.RecordBatch, value: str, dtype: np.dtype) -> 
     return col.cast(pa.from_numpy_dtype(dtype)).to_numpy(zero_copy_only=False)
 
 
-class CountWindowAggregate(Operator):
+class CountWindowAggregate(TableState, Operator):
     """Aggregate the last ``history`` values of ``value`` per group of ``by``, by count.
 
     Output per emitting tuple: the ``by`` columns, then each of ``aggs`` (``out_name ->
@@ -199,19 +200,6 @@ class CountWindowAggregate(Operator):
         heads = order[starts[new]]
         self._table.insert(part[heads], code[heads], None, {"n": n[new], "last": last[new]},
                            None if keys is None else keys.filter(pa.array(new)))
-
-    # -- state movement ---------------------------------------------------------------------
-    def get_partition_state(self, part: int) -> Any:
-        return self._table.export(part)
-
-    def install_partition_state(self, part: int, state: Any) -> None:
-        self._table.load(part, state)
-
-    def drop_partition(self, part: int) -> None:
-        self._table.drop(part)
-
-    def partition_info(self) -> list[PartitionInfo]:
-        return self._table.info()
 
 
 def _extremes(dtype: np.dtype) -> tuple[Any, Any]:

@@ -30,6 +30,7 @@ from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyCollision,
+    TableState,
     assemble,
     check_output_names,
     check_time_type,
@@ -128,7 +129,7 @@ class _Store:
         return out
 
 
-class WindowJoin(Operator):
+class WindowJoin(TableState, Operator):
     """Join the left and right tuples of one stream on ``on`` within ``window`` time units.
 
     Output per match: the ``on`` columns, then ``left`` (from the left tuple), then ``right``
@@ -308,15 +309,5 @@ class WindowJoin(Operator):
             self._store.keep(self._store.a["time"] >= progress.wm - self.window)
         return empty(self.output_schema), progress
 
-    # -- state movement ---------------------------------------------------------------------
-    def get_partition_state(self, part: int) -> Any:
-        return self._store.export(part)
-
-    def install_partition_state(self, part: int, state: Any) -> None:
-        self._store.load(part, state)
-
-    def drop_partition(self, part: int) -> None:
-        self._store.drop(part)
-
-    def partition_info(self) -> list[PartitionInfo]:
-        return self._store.info()
+    def _state(self) -> Any:
+        return self._store

@@ -424,3 +424,25 @@ def rebind(current: KeyTable, fresh: KeyTable) -> KeyTable:
     if (current.key_schema is None) != (fresh.key_schema is None):
         raise RuntimeError("an operator holding state was bound to a different input schema")
     return current
+
+
+class TableState:
+    """State movement for an operator whose state is one per-partition table (``_state``):
+    ``get_partition_state`` / ``install_partition_state`` / ``drop_partition`` /
+    ``partition_info`` (thesis ch. 4's partition API) delegate to its export/load/drop/info.
+    Put it before ``Operator`` in the bases."""
+
+    def _state(self) -> Any:
+        return self._table  # type: ignore[attr-defined]
+
+    def get_partition_state(self, part: int) -> Any:
+        return self._state().export(part)
+
+    def install_partition_state(self, part: int, state: Any) -> None:
+        self._state().load(part, state)
+
+    def drop_partition(self, part: int) -> None:
+        self._state().drop(part)
+
+    def partition_info(self) -> list[PartitionInfo]:
+        return self._state().info()

@@ -15,10 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkflux.model.batch import empty
-from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
+from sparkflux.operators.base import Operator, PlanError, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,
+    TableState,
     assemble,
     check_output_names,
     check_time_type,
@@ -32,7 +33,7 @@ from sparkflux.operators.keyed import (
 _STATE = {"start": (np.int64, ())}  # the start time of every open session
 
 
-class SessionReconstruction(Operator):
+class SessionReconstruction(TableState, Operator):
     """Emit ``carry`` columns of each END row and ``dur = END.time - START.time`` (int64).
 
     ``key`` are the grouping columns, ``kind`` the column telling START (value ``start``) from
@@ -144,16 +145,3 @@ class SessionReconstruction(Operator):
         rows = order[last[new]]
         keys = None if self._table.keys is None else self.coder.keys(sub).take(pa.array(rows))
         self._table.insert(part[rows], code[rows], None, {"start": s_time[last[new]]}, keys)
-
-    # -- state movement ---------------------------------------------------------------------
-    def get_partition_state(self, part: int) -> Any:
-        return self._table.export(part)
-
-    def install_partition_state(self, part: int, state: Any) -> None:
-        self._table.load(part, state)
-
-    def drop_partition(self, part: int) -> None:
-        self._table.drop(part)
-
-    def partition_info(self) -> list[PartitionInfo]:
-        return self._table.info()

@@ -21,7 +21,6 @@ window again, and it is emitted once more at the next ``advance``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,11 +28,12 @@ import pyarrow as pa
 from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
 from sparkflux.model.progress import Progress
 from sparkflux.model.schema import T0
-from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
+from sparkflux.operators.base import Operator, PlanError, require_columns
 from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,
+    TableState,
     check_output_names,
     check_time_type,
     groups_of,
@@ -46,7 +46,7 @@ from sparkflux.operators.keyed import (
 _NEVER = np.iinfo(np.int64).max
 
 
-class TimeWindowAggregate(Operator):
+class TimeWindowAggregate(TableState, Operator):
     """Aggregate ``value`` per group of ``by`` over event-time windows of ``time``.
 
     Output per closed window: the ``by`` columns, ``window_start``, ``window_end`` (int64, in
@@ -69,6 +69,9 @@ class TimeWindowAggregate(Operator):
     """
 
     stateful = True
+    # Closed windows are emitted at advance(): output progress may lag input progress, so the
+    # site core claims, per partition, no more than advance() returned (SiteCore._process).
+    holds_progress = True
 
     def __init__(
         self,
@@ -202,16 +205,3 @@ class TimeWindowAggregate(Operator):
         arrays = [a if a.type == f.type else a.cast(f.type)
                   for a, f in zip(arrays, schema, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    # -- state movement ---------------------------------------------------------------------
-    def get_partition_state(self, part: int) -> Any:
-        return self._table.export(part)
-
-    def install_partition_state(self, part: int, state: Any) -> None:
-        self._table.load(part, state)
-
-    def drop_partition(self, part: int) -> None:
-        self._table.drop(part)
-
-    def partition_info(self) -> list[PartitionInfo]:
-        return self._table.info()
