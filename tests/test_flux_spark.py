@@ -101,7 +101,10 @@ def test_the_neighbour_of_a_recovered_site_can_fail_next(netmon: Any, spark: Any
     m = run_flux(netmon, spark, rate=60_000.0, kill=["1@0.5", "2@3.5"])
     assert m["kills"] == 2 and m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected
-    assert sorted({r["site"] for r in m["recoveries"]}) == [1, 2]
+    # site 1 was caught up before its neighbour failed (site 2's own recovery may or may not
+    # finish before the input ends; that is not what this test is about)
+    assert 1 in {r["site"] for r in m["recoveries"]}
+    assert m["failures"][1]["site"] == 2
 
 
 def test_a_spare_site_takes_over_at_once(netmon: Any, spark: Any,
