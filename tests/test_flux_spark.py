@@ -82,7 +82,8 @@ def test_a_hung_site_is_found_by_heartbeat_and_excluded(netmon: Any, spark: Any,
 # -- catch-up: the restarted task comes back as a standby and is folded in --------------------
 def test_a_crashed_site_is_caught_up_and_folded_in(netmon: Any, spark: Any,
                                                    expected: tuple[str, int]) -> None:
-    m = run_flux(netmon, spark, kill=["1@0.8"])
+    # input at 60K/s (5 s): the restarted site has time to be caught up before it ends
+    m = run_flux(netmon, spark, rate=60_000.0, kill=["1@0.8"])
     assert (m["output_digest"], m["output_tuples"]) == expected
     rec = m["recoveries"]
     # site 1 holds 8 of the 16 partitions of each of the 2 stages: every one comes back
