@@ -66,14 +66,23 @@ class NetmonOptions:
     cpu_work: bool = False
     batch: int = 8192
     bad_every: int = 0
+    skew: bool = False
 
 
-def generate(start: int, count: int, seed: int = 7) -> pa.RecordBatch:
-    """Events ``start .. start+count-1`` of the workload, as one Arrow batch."""
+def generate(start: int, count: int, seed: int = 7, skew: bool = False) -> pa.RecordBatch:
+    """Events ``start .. start+count-1`` of the workload, as one Arrow batch.
+
+    With ``skew`` the sessions' (src, dst) pairs follow an 80/20 distribution: 80% of the
+    sessions fall on 20% of the pairs (so on a fifth of the mini-partitions' keys)."""
     n = np.arange(start, start + count, dtype=np.int64)
     end = (n & 1).astype(bool)
     session = np.where(end, (n - 1) // 2 - LAG, n // 2)
-    pair = counter_random(seed, 1, session) % np.uint64(SOURCES * DESTS)
+    pairs = SOURCES * DESTS
+    pair = counter_random(seed, 1, session) % np.uint64(pairs)
+    if skew:
+        hot = counter_random(seed, 8, session) % np.uint64(10) < np.uint64(8)
+        hot_pairs = np.uint64(pairs // 5)
+        pair = np.where(hot, pair % hot_pairs, hot_pairs + pair % np.uint64(pairs - pairs // 5))
     src = (pair // np.uint64(DESTS)).astype(np.int32)
     dst = (pair % np.uint64(DESTS)).astype(np.int32)
     dport = (counter_random(seed, 2, session) % np.uint64(PORTS)).astype(np.int32)
@@ -134,7 +143,7 @@ class NetmonSource(Source):
     def batches(self) -> Iterator[pa.RecordBatch | list[dict]]:
         o = self.options
         for start in range(0, o.events, o.batch):
-            batch = generate(start, min(o.batch, o.events - start), o.seed)
+            batch = generate(start, min(o.batch, o.events - start), o.seed, o.skew)
             if o.bad_every and batch.num_rows:
                 yield from _with_bad_records(batch, o.bad_every, start)
             else:
@@ -165,6 +174,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bad-every", type=int, default=0, help="inject a malformed record every N events"
     )
+    parser.add_argument("--skew", action="store_true",
+                        help="80/20 keys: 80%% of sessions on 20%% of the (src, dst) pairs")
 
 
 def options(args: argparse.Namespace) -> NetmonOptions:
@@ -173,6 +184,7 @@ def options(args: argparse.Namespace) -> NetmonOptions:
         seed=args.seed,
         cpu_work=args.cpu_work,
         bad_every=args.bad_every,
+        skew=getattr(args, "skew", False),
     )
 
 

@@ -91,6 +91,11 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--spare-sites", type=int, default=0,
                    help="standby sites launched up front (with --ha flux they replace failed "
                         "sites at once; Spark's retry of a crashed site is a standby too)")
+    p.add_argument("--site-cpu", type=float, default=None, metavar="FRACTION",
+                   help="emulate site capacity: each site's event loop is busy at most this "
+                        "fraction of wall time (all sites share this machine's cores)")
+    p.add_argument("--slow", action="append", default=[], metavar="SITE@SECONDS=FACTOR",
+                   help="from that moment the site gets FACTOR times its capacity")
     p.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
                    help="SIGKILL a site's process this many seconds after the input starts")
     p.add_argument("--plot", default=None, metavar="PNG",
@@ -146,7 +151,9 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
                     ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
                     window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
                     heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0),
-                    spares=getattr(args, "spare_sites", 0))
+                    spares=getattr(args, "spare_sites", 0),
+                    site_cpu=_site_cpu(getattr(args, "site_cpu", None)),
+                    slows=parse_slows(getattr(args, "slow", []), args.sites))
     console.print(plan.describe())
     return run(plan, cfg, sink, dead, spark=spark,
                display=_display if show_progress else None)
@@ -164,6 +171,30 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
         if not 0 <= site < sites or at < 0:
             raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
         out.append((site, at))
+    return tuple(out)
+
+
+def _site_cpu(value: float | None) -> float | None:
+    if value is not None and not 0.0 < value <= 1.0:
+        raise PlanError(f"--site-cpu {value}: give a fraction of wall time in (0, 1], e.g. 0.4")
+    return value
+
+
+def parse_slows(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
+    """``SITE@SECONDS=FACTOR`` options, checked."""
+    out = []
+    for spec in specs:
+        try:
+            where, factor_s = spec.split("=")
+            site_s, at_s = where.split("@")
+            site, at, factor = int(site_s), float(at_s), float(factor_s)
+        except ValueError:
+            raise PlanError(f"--slow {spec!r}: write SITE@SECONDS=FACTOR, e.g. --slow 2@2=0.5"
+                            ) from None
+        if not 0 <= site < sites or at < 0 or factor <= 0:
+            raise PlanError(f"--slow {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+                            f"factor > 0")
+        out.append((site, at, factor))
     return tuple(out)
 
 

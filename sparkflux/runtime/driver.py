@@ -94,6 +94,8 @@ class RunConfig:
     hangs: tuple[tuple[int, float, float], ...] = ()  # (site, at, for): SIGSTOP then SIGCONT
     flush_ms: float = 20.0
     spares: int = 0  # standby sites launched up front (--spare-sites)
+    site_cpu: float | None = None  # --site-cpu: each site's busy-time cap
+    slows: tuple[tuple[int, float, float], ...] = ()  # --slow (site, at, factor)
     local: bool = True
 
 
@@ -138,6 +140,8 @@ class Host:
         self.recovered: list[dict[str, Any]] = []
         self.epochs: dict[int, int] = {}
         self.adoptions: list[dict[str, Any]] = []
+        self.slowed: list[dict[str, Any]] = []
+        self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -238,6 +242,9 @@ class Host:
                 t = msg.get("type")
                 now = time.monotonic()
                 if t == "hb":
+                    self.utilisation.setdefault(slot, []).append((
+                        time.time(), float(msg.get("busy_s", 0.0)),
+                        float(msg.get("slept_s", 0.0))))
                     self._carry_out(self.controller.handle(
                         Heartbeat(site=slot, attempt=attempt, now=now)))
                 elif t == "ready":
@@ -408,6 +415,8 @@ class Host:
         self.stats.started_at = start
         for site, after in self.cfg.kills:
             asyncio.get_running_loop().call_later(after, self._kill, site, after)
+        for site, after, factor in self.cfg.slows:
+            asyncio.get_running_loop().call_later(after, self._slow, site, factor)
         for site, after, duration in self.cfg.hangs:
             asyncio.get_running_loop().call_later(after, self._hang, site, duration)
         source = _SourceFeed(self.plan)
@@ -476,6 +485,13 @@ class Host:
         else:
             self.conns[site].send_control({"type": "kill"})
 
+    def _slow(self, site: int, factor: float) -> None:
+        """``--slow``: from now on the site gets ``factor`` times its capacity."""
+        conn = self.conns.get(site)
+        if conn is not None:
+            self.slowed.append({"site": site, "factor": factor, "time": time.time()})
+            conn.send_control({"type": "slow", "factor": factor})
+
     def _hang(self, site: int, duration: float) -> None:
         """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only
         by the heartbeat timeout. When it wakes it finds itself excluded and stops."""
@@ -507,7 +523,24 @@ class Host:
             "failures": [self._failure_report(f) for f in self.failures],
             "recoveries": [self._recovery_report(c) for c in self.catch_ups],
             "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in self.adoptions],
+            "utilisation": self._utilisation(),
         }
+
+    def _utilisation(self) -> dict[str, float]:
+        """Per site, the fraction of the run its event loop was busy (thesis U_j = 1 - I_j/d).
+
+        Computed from the heartbeats' cumulative busy time; a site that was replaced counts
+        its last process only."""
+        out = {}
+        lo, hi = self.metrics.start or 0.0, self.metrics.end or time.time()
+        for site, all_samples in sorted(self.utilisation.items()):
+            samples = [x for x in all_samples if lo <= x[0] <= hi]  # while data flowed
+            if len(samples) < 2:
+                continue
+            (t0, b0, _), (t1, b1, _) = samples[0], samples[-1]
+            if t1 > t0 and b1 >= b0:
+                out[str(site)] = round((b1 - b0) / (t1 - t0), 3)
+        return out
 
     def _recovery_report(self, c: dict[str, Any]) -> dict[str, Any]:
         """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""
@@ -688,7 +721,7 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
         "spark.driver.host", "127.0.0.1")
     job = launch_sites(spark, plan, (advertise, host.port), bind,
                        bind if is_local(master) else "", plan.sites + cfg.spares,
-                       host.replicas)
+                       host.replicas, cfg.site_cpu)
     deadline = time.monotonic() + cfg.start_timeout
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()

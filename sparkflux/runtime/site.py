@@ -26,6 +26,7 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol.messages import CuDone, Outgoing, State
 from sparkflux.protocol.site import SiteCore, wire_schema
+from sparkflux.runtime.capacity import CpuCap
 from sparkflux.runtime.frames import CONTROL, decode, encode
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect
 
@@ -42,6 +43,7 @@ class SiteConfig:
     advertise_host: str
     replicas: int = 1
     heartbeat_interval: float = 0.25
+    cpu_cap: float | None = None  # --site-cpu: busy at most this fraction of wall time
 
 
 def schemas_of(plan: PhysicalPlan) -> dict:
@@ -66,6 +68,8 @@ class Site:
         self._peers_ready = asyncio.Event()
         self._stop = asyncio.Event()
         self.busy_s = 0.0
+        self.cap = CpuCap(cfg.cpu_cap) if cfg.cpu_cap else None
+        self._throttle_until = 0.0
         self.error: str | None = None
         self.excluded: str | None = None
         self.role = "member"
@@ -159,8 +163,11 @@ class Site:
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
             try:
-                self.driver.send_control({"type": "hb", "site": self.id, "pid": os.getpid(),
-                                          "attempt": self.cfg.attempt})
+                self.driver.send_control({
+                    "type": "hb", "site": self.id, "pid": os.getpid(),
+                    "attempt": self.cfg.attempt, "busy_s": self.busy_s,
+                    "slept_s": self.cap.slept if self.cap else 0.0,
+                })
             except ConnectionLost:
                 self._fail("lost the driver")
                 return
@@ -170,6 +177,10 @@ class Site:
         try:
             while True:
                 kind, body = await conn.recv()
+                if self._throttle_until > time.perf_counter():  # --site-cpu: over budget
+                    await asyncio.sleep(self._throttle_until - time.perf_counter())
+                    if self.cap is not None:
+                        self.cap.slept_for(time.perf_counter())
                 t = time.perf_counter()
                 msg = decode(kind, body, self.schema_of)
                 if kind == CONTROL:
@@ -177,7 +188,12 @@ class Site:
                     await self._on_control(msg)
                 elif self.core is not None:
                     self._send(self.core.on_message(peer, msg))  # type: ignore[arg-type]
-                self.busy_s += time.perf_counter() - t
+                now = time.perf_counter()
+                self.busy_s += now - t
+                if self.cap is not None:
+                    sleep = self.cap.spend(now, now - t)
+                    if sleep:
+                        self._throttle_until = max(self._throttle_until, now + sleep)
         except ConnectionLost as e:
             if not self._stop.is_set():
                 if peer == DRIVER:
@@ -292,6 +308,10 @@ class Site:
             self._maybe_ready()
         elif kind == "avail":
             await self._avail(msg)
+        elif kind == "slow":  # --slow SITE@SECONDS=FACTOR
+            if self.cap is None:
+                self.cap = CpuCap(1.0)
+            self.cap.scale(float(msg["factor"]))
         elif kind == "kill":
             # A real crash on request (clusters, where the driver cannot signal the process).
             os.kill(os.getpid(), signal.SIGKILL)

@@ -70,14 +70,15 @@ class SiteJob:
 
 
 def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bind_host: str,
-                 advertise_host: str, tasks: int, replicas: int = 1) -> SiteJob:
+                 advertise_host: str, tasks: int, replicas: int = 1,
+                 cpu_cap: float | None = None) -> SiteJob:
     """Start ``tasks`` site tasks in a background thread and return at once."""
     from pyspark import cloudpickle
 
     site_plan = _site_plan(plan)
     blob = cloudpickle.dumps(site_plan)
     host, port = controller
-    site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas)
+    site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas, cpu_cap)
 
     sc = spark.sparkContext
     job = SiteJob(thread=threading.Thread(target=lambda: None))

@@ -16,7 +16,8 @@ STANDBY_NICE = 10
 
 
 def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_host: str,
-                   replicas: int) -> Callable[[int, Any], Iterator[dict[str, Any]]]:
+                   replicas: int, cpu_cap: float | None = None
+                   ) -> Callable[[int, Any], Iterator[dict[str, Any]]]:
     def site_task(index: int, _rows: Any) -> Iterator[dict[str, Any]]:
         from pyspark import TaskContext
 
@@ -30,7 +31,7 @@ def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_
 
         cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
                          controller_port=port, bind_host=bind_host,
-                         advertise_host=advertise_host, replicas=replicas)
+                         advertise_host=advertise_host, replicas=replicas, cpu_cap=cpu_cap)
         yield run_site(cfg, cloudpickle.loads(blob))
 
     return site_task

@@ -1,0 +1,53 @@
+"""The emulated site capacity: busy time is held to the cap over time."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkflux.runtime.capacity import CpuCap
+
+
+def simulate(cap: CpuCap, work: float, seconds: float, step: float = 0.002) -> float:
+    """A loop that always has work (``step`` busy per item); returns the busy fraction."""
+    now = 0.0
+    busy = 0.0
+    while now < seconds:
+        now += step
+        busy += step
+        sleep = cap.spend(now, step)
+        if sleep:
+            now += sleep
+            cap.slept_for(now)
+    return busy / now
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.4, 0.8])
+def test_a_saturated_site_is_held_to_its_cap(fraction: float) -> None:
+    assert simulate(CpuCap(fraction), 1.0, 20.0) == pytest.approx(fraction, rel=0.03)
+
+
+def test_slow_scales_the_cap_from_then_on() -> None:
+    cap = CpuCap(0.4)
+    first = simulate(cap, 1.0, 10.0)
+    cap.scale(0.5)
+    now0 = 10.0 + cap.slept  # continue from where the first part ended
+    busy = 0.0
+    now = now0
+    while now < now0 + 10.0:
+        now += 0.002
+        busy += 0.002
+        s = cap.spend(now, 0.002)
+        if s:
+            now += s
+            cap.slept_for(now)
+    assert first == pytest.approx(0.4, rel=0.03)
+    assert busy / (now - now0) == pytest.approx(0.2, rel=0.05)
+
+
+def test_an_idle_site_never_sleeps_and_bad_caps_are_refused() -> None:
+    cap = CpuCap(0.5)
+    assert cap.spend(1.0, 0.001) == 0.0 and cap.spend(2.0, 0.001) == 0.0
+    with pytest.raises(ValueError, match="--site-cpu"):
+        CpuCap(1.5)
+    with pytest.raises(ValueError, match="--slow"):
+        CpuCap(0.5).scale(0)
