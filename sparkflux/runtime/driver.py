@@ -737,9 +737,13 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     if host.failure:
         cancel_sites(spark)
         raise RunFailed(host.failure)
-    job.done.wait(30)
+    if not job.done.wait(5):
+        # A task Spark restarted near the end (a standby) cannot reach the finished driver;
+        # stop it rather than let it retry.
+        cancel_sites(spark)
+        job.done.wait(15)
     if job.error is not None and not job.summaries:
-        log.warning("site job ended with %s", job.error)
+        log.info("site job ended with %s", job.error)
     thread.join(10)
     from sparkflux.runtime.plot import timeline_events
 
