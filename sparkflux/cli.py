@@ -97,7 +97,8 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--slow", action="append", default=[], metavar="SITE@SECONDS=FACTOR",
                    help="from that moment the site gets FACTOR times its capacity")
     p.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
-                   help="SIGKILL a site's process this many seconds after the input starts")
+                   help="SIGKILL a site's process this many seconds after the input starts; "
+                        "SITE@recovered+SECONDS: that long after the first recovery completes")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw output rate and latency over time, kills marked (Fig. 3.16)")
     p.add_argument("--heartbeat-timeout", type=float, default=10.0,
@@ -160,14 +161,24 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
 
 
 def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
-    """``SITE@SECONDS`` options, checked (a bad one fails fast with what to change)."""
+    """``SITE@SECONDS`` options, checked (a bad one fails fast with what to change).
+
+    ``SITE@recovered+SECONDS`` kills the site that long after the first recovery completes;
+    it comes back with a negative time: -(1 + SECONDS)."""
     out = []
     for spec in specs:
         try:
             site_s, at_s = spec.split("@")
-            site, at = int(site_s), float(at_s)
+            site = int(site_s)
+            if at_s.startswith("recovered+"):
+                out.append((site, -1.0 - float(at_s.removeprefix("recovered+"))))
+                if not 0 <= site < sites:
+                    raise ValueError
+                continue
+            at = float(at_s)
         except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS, e.g. --kill 1@3") from None
+            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3) or "
+                            f"SITE@recovered+SECONDS") from None
         if not 0 <= site < sites or at < 0:
             raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
         out.append((site, at))

@@ -291,6 +291,8 @@ class Host:
                 case Recovered(slot=slot):
                     self.recovered.append({"site": slot, "time": time.time()})
                     self.stats.phase = "running"
+                    if len(self.recovered) == 1:
+                        self._kills_after_recovery()
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
@@ -414,7 +416,8 @@ class Host:
         self.metrics.start = start
         self.stats.started_at = start
         for site, after in self.cfg.kills:
-            asyncio.get_running_loop().call_later(after, self._kill, site, after)
+            if after >= 0:  # (negative: -(1 + delay) after the first recovery)
+                asyncio.get_running_loop().call_later(after, self._kill, site, after)
         for site, after, factor in self.cfg.slows:
             asyncio.get_running_loop().call_later(after, self._slow, site, factor)
         for site, after, duration in self.cfg.hangs:
@@ -484,6 +487,15 @@ class Host:
                 pass
         else:
             self.conns[site].send_control({"type": "kill"})
+
+    def _kills_after_recovery(self) -> None:
+        """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
+        loop = asyncio.get_running_loop()
+        start = self.metrics.start or time.time()
+        for site, spec in self.cfg.kills:
+            if spec < 0:
+                delay = -spec - 1.0
+                loop.call_later(delay, self._kill, site, time.time() + delay - start)
 
     def _slow(self, site: int, factor: float) -> None:
         """``--slow``: from now on the site gets ``factor`` times its capacity."""
