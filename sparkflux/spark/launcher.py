@@ -50,6 +50,8 @@ def spark_session(master: str, app_name: str = "sparkflux"):  # noqa: ANN201 (py
         .config("spark.speculation", "false")
         .config("spark.dynamicAllocation.enabled", "false")
         .config("spark.task.maxFailures", str(TASK_MAX_FAILURES))
+        # A retried site task must start at once (it becomes the standby): no locality wait.
+        .config("spark.locality.wait", "0s")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.faulthandler.enabled", "true")
