@@ -32,7 +32,9 @@ def netmon() -> Any:
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Every test that uses Spark runs on one xdist worker (one JVM, free cores for the rest)."""
+    """Every test that uses Spark is marked ``spark`` (the README's test command runs them in
+    a phase of their own) and, under xdist, shares one worker (one JVM)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.xdist_group("spark"))
