@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from sparkflux.dataflow.examples import load_example
 from sparkflux.model.digest import digest_of
+from sparkflux.spark.launcher import spark_session
 from sparkflux.spark.reference import (
     RESULT_SCHEMA,
     netmon_reference,
@@ -24,7 +25,6 @@ from sparkflux.spark.reference import (
     reference_table,
     valid_record,
 )
-from sparkflux.spark.session import get_spark
 
 EVENTS = 20_000
 SEED = 7
@@ -47,7 +47,7 @@ def spark() -> Iterator[SparkSession]:
     if running is not None:
         yield running
         return
-    session = get_spark("local[2]", app_name="test_reference")
+    session = spark_session("local[2]", app_name="test_reference")
     yield session
     session.stop()
 

@@ -48,7 +48,6 @@ ADJACENT_SEEDS = range(12)
 
 # Violation messages that mean "output was lost or never completed" / "output was duplicated".
 LOSS = ("differs from the failure-free", "never saw the end", "the ingress admitted")
-DUPLICATE = ("duplicate input", "differs from the failure-free")
 LEAK = ("buffers did not drain",)
 
 

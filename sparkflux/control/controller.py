@@ -69,7 +69,6 @@ class Controller:
         self.adopted: SiteAddress | None = None
         self.queue: list[tuple[int, int, int]] = []
         self.current: tuple[int, int, int] | None = None
-        self.current_since = 0.0
         self.recoveries: list[dict] = []
         self.epoch = 0
 
@@ -121,7 +120,7 @@ class Controller:
     def _ready_site(self, ev: SiteReady) -> list[Action]:
         if (self.recovering == ev.site and self.adopted is not None
                 and self.adopted.attempt == ev.attempt and self.current is None):
-            return self._next_catch_up(0.0)
+            return self._next_catch_up()
         if not self._is_member(ev.site, ev.attempt) or self.started:
             return []
         self._ready.add(ev.site)
@@ -210,7 +209,7 @@ class Controller:
                     len(self.queue))
         return [Adopt(slot=slot, address=adopted, view=self.view)]
 
-    def _next_catch_up(self, now: float) -> list[Action]:
+    def _next_catch_up(self) -> list[Action]:
         assert self.layout is not None and self.recovering is not None
         if not self.queue:
             slot = self.recovering
@@ -218,7 +217,6 @@ class Controller:
             self.recovering, self.adopted, self.current = None, None, None
             return [Recovered(slot=slot), *self._adopt_next()]
         self.current = self.queue.pop(0)
-        self.current_since = now
         s, q, r = self.current
         return [CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
                         epoch=self.epoch)]
@@ -229,7 +227,7 @@ class Controller:
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
                                 "site": self.recovering, "state_bytes": ev.nbytes,
                                 "done_at": ev.now})
-        return self._next_catch_up(ev.now)
+        return self._next_catch_up()
 
     def _tick(self, now: float) -> list[Action]:
         actions: list[Action] = []

@@ -237,10 +237,7 @@ class ConsumerSet:
                 self.ack_to[i, msg.p] = msg.r
                 entries.append((int(self.producer_site[msg.p, msg.r]), msg.p, msg.r, False,
                                 True, i))
-        out: list[Outgoing] = []
-        for i_rows in _group(entries):
-            out += self._rejoins_rows(i_rows)
-        return out
+        return self._rejoins_rows(entries) if entries else []
 
     def _rejoins(self, i: int, entries: list[tuple[int, int, int, bool, bool]]) -> list[Outgoing]:
         return self._rejoins_rows([(*e, i) for e in entries])
@@ -259,6 +256,3 @@ class ConsumerSet:
                 send=np.array([e[3] for e in es]), wait=np.array([e[4] for e in es]))))
         return out
 
-
-def _group(entries: list) -> list[list]:
-    return [entries] if entries else []

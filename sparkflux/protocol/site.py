@@ -161,7 +161,8 @@ class SiteCore:
         last = msg.stage == len(self.plan.stages) - 1
         sites = {DRIVER} if last else set(range(self.layout.sites)) - self.dead_sites
         out = [Outgoing(s, PSync(msg.stage + 1, msg.q, msg.r)) for s in sorted(sites)]
-        return out + [Outgoing(DRIVER, CuDone(msg.stage, msg.q, msg.r, cu.get("nbytes", 0)))]
+        # cu-done; the runtime's StateMover fills in the bytes it moved
+        return out + [Outgoing(DRIVER, CuDone(msg.stage, msg.q, msg.r, 0))]
 
     # -- catch-up: the new replica's side --------------------------------------------------------
     def _install(self, msg: State) -> list[Outgoing]:

@@ -47,7 +47,7 @@ class EgressMetrics:
         sel = [a for a, t in zip(self._latencies, self._lat_times, strict=True) if lo <= t <= hi]
         return float(np.percentile(np.concatenate(sel), 99)) if sel else 0.0
 
-    def max_gap(self, until: float | None = None) -> float:
+    def max_gap(self) -> float:
         """Longest time without output between the first and the last delivery."""
         t = np.asarray(self.times)
         if t.size < 2:
