@@ -277,8 +277,8 @@ def test_mutation_ack_after_processing(
     # Per instance, and weakly: an id() of a finished run's consumer can be reused.
     held: weakref.WeakKeyDictionary[ConsumerSet, list[Outgoing]] = weakref.WeakKeyDictionary()
 
-    def late_acks(self: ConsumerSet, msg: Data) -> list[Outgoing]:
-        acks = on_data(self, msg)
+    def late_acks(self: ConsumerSet, msg: Data, src: int | None = None) -> list[Outgoing]:
+        acks = on_data(self, msg, src)
         previous = held.get(self, [])
         held[self] = acks
         return previous

@@ -8,6 +8,15 @@ totally ordered sequence without the failed site and delivers ``fail`` to every 
 to the ingress and egress (take-over). A failed site is never readmitted into its old role
 (a site learns it was excluded and stops: fail-stop, no zombies); a site process registering
 after view 1 (Spark's retry of a crashed task) becomes a stateless standby.
+
+Unified Flux (thesis ch. 5, digest §7) on top: the controller is in *recovery mode* while any
+replica is missing (a failed site's, or a moved one not yet caught up) and in *load-balancing
+mode* otherwise. Recovery gives a failed slot to a standby (``--recovery standby``) or
+re-places its replicas on the surviving sites (``--recovery survivors``), one catch-up at a
+time. Load balancing runs rounds of a collection phase (``Collect``/``Stats``, tagged with the
+round number so stale replies are ignored) and a movement phase (``policy.plan_moves``); a
+move fails the copy on the donor and catches up a new one on the receiver. A failure stops
+load balancing at once.
 """
 
 from __future__ import annotations
@@ -15,40 +24,50 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
+
 from sparkflux.control.events import (
     Abort,
     Action,
     Adopt,
     CatchUp,
     CatchUpDone,
+    Collect,
     ConnectionClosed,
     Event,
     FailSites,
     Finished,
     Heartbeat,
     InstallView,
+    Move,
+    Moved,
     Recovered,
     Registered,
     SiteAddress,
     SiteReady,
     Standby,
     StartIngress,
+    Stats,
     StopSite,
     Tick,
     View,
 )
+from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.dataflow.placement import Layout
 
 log = logging.getLogger(__name__)
 
 
 class Controller:
-    """Membership and views for ``sites`` site slots."""
+    """Membership, views, recovery and load balancing for ``sites`` site slots."""
 
     def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False,
-                 layout: Layout | None = None, stages: int = 0) -> None:
+                 layout: Layout | None = None, stages: int = 0, recovery: str = "standby",
+                 balance: bool = False, policy: PolicyConfig | None = None) -> None:
         if sites < 1:
             raise ValueError("a controller needs at least one site")
+        if recovery not in ("standby", "survivors"):
+            raise ValueError(f"recovery must be 'standby' or 'survivors' (got {recovery!r})")
         self.sites = sites
         self.heartbeat_timeout = heartbeat_timeout
         self.view = View(number=0)
@@ -62,15 +81,32 @@ class Controller:
         self.ha = ha
         self.dead: set[int] = set()
         self.standbys: list[SiteAddress] = []  # idle standby processes
-        self.layout = layout
+        self.layout = layout.copy() if layout is not None else None  # the current placement
         self.stages = stages
+        self.recovery = recovery
         self.awaiting: list[int] = []  # failed slots waiting for a standby, oldest first
-        self.recovering: int | None = None
+        self.recovering: int | None = None  # the slot a standby is being caught up into
         self.adopted: SiteAddress | None = None
-        self.queue: list[tuple[int, int, int]] = []
+        self.queue: list[tuple[int, int, int]] = []  # catch-ups of the current task
         self.current: tuple[int, int, int] | None = None
         self.recoveries: list[dict] = []
         self.epoch = 0
+        # Replicas (stage, q, r) that are not complete: on a failed site, or being rebuilt.
+        self.incomplete: set[tuple[int, int, int]] = set()
+        self.pending_moves: list[tuple[int, int, int, str]] = []  # (q, r, dst, reason)
+        self.move: dict | None = None  # the move in progress
+        self.moves: list[dict] = []  # every move done (the run's metrics list them)
+        self.balance = balance and ha
+        self.policy = policy = policy or PolicyConfig()
+        self.round = 0
+        self.lb_state = "wait"  # wait -> baseline -> collect -> end -> (moving) -> wait
+        self.lb_at = 0.0
+        self.delta = policy.delta_start
+        self._base: dict[int, Stats] = {}
+        self._samples: dict[int, Stats] = {}
+        self._moving_since = 0.0
+        self.now = 0.0
+        self.rounds: list[dict] = []  # per round: utilisation and the moves it planned
 
     def handle(self, *events: Event) -> list[Action]:
         actions: list[Action] = []
@@ -91,11 +127,18 @@ class Controller:
                     self.finished = True
                 case CatchUpDone():
                     actions += self._catch_up_done(ev)
+                case Moved():
+                    actions += self._moved(ev)
+                case Stats():
+                    actions += self._stats(ev)
         return actions
 
     def _is_member(self, site: int, attempt: int) -> bool:
         m = self.view.members.get(site)
         return m is not None and m.attempt == attempt
+
+    def _live(self) -> list[int]:
+        return sorted(s for s in self.view.members if s not in self.dead)
 
     def _registered(self, ev: Registered) -> list[Action]:
         a = ev.address
@@ -103,8 +146,12 @@ class Controller:
         if a.site < 0 or (spare and not self.ha):
             return [StopSite(site=a.site, attempt=a.attempt, reason="no such site slot")]
         if (self.view.number > 0 or spare) and self.ha:
+            if self.recovery == "survivors":
+                return [StopSite(site=a.site, attempt=a.attempt, reason=(
+                    "--recovery survivors: failed replicas are recovered onto the surviving "
+                    "sites; no standby is needed"))]
             self.standbys.append(a)
-            return [Standby(site=a.site, attempt=a.attempt), *self._adopt_next()]
+            return [Standby(site=a.site, attempt=a.attempt), *self._next_task()]
         if self.view.number > 0 or a.site in self._pending:
             reason = ("the job no longer accepts sites (with --ha none a restarted site has no "
                       "role)" if self.view.number > 0 else "the slot already has a live site")
@@ -126,6 +173,7 @@ class Controller:
         self._ready.add(ev.site)
         if len(self._ready) == self.sites:
             self.started = True
+            self.lb_at = self.now + self.delta
             return [StartIngress()]
         return []
 
@@ -155,45 +203,62 @@ class Controller:
         log.warning("site %d failed; view %d has sites %s", site, self.view.number,
                     sorted(members))
         actions: list[Action] = [FailSites(view=self.view, dead=tuple(sorted(self.dead)))]
+        if self.layout is not None:
+            for q, r in self.layout.hosted(site).items():
+                self.incomplete |= {(s, q, r) for s in range(self.stages)}
         lost = self._lost_partition(site)
         if lost is not None:
             self.aborted = lost
             return actions + [Abort(reason=lost)]
+        self._stop_balancing()
         if self.recovering == site:  # the standby died mid-recovery: start over later
             self.recovering, self.adopted, self.current, self.queue = None, None, None, []
             self.awaiting.insert(0, site)
-        elif site not in self.awaiting:
+        elif self.move is not None and self.move["dst"] == site:
+            self.move, self.current, self.queue = None, None, []  # recovered with the slot
+        if self.recovery == "survivors":
+            self._plan_recovery(site)
+        elif site not in self.awaiting and self.recovering != site:
             self.awaiting.append(site)
-        return actions + self._adopt_next()
+        if self.move is not None:  # a site that died cannot confirm the move: don't wait
+            actions += self._move_ready()
+        return actions + self._next_task()
 
     def _lost_partition(self, site: int) -> str | None:
-        """A partition none of whose replicas is live and complete any more, if any.
-
-        A replica is complete when its site is live and, if that site is being recovered,
-        its catch-up has finished."""
+        """A partition none of whose replicas is live and complete any more, if any."""
         if self.layout is None:
             return None
-        done = {(d["stage"], d["partition"], d["replica"]) for d in self.recoveries
-                if d["site"] == self.recovering}
         for s in range(self.stages):
             for q in range(self.layout.partitions):
                 live = [r for r in range(self.layout.replicas)
                         if self.layout.site_of(q, r) not in self.dead
-                        and (self.layout.site_of(q, r) != self.recovering
-                             or (s, q, r) in done)]
+                        and (s, q, r) not in self.incomplete]
                 if not live:
                     return (f"site {site} failed while partition {q} of stage {s} had no other "
-                            f"complete replica (its copy was lost or still being caught up); "
-                            f"its state is lost")
+                            f"complete replica (its copy was lost, moving or still being caught "
+                            f"up); its state is lost")
         return None
 
-    # -- recovery (catch-up orchestration, digest §5.4) --------------------------------------------
+    # -- recovery and moves (catch-up orchestration, digest §5.4, §7) ------------------------------
+    def _next_task(self) -> list[Action]:
+        """Start the next piece of work if none is in progress: adopt a failed slot, then
+        recovery moves, then load-balancing moves."""
+        if (self.recovering is not None or self.move is not None or self.finished
+                or self.layout is None or self.aborted):
+            return []
+        if self.awaiting and self.standbys:
+            return self._adopt_next()
+        if self.pending_moves:
+            q, r, dst, reason = self.pending_moves.pop(0)
+            return self._start_move(q, r, dst, reason)
+        if self.lb_state == "moving":  # the movement phase ends with its last move
+            self.delta = max(self.now - self._moving_since, self.policy.delta_min)
+            self.lb_state, self.lb_at = "wait", self.now
+        return []
+
     def _adopt_next(self) -> list[Action]:
         """Give the oldest failed slot to an idle standby (``avail``)."""
-        if self.recovering is not None or not self.awaiting or not self.standbys:
-            return []
-        if self.layout is None or self.finished:
-            return []
+        assert self.layout is not None
         slot = self.awaiting.pop(0)
         proc = self.standbys.pop(0)
         adopted = SiteAddress(site=slot, attempt=proc.attempt, host=proc.host, port=proc.port,
@@ -201,7 +266,7 @@ class Controller:
         members = {**self.view.members, slot: adopted}
         self.view = View(number=self.view.number + 1, members=members)
         self.dead.discard(slot)
-        self.epoch = self.view.number  # names this incarnation in cu-start and retain
+        self.epoch += 1  # names this incarnation in cu-start and retain
         self.recovering, self.adopted = slot, adopted
         self.queue = [(s, q, r) for s in range(self.stages)
                       for q, r in sorted(self.layout.hosted(slot).items())]
@@ -209,27 +274,153 @@ class Controller:
                     len(self.queue))
         return [Adopt(slot=slot, address=adopted, view=self.view)]
 
+    def request_move(self, q: int, r: int, dst: int, reason: str = "balance") -> list[Action]:
+        """Queue a move of replica r of q to ``dst`` (an operator's request, or a test's)."""
+        self.pending_moves.append((q, r, dst, reason))
+        return self._next_task()
+
+    def _plan_recovery(self, site: int) -> None:
+        """``--recovery survivors``: re-place every replica of the failed site on the live
+        sites (two copies never on one site), as moves from the dead site."""
+        assert self.layout is not None
+        table = self.layout.table().copy()
+        live = self._live()
+        for q, r in sorted(self.layout.hosted(site).items()):
+            dst = recovery_site(q, r, table, live)
+            if dst is None:
+                continue
+            table[q, r] = dst
+            self.pending_moves.append((q, r, dst, "recovery"))
+        # A move towards the failed site that had not started yet goes elsewhere.
+        self.pending_moves = [m for m in self.pending_moves if m[2] != site]
+
+    def _start_move(self, q: int, r: int, dst: int, reason: str) -> list[Action]:
+        assert self.layout is not None
+        src = self.layout.site_of(q, r)
+        if dst in self.dead or self.layout.site_of(q, 1 - r) in (dst,) or src == dst:
+            return self._next_task()
+        self.epoch += 1
+        self.layout.move(q, r, dst)
+        self.incomplete |= {(s, q, r) for s in range(self.stages)}
+        self.move = {"q": q, "r": r, "src": src, "dst": dst, "epoch": self.epoch,
+                     "reason": reason, "start": self.now, "bytes": 0,
+                     "waiting": set(self._live())}
+        self.queue = [(s, q, r) for s in range(self.stages)]
+        return [Move(q=q, r=r, src=src, dst=dst, epoch=self.epoch, reason=reason)]
+
+    def _moved(self, ev: Moved) -> list[Action]:
+        m = self.move
+        if m is None or ev.epoch != m["epoch"] or self.current is not None:
+            return []
+        m["waiting"].discard(ev.site)
+        return self._move_ready()
+
+    def _move_ready(self) -> list[Action]:
+        """Every live site applied the move: catch up its stages bottom-up."""
+        m = self.move
+        if m is None or self.current is not None:
+            return []
+        m["waiting"] -= self.dead
+        if m["waiting"]:
+            return []
+        return self._next_catch_up()
+
     def _next_catch_up(self) -> list[Action]:
-        assert self.layout is not None and self.recovering is not None
+        assert self.layout is not None
         if not self.queue:
+            self.current = None
+            if self.move is not None:
+                m, self.move = self.move, None
+                m["end"] = self.now
+                self.moves.append({k: v for k, v in m.items() if k != "waiting"})
+                return self._next_task()
+            assert self.recovering is not None
             slot = self.recovering
             log.warning("site %d recovered: every replica caught up and folded in", slot)
-            self.recovering, self.adopted, self.current = None, None, None
-            return [Recovered(slot=slot), *self._adopt_next()]
+            self.recovering, self.adopted = None, None
+            return [Recovered(slot=slot), *self._next_task()]
         self.current = self.queue.pop(0)
         s, q, r = self.current
+        epoch = self.move["epoch"] if self.move is not None else self.epoch
         return [CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
-                        epoch=self.epoch)]
+                        epoch=epoch)]
 
     def _catch_up_done(self, ev: CatchUpDone) -> list[Action]:
         if self.current != (ev.stage, ev.q, ev.r):
             return []  # stale: from an abandoned attempt
+        self.now = max(self.now, ev.now)
+        self.incomplete.discard((ev.stage, ev.q, ev.r))
+        site = self.move["dst"] if self.move is not None else self.recovering
+        if self.move is not None:
+            self.move["bytes"] += ev.nbytes
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
-                                "site": self.recovering, "state_bytes": ev.nbytes,
-                                "done_at": ev.now})
+                                "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
+        self.current = None
         return self._next_catch_up()
 
+    # -- load balancing (thesis §4.4, ch. 5) -------------------------------------------------------
+    def _balancing(self) -> bool:
+        return (self.balance and self.started and not self.finished and not self.aborted
+                and not self.incomplete and not self.awaiting and self.move is None
+                and self.recovering is None and not self.pending_moves)
+
+    def _stop_balancing(self) -> None:
+        """A failure ends load balancing at once: stale statistics are ignored (round
+        numbers) and planned moves are dropped; it resumes once recovery is complete."""
+        self.pending_moves = [m for m in self.pending_moves if m[3] != "balance"]
+        if self.lb_state != "wait":
+            self.round += 1
+            self.lb_state = "wait"
+        self.lb_at = self.now + self.delta
+
+    def _collect(self, state: str) -> list[Action]:
+        self.round += 1
+        self.lb_state = state
+        self._samples = {}
+        return [Collect(round=self.round)]
+
+    def _stats(self, ev: Stats) -> list[Action]:
+        if ev.round != self.round or not self._is_member(ev.site, ev.attempt):
+            return []  # a reply from an earlier round (or an old process): stale
+        self.now = max(self.now, ev.now)
+        self._samples[ev.site] = ev
+        if set(self._samples) < set(self._live()):
+            return []
+        if self.lb_state == "baseline":
+            self._base = dict(self._samples)
+            self.lb_state, self.lb_at = "collect", self.now + self.delta
+            return []
+        if self.lb_state != "end":
+            return []
+        return self._movement_phase()
+
+    def _movement_phase(self) -> list[Action]:
+        assert self.layout is not None
+        util: dict[int, float] = {}
+        counts: dict[int, np.ndarray] = {}
+        for j, end in self._samples.items():
+            base = self._base.get(j)
+            if base is None or base.attempt != end.attempt:
+                continue
+            cap = end.capacity_s - base.capacity_s
+            if cap <= 0:
+                continue
+            util[j] = min(1.0, max(0.0, (end.busy_s - base.busy_s) / cap))
+            counts[j] = np.asarray(end.counts, dtype=np.int64) - np.asarray(base.counts)
+        planned = plan_moves(util, counts, self.layout.table(), self.policy)
+        self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
+                            "utilisation": {j: round(u, 3) for j, u in util.items()},
+                            "moves": [(m.q, m.donor, m.receiver) for m in planned]})
+        if not planned:
+            self.delta = max(self.delta / 2, self.policy.delta_min)
+            self.lb_state, self.lb_at = "wait", self.now
+            return []
+        self.pending_moves += [(m.q, m.r, m.receiver, "balance") for m in planned]
+        self.lb_state, self._moving_since = "moving", self.now
+        return self._next_task()
+
     def _tick(self, now: float) -> list[Action]:
+        self.now = max(self.now, now)
         actions: list[Action] = []
         members: Sequence[SiteAddress] = list(self.view.members.values())
         for m in members:
@@ -238,4 +429,9 @@ class Controller:
                 actions += self._lost(
                     m.site, m.attempt, f"no heartbeat for {now - seen:.1f}s (hung?)", now
                 )
+        if self._balancing():
+            if self.lb_state == "wait" and now >= self.lb_at:
+                actions += self._collect("baseline")
+            elif self.lb_state == "collect" and now >= self.lb_at:
+                actions += self._collect("end")
         return actions

@@ -148,7 +148,50 @@ class Abort:
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Moved:
+    """A site has applied move ``epoch`` (its take-over and table change are done)."""
+
+    site: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stats:
+    """A site's cumulative load counters, in reply to ``Collect(round)`` (thesis ch. 4's
+    statistics: busy time against capacity for U_j, tuples processed per mini-partition)."""
+
+    site: int
+    attempt: int
+    round: int
+    busy_s: float  # event-loop busy seconds so far
+    capacity_s: float  # seconds of capacity so far (wall time times the site's cap)
+    counts: tuple[int, ...]  # rows processed so far, per partition (all stages)
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """Move replica r of partition q (every stage) from site ``src`` to ``dst``: every live
+    site, the ingress and the egress apply it and the sites confirm (``Moved``); catch-up
+    then rebuilds it on ``dst``."""
+
+    q: int
+    r: int
+    src: int
+    dst: int
+    epoch: int
+    reason: str  # "balance" or "recovery"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collect:
+    """Ask every live site for its load counters, tagged with the round number."""
+
+    round: int
+
+
 Event = (Registered | SiteReady | Heartbeat | ConnectionClosed | Tick | Finished
-         | CatchUpDone)
+         | CatchUpDone | Moved | Stats)
 Action = (InstallView | StartIngress | StopSite | FailSites | Standby | Adopt | CatchUp
-          | Recovered | Abort)
+          | Recovered | Abort | Move | Collect)

@@ -38,14 +38,15 @@ class ConsumerSet:
 
     def __init__(self, stage: int, consumers: dict[int, int], producer_site: np.ndarray,
                  sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema,
-                 installed: bool = True) -> None:
+                 installed: bool | np.ndarray = True) -> None:
         self.stage = stage
         self.parts = np.array(sorted(consumers), dtype=np.int32)
         self.replica = np.array([consumers[q] for q in self.parts], dtype=np.int8)
         n_all = int(self.parts.max()) + 1 if self.parts.size else 1
         self.index = np.full(n_all, -1, dtype=np.int32)
         self.index[self.parts] = np.arange(self.parts.size, dtype=np.int32)
-        self.producer_site = producer_site.astype(np.int32)  # [P, R]
+        # [P, R]: the layout's live table (moves change it in place), or the driver's [[-1]]
+        self.producer_site = np.asarray(producer_site, dtype=np.int32)
         self.sender = sender.astype(np.int8).copy()  # [Qn, P]
         self.ack_to = ack_to.astype(np.int8).copy()  # [Qn, P], -1 = none
         self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
@@ -56,14 +57,20 @@ class ConsumerSet:
         self.released_wm = np.full(self.parts.size, NO_WATERMARK, dtype=np.int64)
         self.rows_in = 0
         # A standby's replicas exist only once catch-up has installed their state.
-        self.installed = np.full(self.parts.size, installed, dtype=bool)
+        # Replicas this site does not host stay uninstalled (a move may add them later).
+        self.installed = np.broadcast_to(np.asarray(installed, dtype=bool),
+                                         (self.parts.size,)).copy()
 
     # -- receive: acknowledge before processing ------------------------------------------------
-    def on_data(self, msg: Data) -> list[Outgoing]:
+    def on_data(self, msg: Data, src: int | None = None) -> list[Outgoing]:
+        """``src``: the site the message came from. Streams of a producer replica that no
+        longer lives there (it was moved away) are ignored, like a failed site's."""
         st = msg.streams
         qi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
                       -1)
         ok = qi >= 0
+        if src is not None:
+            ok &= self.producer_site[st.p, st.r] == src
         ok[ok] &= self.installed[qi[ok]]
         ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
         qi, p = qi[ok], st.p[ok]
@@ -150,7 +157,11 @@ class ConsumerSet:
         """``dead[p, r]``: producer replicas that failed. Returns the ``reverse`` messages."""
         asks: list[tuple[int, int, int, int]] = []  # (p, alt, q, c)
         n_rep = dead.shape[1]
-        for i in range(self.parts.size):
+        for i in np.flatnonzero(self.installed):
+            pp = np.arange(self.sender.shape[1])
+            a_i = self.ack_to[i]
+            if not (dead[pp, self.sender[i]] | ((a_i >= 0) & dead[pp, np.maximum(a_i, 0)])).any():
+                continue  # none of this replica's senders or ack targets failed
             for p in range(self.sender.shape[1]):
                 s = int(self.sender[i, p])
                 a = int(self.ack_to[i, p])
@@ -179,6 +190,25 @@ class ConsumerSet:
                                               r=r_.astype(np.int8), q=q_.astype(np.int32),
                                               c=c_.astype(np.int8), floor=floor.copy())))
         return out
+
+    # -- moves -----------------------------------------------------------------------------------
+    def drop(self, q: int) -> None:
+        """Forget this site's replica of q (it was moved away): no input, no progress."""
+        i = int(self.index[q])
+        self.installed[i] = False
+        self.progress_sn[i] = NO_PROGRESS
+        self.progress_wm[i] = NO_WATERMARK
+        self.released_sn[i] = NO_PROGRESS
+        self.released_wm[i] = NO_WATERMARK
+        if self.pending:
+            rows = concat(self.pending, self.schema)
+            keep = rows.column(PART).to_numpy() != q
+            self.pending = [rows.filter(pa.array(keep))] if keep.any() else []
+
+    def add(self, q: int, r: int) -> None:
+        """Host replica r of q from now on: empty until catch-up installs its state."""
+        self.drop(q)
+        self.replica[int(self.index[q])] = r
 
     # -- catch-up --------------------------------------------------------------------------------
     def snapshot(self, q: int) -> dict:

@@ -31,9 +31,9 @@ class Delivery:
 
 class Egress:
     def __init__(self, plan: PhysicalPlan, layout: Layout) -> None:
-        self.layout = layout
+        self.layout = layout.copy()  # the egress's view of the placement; moves change it
         self.schema = plan.output_schema
-        site, sender, ack_to = egress_roles(layout)
+        site, sender, ack_to = egress_roles(self.layout)
         self.cons = ConsumerSet(len(plan.stages), {0: 0}, site, sender, ack_to,
                                 wire_schema(plan.output_schema))
         self.delivered = 0
@@ -43,8 +43,9 @@ class Egress:
     def ended(self) -> bool:
         return self.progress.ended
 
-    def on_data(self, msg: Data) -> tuple[Delivery | None, list[Outgoing]]:
-        acks = self.cons.on_data(msg)
+    def on_data(self, msg: Data, src: int | None = None
+                ) -> tuple[Delivery | None, list[Outgoing]]:
+        acks = self.cons.on_data(msg, src)
         rel = self.cons.release()
         if rel is None:
             return None, acks
@@ -56,3 +57,13 @@ class Egress:
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
         return self.cons.on_fail(np.isin(self.layout.table(), list(dead_sites)))
+
+    def on_move(self, q: int, r: int, dst: int) -> list[Outgoing]:
+        """Replica r of last-stage partition q moves to ``dst``: take over from it (``reverse``
+        to the other replica if it was the one read from); ``psync`` after its catch-up makes
+        the egress acknowledge to the new incarnation."""
+        dead = np.zeros(self.layout.table().shape, dtype=bool)
+        dead[q, r] = True
+        out = self.cons.on_fail(dead)
+        self.layout.move(q, r, dst)
+        return out

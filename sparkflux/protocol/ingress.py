@@ -21,10 +21,10 @@ from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK
 from sparkflux.model.schema import PART, SN, SNM, T0
 from sparkflux.model.validate import Rejected
-from sparkflux.protocol.messages import SRC, Ack, Outgoing
+from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import ingress_roles
-from sparkflux.protocol.site import wire_schema
+from sparkflux.protocol.site import from_consumer_site, wire_schema
 
 
 class Ingress:
@@ -32,15 +32,15 @@ class Ingress:
 
     def __init__(self, plan: PhysicalPlan, layout: Layout) -> None:
         self.plan = plan
-        self.layout = layout
+        self.layout = layout.copy()  # the ingress's view of the placement; moves change it
         self.schema = stage_schema(plan.source_schema)
         self.operators = plan.ingress_operators
         self.key = list(plan.stages[0].key)
         self.wire = wire_schema(plan.stages[0].input_schema)
-        site, send, wait = ingress_roles(layout)
+        site, send, wait = ingress_roles(self.layout)
         self.buffer = ProducerBuffer(0, {0: 0}, site, send, wait, self.wire)
         self.next_isn = 0
-        self.epoch: dict[int, int] = {}
+        self.epochs = np.zeros((layout.partitions, layout.replicas), dtype=np.int64)
         self.watermark = NO_WATERMARK
         self.ended = False
 
@@ -88,19 +88,32 @@ class Ingress:
         wm = END_OF_STREAM if self.ended else self.watermark
         return self.buffer.produce(batch, np.array([sn]), np.array([wm]))
 
-    def on_ack(self, ack: Ack) -> None:
-        self.buffer.on_ack(ack)
+    def on_ack(self, ack: Ack, src: int | None = None) -> None:
+        self.buffer.on_ack(ack, src)
+
+    def on_rejoin(self, msg: Rejoin, src: int) -> list[Outgoing]:
+        msg = from_consumer_site(msg, self.layout.table(), src)
+        return self.buffer.on_rejoin(msg) if msg.p.size else []
+
+    def on_move(self, q: int, r: int, dst: int, epoch: int) -> None:
+        """Replica r of first-stage partition q moves to ``dst`` (see ``SiteCore.on_move``):
+        ``ack_all`` for its old incarnation; the new one is fed once catch-up rejoins it."""
+        dead = np.zeros(self.layout.table().shape, dtype=bool)
+        dead[q, r] = True
+        self.buffer.on_fail(dead)
+        self.layout.move(q, r, dst)
+        self.epochs[q, r] = epoch
 
     def on_fail(self, dead_sites: set[int]) -> None:
         self.buffer.on_fail(np.isin(self.layout.table(), list(dead_sites)))
 
     def on_avail(self, site: int, epoch: int = 0) -> None:
         """A standby took over site ``site``: its replicas come back one by one (retain)."""
-        self.epoch[site] = epoch
+        self.epochs[self.layout.table() == site] = epoch
 
     def on_retain(self, q: int, c: int, epoch: int) -> None:
         """Retain for first-stage replica (q, c) unless the request is for a dead incarnation."""
-        if self.epoch.get(self.layout.site_of(q, c), 0) == epoch:
+        if self.epochs[q, c] == epoch:
             self.buffer.on_retain(q, c)
 
     def buffered(self) -> int:

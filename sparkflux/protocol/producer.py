@@ -49,7 +49,8 @@ class ProducerBuffer:
         n_all = int(self.parts.max()) + 1 if self.parts.size else 0
         self.index = np.full(max(n_all, 1), -1, dtype=np.int32)
         self.index[self.parts] = np.arange(self.parts.size, dtype=np.int32)
-        self.site = consumer_site.astype(np.int32)  # [Q, C]
+        # [Q, C]: the layout's live table (moves change it in place), or the egress' [[-1]]
+        self.site = np.asarray(consumer_site, dtype=np.int32)
         self.send = send.astype(bool).copy()  # [Pn, Q, C]
         self.wait = wait.astype(bool).copy()
         self.acked = np.full(self.send.shape, NO_PROGRESS, dtype=np.int64)
@@ -126,9 +127,19 @@ class ProducerBuffer:
                        sn=self.progress_sn[pi], wm=self.progress_wm[pi])
 
     # -- action 3: acknowledgements ------------------------------------------------------------
-    def on_ack(self, ack: Ack) -> None:
+    def on_ack(self, ack: Ack, src: int | None = None) -> None:
+        """``src``: the sending site. An acknowledgement from a consumer replica that has been
+        moved away since is stale: it must not count for the replica's new incarnation."""
         pi = self.index[ack.p]
-        np.maximum.at(self.acked, (pi, ack.q, ack.c.astype(np.intp)), ack.upto)
+        c = ack.c.astype(np.intp)
+        if src is not None:
+            k = self.site[ack.q, c] == src
+            if not k.all():
+                pi, c, q, upto = pi[k], c[k], ack.q[k], ack.upto[k]
+                np.maximum.at(self.acked, (pi, q, c), upto)
+                self._evict()
+                return
+        np.maximum.at(self.acked, (pi, ack.q, c), ack.upto)
         self._evict()
 
     def _evict(self) -> None:
@@ -228,8 +239,17 @@ class ProducerBuffer:
         self.acked[i] = NO_PROGRESS
 
     def drop(self, p: int) -> None:
-        """Forget producer p's replica here (it failed over to nowhere: a standby reset)."""
+        """Forget producer p's replica here (it was moved away): send nothing, hold nothing,
+        claim no progress (a later install starts from the snapshot's)."""
         i = self.pi(p)
         self.send[i] = False
         self.wait[i] = False
+        self.progress_sn[i] = NO_PROGRESS
+        self.progress_wm[i] = NO_WATERMARK
+        self.acked[i] = NO_PROGRESS
         self._evict()
+
+    def add(self, p: int, r: int) -> None:
+        """Host replica r of producer p from now on: silent until catch-up installs it."""
+        self.drop(p)
+        self.replica[self.pi(p)] = r

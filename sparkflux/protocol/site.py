@@ -10,6 +10,8 @@ thesis' operator shell / FluxPooler); the protocol state stays per partition rep
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +43,18 @@ from sparkflux.protocol.producer import ProducerBuffer, ProtocolError
 from sparkflux.protocol.roles import consumer_roles, producer_roles
 
 log = logging.getLogger(__name__)
+MT = TypeVar("MT", Reverse, Rejoin)
+
+
+def from_consumer_site(msg: MT, table: np.ndarray, src: int) -> MT:
+    """Keep the entries of a ``reverse`` / ``rejoin`` whose consumer replica (q, c) lives on
+    ``src``: one from a replica moved away since is stale and must not set roles for the
+    replica's new incarnation."""
+    k = table[msg.q, msg.c.astype(np.intp)] == src
+    if k.all():
+        return msg
+    return replace(msg, **{f: getattr(msg, f)[k] for f in msg.__dataclass_fields__
+                           if f != "stage"})
 
 
 def wire_schema(schema: pa.Schema) -> pa.Schema:
@@ -55,31 +69,44 @@ class SiteCore:
                  standby: bool = False) -> None:
         self.site = site
         self.plan = plan
-        self.layout = layout
-        self.hosted = layout.hosted(site)
+        self.layout = layout.copy()  # this site's view of the placement; moves change it
         self.dead_sites: set[int] = set()
         self.stopped: str | None = None
         n = len(plan.stages)
+        P = layout.partitions
+        hosted = self.layout.hosted(site)
+        # Every stage keeps role arrays for all P partitions; the ones hosted here are
+        # installed (a standby's wait for catch-up), a move adds or drops one.
+        every = {q: hosted.get(q, 0) for q in range(P)}
+        mine = np.zeros(P, dtype=bool)
+        mine[list(hosted)] = True
         self.cons: list[ConsumerSet] = []
         self.prods: list[ProducerBuffer] = []
         for s, stage in enumerate(plan.stages):
-            psite, sender, ack_to = consumer_roles(layout, self.hosted, first_stage=s == 0)
-            self.cons.append(ConsumerSet(s, self.hosted, psite, sender, ack_to,
+            psite, sender, ack_to = consumer_roles(self.layout, every, first_stage=s == 0)
+            self.cons.append(ConsumerSet(s, every, psite, sender, ack_to,
                                          wire_schema(stage.input_schema),
-                                         installed=not standby))
+                                         installed=mine & (not standby)))
             last = s == n - 1
-            csite, send, wait = producer_roles(layout, self.hosted, to_egress=last)
+            csite, send, wait = producer_roles(self.layout, every, to_egress=last)
             out_schema = plan.output_schema if last else plan.stages[s + 1].input_schema
-            if standby:  # nothing is installed yet: send nothing, hold nothing
-                send, wait = np.zeros_like(send), np.zeros_like(wait)
-            self.prods.append(ProducerBuffer(s + 1, self.hosted, csite, send, wait,
+            keep = (mine & (not standby))[:, None, None]
+            send, wait = send & keep, wait & keep  # standby: send nothing, hold nothing yet
+            self.prods.append(ProducerBuffer(s + 1, every, csite, send, wait,
                                              wire_schema(out_schema)))
         # Catch-ups this site runs as the survivor: (stage, q) -> sites still to confirm.
         self.catchups: dict[tuple[int, int], dict] = {}
-        self.epoch: dict[int, int] = {}  # site slot -> adoption epoch of its current process
+        # The epoch (the paper's version number) of every replica's current incarnation: set
+        # when a standby adopts its site slot or a move re-places it.
+        self.epochs = np.zeros((P, layout.replicas), dtype=np.int64)
         self.state_bytes = 0
         self.holds = [any(getattr(o, "holds_progress", False) for o in st.operators)
                       for st in plan.stages]
+        self.processed = np.zeros(P, dtype=np.int64)  # rows processed per partition (stats)
+
+    @property
+    def hosted(self) -> dict[int, int]:
+        return self.layout.hosted(self.site)
 
     # -- events ------------------------------------------------------------------------------
     def on_message(self, src: int, msg: Message) -> list[Outgoing]:
@@ -90,16 +117,17 @@ class SiteCore:
 
     def _handle(self, msg: Message, src: int) -> list[Outgoing]:
         if isinstance(msg, Data):
-            return self._on_data(msg)
+            return self._on_data(msg, src)
         if isinstance(msg, Ack):
-            self.prods[msg.stage - 1].on_ack(msg)
+            self.prods[msg.stage - 1].on_ack(msg, src)
             return []
         if isinstance(msg, Reverse):
-            return self.prods[msg.stage - 1].on_reverse(msg)
+            msg = from_consumer_site(msg, self.prods[msg.stage - 1].site, src)
+            return self.prods[msg.stage - 1].on_reverse(msg) if msg.p.size else []
         if isinstance(msg, CuStart):
             return self._cu_start(msg)
         if isinstance(msg, Retain):
-            if self.epoch.get(self.layout.site_of(msg.q, msg.c), 0) == msg.epoch:
+            if self.epochs[msg.q, msg.c] == msg.epoch:
                 self.prods[msg.stage - 1].on_retain(msg.q, msg.c)
             return [Outgoing(src, Retaining(msg.stage, msg.q, msg.c, msg.epoch))]
         if isinstance(msg, Retaining):
@@ -111,7 +139,8 @@ class SiteCore:
         if isinstance(msg, PSync):
             return self.cons[msg.stage].on_psync(msg)
         if isinstance(msg, Rejoin):
-            return self.prods[msg.stage - 1].on_rejoin(msg)
+            msg = from_consumer_site(msg, self.prods[msg.stage - 1].site, src)
+            return self.prods[msg.stage - 1].on_rejoin(msg) if msg.p.size else []
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
 
     # -- catch-up: the survivor's side -----------------------------------------------------------
@@ -185,7 +214,38 @@ class SiteCore:
     def on_avail(self, site: int, epoch: int = 0) -> None:
         """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
         self.dead_sites.discard(site)
-        self.epoch[site] = epoch
+        self.epochs[self.layout.table() == site] = epoch
+
+    def on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
+        """Unified Flux's move (thesis ch. 5): replica r of partition q (every stage) fails
+        where it is and is re-placed on site ``dst``, where catch-up will rebuild it from the
+        other replica. Here: the source site drops its copy; every site takes over from it
+        (``reverse`` to the other replica, ``ack_all`` for it); the destination hosts an
+        empty replica; everybody's table says ``dst`` from now on."""
+        if self.stopped:
+            return []
+        src = self.layout.site_of(q, r)
+        if src == self.site:
+            for s, stage in enumerate(self.plan.stages):
+                self.cons[s].drop(q)
+                self.prods[s].drop(q)
+                for op in stage.operators:
+                    op.drop_partition(q)
+        dead = np.zeros(self.layout.table().shape, dtype=bool)
+        dead[q, r] = True
+        out: list[Outgoing] = []
+        for s in range(len(self.plan.stages)):
+            if s > 0:
+                out += self.cons[s].on_fail(dead)
+            if s < len(self.plan.stages) - 1:
+                self.prods[s].on_fail(dead)
+        self.layout.move(q, r, dst)
+        self.epochs[q, r] = epoch
+        if dst == self.site:
+            for s in range(len(self.plan.stages)):
+                self.cons[s].add(q, r)
+                self.prods[s].add(q, r)
+        return self._local(out)
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
         """A view change: these sites failed (take-over for every hosted replica)."""
@@ -215,8 +275,8 @@ class SiteCore:
         return self._local(out + out_cu)
 
     # -- data path ---------------------------------------------------------------------------
-    def _on_data(self, msg: Data) -> list[Outgoing]:
-        out = self.cons[msg.stage].on_data(msg)  # acknowledgements go out before processing
+    def _on_data(self, msg: Data, src: int) -> list[Outgoing]:
+        out = self.cons[msg.stage].on_data(msg, src)  # acks go out before processing
         return out + self._drive(msg.stage)
 
     def _local(self, outs: list[Outgoing]) -> list[Outgoing]:
@@ -248,7 +308,7 @@ class SiteCore:
             for o in sends:
                 if o.site == self.site:  # the next stage's replica is here: deliver now
                     assert isinstance(o.message, Data)
-                    out += self.cons[o.message.stage].on_data(o.message)
+                    out += self.cons[o.message.stage].on_data(o.message, self.site)
                 else:
                     out.append(o)
         return out
@@ -256,6 +316,9 @@ class SiteCore:
     def _process(self, s: int, rows: pa.RecordBatch, f_sn: np.ndarray, f_wm: np.ndarray
                  ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
         stage = self.plan.stages[s]
+        if rows.num_rows:
+            self.processed += np.bincount(rows.column(PART).to_numpy(),
+                                          minlength=self.processed.size)
         batch = rows.drop_columns([SRC])
         progress = Progress(int(f_sn.min()), int(f_wm.min()))
         for op in stage.operators:

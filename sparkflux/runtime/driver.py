@@ -368,14 +368,14 @@ class Host:
     # -- data plane --------------------------------------------------------------------------
     def _on_site_message(self, msg: Any, slot: int) -> None:
         if isinstance(msg, Ack):
-            self.ingress.on_ack(msg)
+            self.ingress.on_ack(msg, slot)
             return
         if isinstance(msg, Retain):  # catch-up of a first-stage partition: the ingress retains
             self.ingress.on_retain(msg.q, msg.c, msg.epoch)
             self._send([Outgoing(slot, Retaining(msg.stage, msg.q, msg.c, msg.epoch))])
             return
         if isinstance(msg, Rejoin):
-            self._send(self.ingress.buffer.on_rejoin(msg))
+            self._send(self.ingress.on_rejoin(msg, slot))
             return
         if isinstance(msg, PSync):
             self._send(self.egress.cons.on_psync(msg))
@@ -387,7 +387,7 @@ class Host:
             self._abort(f"the driver got an unexpected {type(msg).__name__} message")
             return
         try:
-            d, acks = self.egress.on_data(msg)
+            d, acks = self.egress.on_data(msg, slot)
         except ProtocolError as e:
             self._abort(f"egress invariant violated: {e}")
             return

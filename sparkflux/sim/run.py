@@ -29,14 +29,20 @@ from sparkflux.control.events import (
     Adopt,
     CatchUp,
     CatchUpDone,
+    Collect,
     ConnectionClosed,
     FailSites,
+    Move,
+    Moved,
     Recovered,
     Registered,
     SiteAddress,
     SiteReady,
     Standby,
+    Stats,
+    Tick,
 )
+from sparkflux.control.policy import PolicyConfig
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import digest_of
@@ -72,6 +78,13 @@ class FailurePlan:
     standbys: tuple[int, ...] = ()  # steps at which a standby process registers
     # (site slot, delay): crash it ``delay`` steps after the first recovery completes
     after_recovery: tuple[tuple[int, int], ...] = ()
+    # (step, partition, destination site): ask the controller to move replica 0 of the
+    # partition there (or replica 1, if replica 0 is already on that site)
+    moves: tuple[tuple[int, int, int], ...] = ()
+    # (site, after move number): crash the site once that many moves have completed
+    after_moves: tuple[tuple[int, int], ...] = ()
+    # (site, factor): the site's work costs this much more (load for the balancing policy)
+    slow: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -86,12 +99,14 @@ class SimResult:
     admitted: int = 0
     recovered: list[int] = field(default_factory=list)
     replicas_live: dict[tuple[int, int], int] = field(default_factory=dict)
+    moves: list[tuple[int, int, int, int]] = field(default_factory=list)  # q, r, from, to
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
              failures: FailurePlan = FailurePlan(), replicas: int = 2,
              detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
-             window: int = 4) -> SimResult:
+             window: int = 4, recovery: str = "standby", balance: bool = False,
+             policy: PolicyConfig | None = None) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes."""
     rng = np.random.default_rng(seed)
     layout = Layout(plan.sites, plan.partitions, replicas)
@@ -100,7 +115,13 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     sites = {s: SiteCore(s, copy.deepcopy(plan), layout) for s in range(plan.sites)}
     ingress, egress = Ingress(plan, layout), Egress(plan, layout)
     controller = Controller(plan.sites, heartbeat_timeout=1e9, ha=replicas == 2, layout=layout,
-                            stages=len(plan.stages))
+                            stages=len(plan.stages), recovery=recovery, balance=balance,
+                            policy=policy)
+    slow = dict(failures.slow)
+    move_at: dict[int, list[tuple[int, int]]] = {}
+    for at, q, dst in failures.moves:
+        move_at.setdefault(at, []).append((q, dst))
+    crash_after_moves = dict((n, site) for site, n in failures.after_moves)
     for s in range(plan.sites):
         controller.handle(Registered(address=SiteAddress(site=s, attempt=0, host="sim",
                                                          port=s, pid=s), now=0.0))
@@ -116,7 +137,6 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     n_standby = 0
     attempt = dict.fromkeys(range(plan.sites), 0)
     hellos: dict[int, set[int]] = {}
-    epochs: dict[int, int] = {}
     recovered: list[int] = []
     next_batch = 0
     admitted: list[int] = []  # ISN count after each admitted batch
@@ -152,12 +172,12 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 k = a.slot
                 net.forget(k)  # the old process's connections are gone with it
                 attempt[k] = a.address.attempt
-                sites[k] = SiteCore(k, copy.deepcopy(plan), layout, standby=True)
+                assert controller.layout is not None
+                sites[k] = SiteCore(k, copy.deepcopy(plan), controller.layout, standby=True)
                 sites[k].dead_sites = set(controller.dead)
-                epochs[k] = controller.epoch
-                sites[k].epoch = dict(epochs)
                 crashed_now.discard(k)
                 ingress.on_avail(k, controller.epoch)
+                sites[k].epochs = ingress.epochs.copy()
                 hellos[k] = set()
                 for s in a.view.members:
                     if s != k:
@@ -170,6 +190,19 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 if len(recovered) == 1:
                     for site_, delay in failures.after_recovery:
                         crash_at.setdefault(step + delay, []).append(site_)
+            elif isinstance(a, Move):
+                ingress.on_move(a.q, a.r, a.dst, a.epoch)
+                try:
+                    emit(DRIVER, egress.on_move(a.q, a.r, a.dst))
+                except (ProtocolError, PartitionLost) as e:
+                    raise Violation(f"seed {seed}: {e}") from e
+                for s in controller.view.members:
+                    if s not in controller.dead:
+                        net.send(DRIVER, s, ("move", a.q, a.r, a.dst, a.epoch))
+            elif isinstance(a, Collect):
+                for s in controller.view.members:
+                    if s not in controller.dead:
+                        net.send(DRIVER, s, ("collect", a.round))
             elif isinstance(a, Abort):
                 raise Violation(f"seed {seed}: controller gave up: {a.reason}")
             elif isinstance(a, Standby):
@@ -187,6 +220,15 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 lo, hi = detect_delay
                 pending_detect.append((step + int(rng.integers(lo, hi + 1)), site,
                                        attempt[site]))
+        for q, dst in move_at.get(step, []):
+            assert controller.layout is not None
+            r = 0 if controller.layout.site_of(q, 0) != dst else 1
+            carry_out(controller.request_move(q, r, dst))
+        n_moves = len(controller.moves)
+        if n_moves in crash_after_moves:
+            crash_at.setdefault(step + 1, []).append(crash_after_moves.pop(n_moves))
+        if balance and step % 50 == 0:
+            carry_out(controller.handle(Tick(now=float(step))))
         if step in standby_at:
             n_standby += 1
             addr = SiteAddress(site=plan.sites + n_standby, attempt=n_standby, host="sim",
@@ -213,7 +255,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
         if item is None:
             if pending_detect or (can_admit and next_batch < len(batches)):
                 continue  # a detection or an admission is still to come
-            if any(at > step for at in standby_at) or any(at > step for at in crash_at):
+            if (any(at > step for at in standby_at) or any(at > step for at in crash_at)
+                    or any(at > step for at in move_at)):
                 continue  # a standby still registers: recovery runs after the input ends too
             break  # quiet: finished, or stuck (then the egress has not ended: a violation)
         src, dst, msg = item
@@ -224,28 +267,44 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 if src in controller.dead:
                     continue  # like the runtime's host: a failed site's late traffic is dropped
                 if isinstance(msg, Data):
-                    d, acks = egress.on_data(msg)
+                    d, acks = egress.on_data(msg, src)
                     emit(DRIVER, acks)
                     if d is not None and d.batch.num_rows:
                         out.append(d.batch)
                 elif isinstance(msg, Ack):
-                    ingress.on_ack(msg)
+                    ingress.on_ack(msg, src)
                 elif isinstance(msg, Retain):
                     ingress.on_retain(msg.q, msg.c, msg.epoch)
                     net.send(DRIVER, src, Retaining(msg.stage, msg.q, msg.c, msg.epoch))
                 elif isinstance(msg, Rejoin):
-                    emit(DRIVER, ingress.buffer.on_rejoin(msg))
+                    emit(DRIVER, ingress.on_rejoin(msg, src))
                 elif isinstance(msg, PSync):
                     emit(DRIVER, egress.cons.on_psync(msg))
                 elif isinstance(msg, CuDone):
                     carry_out(controller.handle(CatchUpDone(stage=msg.stage, q=msg.q, r=msg.r,
                                                             nbytes=msg.nbytes, now=float(step))))
+                elif isinstance(msg, tuple) and msg[0] == "moved":
+                    carry_out(controller.handle(Moved(site=msg[1], epoch=msg[2])))
+                elif isinstance(msg, tuple) and msg[0] == "stats":
+                    carry_out(controller.handle(msg[1]))
                 elif isinstance(msg, tuple) and msg[0] == "ready":
                     carry_out(controller.handle(SiteReady(site=msg[1], attempt=attempt[msg[1]])))
                 else:
                     raise Violation(f"seed {seed}: driver got {type(msg).__name__}")
             elif isinstance(msg, tuple) and msg[0] == "fail":
                 emit(dst, sites[dst].on_fail(set(msg[1])))
+            elif isinstance(msg, tuple) and msg[0] == "move":
+                emit(dst, sites[dst].on_move(*msg[1:]))
+                net.send(dst, DRIVER, ("moved", dst, msg[4]))
+            elif isinstance(msg, tuple) and msg[0] == "collect":
+                # A synthetic load: every row costs 1 (times the site's slow factor) out of a
+                # capacity of one row per step.
+                core = sites[dst]
+                counts = tuple(int(c) for c in core.processed)
+                net.send(dst, DRIVER, ("stats", Stats(
+                    site=dst, attempt=attempt[dst], round=msg[1],
+                    busy_s=sum(counts) * slow.get(dst, 1.0), capacity_s=float(step) * 4,
+                    counts=counts, now=float(step))))
             elif isinstance(msg, tuple) and msg[0] == "avail":
                 sites[dst].on_avail(msg[1], msg[2])
                 net.send(dst, msg[1], ("hello", dst))
@@ -267,7 +326,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     table = pa.Table.from_batches(out, schema=plan.output_schema) if out else \
         plan.output_schema.empty_table()
     return SimResult(seed, table, egress.ended, leftover, crashed, step, net.delivered,
-                     ingress.next_isn, recovered, live_replicas)
+                     ingress.next_isn, recovered, live_replicas,
+                     [(m["q"], m["r"], m["src"], m["dst"]) for m in controller.moves])
 
 
 def res_plan_schema(plan_factory: Callable[[], PhysicalPlan]) -> pa.Schema:

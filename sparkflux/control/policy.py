@@ -1,0 +1,97 @@
+"""The load-balancing policy: hill climbing over mini-partitions (thesis §4.4, L4805-5030;
+unified Flux, ch. 5; digest §6-7).
+
+After a collection phase every live site j reports its utilisation U_j (busy time over the
+capacity it had) and T_j, the tuples it processed, with N_p per mini-partition. Sites are
+sorted by U descending and paired most with least utilised, working inward. A pair (d, r) is
+skipped, and the round stops, when U_d is below the mean, when U_d / U_r < ``th_imb`` or when
+U_r > ``th_util``. Otherwise the first of d's partitions (by N_p descending) whose move lowers
+the pair's maximum is moved: U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the
+digest's reading of the thesis' typo), rejected when U'_r > 1. At most one move per pair. In
+unified Flux a partition has two copies that never share a site, and the copy on the donor is
+the one failed (the receiver is caught up from the other copy), so a partition whose other
+copy is on the receiver is not a candidate. Pure: no clocks, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    th_imb: float = 1.15  # thesis ch. 5
+    th_util: float = 0.925
+    delta_min: float = 0.25  # seconds: the shortest collection phase
+    delta_start: float = 1.0  # the first collection phase
+
+
+@dataclass(frozen=True)
+class PlannedMove:
+    q: int
+    r: int  # the replica on the donor: the copy that is failed
+    donor: int
+    receiver: int
+    n_p: int
+    u_donor: float
+    u_receiver: float
+
+
+def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.ndarray,
+               cfg: PolicyConfig | None = None) -> list[PlannedMove]:
+    """One movement phase: at most one move per (most, least utilised) pair."""
+    cfg = cfg or PolicyConfig()
+    if len(util) < 2:
+        return []
+    order = sorted(util, key=lambda j: (-util[j], j))
+    mean = float(np.mean(list(util.values())))
+    total = {j: int(counts[j].sum()) for j in util}
+    # Receivers that processed nothing (an empty site) cost what the average site does.
+    per_tuple = [util[j] / total[j] for j in util if total[j] > 0]
+    avg_cost = float(np.mean(per_tuple)) if per_tuple else 0.0
+    out: list[PlannedMove] = []
+    i, k = 0, len(order) - 1
+    while i < k:
+        d, r = order[i], order[k]
+        ud, ur = util[d], util[r]
+        if ud < mean or ur > cfg.th_util or (ur > 0 and ud / ur < cfg.th_imb):
+            break
+        move = _first_reducing(d, r, ud, ur, counts[d], total, avg_cost, table)
+        if move is not None:
+            out.append(move)
+        i, k = i + 1, k - 1
+    return out
+
+
+def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, total: dict[int, int],
+                    avg_cost: float, table: np.ndarray) -> PlannedMove | None:
+    t_d = total[d]
+    if t_d <= 0:
+        return None
+    cost_r = ur / total[r] if total[r] > 0 else avg_cost
+    qs, reps = np.nonzero(table == d)
+    for idx in np.argsort(-n[qs], kind="stable"):
+        q, rep = int(qs[idx]), int(reps[idx])
+        n_p = int(n[q])
+        if n_p <= 0:
+            break
+        if table.shape[1] == 2 and table[q, 1 - rep] == r:
+            continue  # the two copies of a partition never share a site
+        ud_new = ud * (1 - n_p / t_d)
+        ur_new = ur + n_p * cost_r
+        if ur_new > 1.0 or max(ud_new, ur_new) >= ud:
+            continue
+        return PlannedMove(q, rep, d, r, n_p, ud, ur)
+    return None
+
+
+def recovery_site(q: int, r: int, table: np.ndarray, live: list[int]) -> int | None:
+    """Where to recover replica r of q without a standby (thesis Table 5.2): the live site
+    holding the fewest replicas that does not hold q's other copy."""
+    other = int(table[q, 1 - r]) if table.shape[1] == 2 else None
+    load = {j: int((table == j).sum()) for j in live if j != other}
+    if not load:
+        return None
+    return min(load, key=lambda j: (load[j], j))
