@@ -103,6 +103,13 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
                    help="draw output rate and latency over time, kills marked (Fig. 3.16)")
     p.add_argument("--heartbeat-timeout", type=float, default=10.0,
                    help="seconds without a heartbeat before a site counts as failed (hung)")
+    p.add_argument("--recovery", choices=["standby", "survivors"], default="standby",
+                   help="with --ha flux: rebuild a failed site's replicas on a standby (Spark's "
+                        "restarted task or a spare) or at once on the surviving sites")
+    p.add_argument("--no-balance", action="store_true",
+                   help="with --ha flux: turn the load-balancing policy off")
+    p.add_argument("--balance-delta-min", type=float, default=0.25, metavar="SECONDS",
+                   help="the shortest collection phase of the load-balancing policy")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     return p, module
 
@@ -154,7 +161,10 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
                     heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0),
                     spares=getattr(args, "spare_sites", 0),
                     site_cpu=_site_cpu(getattr(args, "site_cpu", None)),
-                    slows=parse_slows(getattr(args, "slow", []), args.sites))
+                    slows=parse_slows(getattr(args, "slow", []), args.sites),
+                    recovery=getattr(args, "recovery", "standby"),
+                    balance=not getattr(args, "no_balance", False),
+                    delta_min=_delta_min(getattr(args, "balance_delta_min", 0.25)))
     console.print(plan.describe())
     return run(plan, cfg, sink, dead, spark=spark,
                display=_display if show_progress else None)
@@ -183,6 +193,12 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
             raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
         out.append((site, at))
     return tuple(out)
+
+
+def _delta_min(value: float) -> float:
+    if not value > 0:
+        raise PlanError(f"--balance-delta-min {value}: give a positive number of seconds")
+    return value
 
 
 def _site_cpu(value: float | None) -> float | None:

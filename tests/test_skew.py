@@ -172,3 +172,14 @@ def test_randomized_against_model(seed: int) -> None:
     assert len(everything) == len(set(everything)) and not dropped & set(everything)
     for dest in model:
         assert emitted[dest] == [i for i in offered[dest] if i not in dropped]
+
+
+def test_release_next_hands_out_one_message_at_a_time_in_order() -> None:
+    buf: SkewBuffer[str] = SkewBuffer(100, [0])
+    for i, rows in enumerate((5, 7, 9)):
+        assert buf.offer(0, f"m{i}", rows, blocked=True) == []
+    assert buf.pool_used() == 16  # all but the reserved head
+    assert buf.release_next(0) == "m0" and buf.pool_used() == 9
+    assert buf.release_next(0) == "m1" and buf.pool_used() == 0
+    assert buf.release_next(0) == "m2" and buf.release_next(0) is None
+    assert buf.held_rows() == 0

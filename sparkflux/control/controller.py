@@ -306,12 +306,15 @@ class Controller:
                      "reason": reason, "start": self.now, "bytes": 0,
                      "waiting": set(self._live())}
         self.queue = [(s, q, r) for s in range(self.stages)]
+        log.info("move %d: replica %d of partition %d, site %d -> %d (%s)", self.epoch, r, q,
+                 src, dst, reason)
         return [Move(q=q, r=r, src=src, dst=dst, epoch=self.epoch, reason=reason)]
 
     def _moved(self, ev: Moved) -> list[Action]:
         m = self.move
         if m is None or ev.epoch != m["epoch"] or self.current is not None:
             return []
+        self.now = max(self.now, ev.now)
         m["waiting"].discard(ev.site)
         return self._move_ready()
 

@@ -154,6 +154,7 @@ class Moved:
 
     site: int
     epoch: int
+    now: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -100,7 +100,7 @@ class ConsumerSet:
                                          strict=True)))
                 raise ProtocolError(
                     f"FH-Cons stage {self.stage}: duplicate input (SN at or below the stream's "
-                    f"progress) on streams (p, q) {streams[:3]}"
+                    f"progress) on streams (p, q) {streams[:3]}: SNs {sn[keep][dup][:3].tolist()}"
                 )
         if keep.all():
             self.pending.append(batch)

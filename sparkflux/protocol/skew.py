@@ -97,6 +97,17 @@ class SkewBuffer(Generic[T]):
         """``dest`` became unblocked: everything it holds, FIFO, to send now; frees its space."""
         return [item for item, _ in self._empty(dest)]
 
+    def release_next(self, dest: int) -> T | None:
+        """``dest`` can take one more message: its oldest held one (or None). The next one
+        moves into the reserved entry, so its rows leave the pool."""
+        queue = self._queue(dest)
+        if not queue:
+            return None
+        item, _ = queue.popleft()
+        if queue:
+            self._pool_used -= queue[0][1]
+        return item
+
     def drop(self, dest: int) -> int:
         """``dest`` failed (``ack_all``): discard what it holds; return the rows discarded.
 

@@ -31,20 +31,25 @@ from sparkflux.control.events import (
     Adopt,
     CatchUp,
     CatchUpDone,
+    Collect,
     ConnectionClosed,
     FailSites,
     Finished,
     Heartbeat,
     InstallView,
+    Move,
+    Moved,
     Recovered,
     Registered,
     SiteAddress,
     SiteReady,
     Standby,
     StartIngress,
+    Stats,
     StopSite,
     Tick,
 )
+from sparkflux.control.policy import PolicyConfig
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.batch import concat
@@ -67,11 +72,13 @@ from sparkflux.protocol.messages import (
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.runtime.frames import CONTROL, decode
 from sparkflux.runtime.metrics import EgressMetrics
+from sparkflux.runtime.outbox import Outbox
 from sparkflux.runtime.sinks import DeadLetters, Sink
 from sparkflux.runtime.site import schemas_of
-from sparkflux.runtime.transport import Connection, ConnectionLost
+from sparkflux.runtime.transport import READ_LIMIT, Connection, ConnectionLost
 
 log = logging.getLogger(__name__)
+INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
 
 
 class RunFailed(RuntimeError):
@@ -96,6 +103,9 @@ class RunConfig:
     spares: int = 0  # standby sites launched up front (--spare-sites)
     site_cpu: float | None = None  # --site-cpu: each site's busy-time cap
     slows: tuple[tuple[int, float, float], ...] = ()  # --slow (site, at, factor)
+    recovery: str = "standby"  # --recovery: standby | survivors
+    balance: bool = True  # the load-balancing policy (with --ha flux)
+    delta_min: float = 0.25  # --balance-delta-min
     local: bool = True
 
 
@@ -124,13 +134,17 @@ class Host:
         self.replicas = 2 if cfg.ha == "flux" else 1
         self.layout = Layout(plan.sites, plan.partitions, self.replicas)
         self.controller = Controller(plan.sites, cfg.heartbeat_timeout, ha=self.replicas == 2,
-                                     layout=self.layout, stages=len(plan.stages))
+                                     layout=self.layout, stages=len(plan.stages),
+                                     recovery=cfg.recovery, balance=cfg.balance,
+                                     policy=PolicyConfig(delta_min=cfg.delta_min))
         self.ingress = Ingress(plan, self.layout)
         self.egress = Egress(plan, self.layout)
         self.digest = Digest()
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=_total(plan))
         self.conns: dict[int, Connection] = {}
+        # The ingress's DTSB: input for a site that cannot take it waits here, in one pool.
+        self.outbox = Outbox(self.conns.get, INGRESS_POOL_ROWS)
         self.schema_of = schemas_of(plan)
         self.dead: set[int] = set()
         self.standbys: list[Connection] = []
@@ -138,9 +152,9 @@ class Host:
         self._catch_up_started: dict[tuple[int, int], float] = {}
         self.catch_ups: list[dict[str, Any]] = []
         self.recovered: list[dict[str, Any]] = []
-        self.epochs: dict[int, int] = {}
         self.adoptions: list[dict[str, Any]] = []
         self.slowed: list[dict[str, Any]] = []
+        self.move_started: dict[int, float] = {}  # move epoch -> wall time it started
         self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
         self.port: int | None = None
         self.failure: str | None = None
@@ -164,18 +178,20 @@ class Host:
         self._start_ingress = asyncio.Event()
         self._progressed = asyncio.Event()
         self._finished = asyncio.Event()
-        server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=1 << 24)
+        server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=READ_LIMIT)
         self.port = server.sockets[0].getsockname()[1]
         self.sink.open(self.plan.output_schema)
         self.digest.update(pa.RecordBatch.from_pylist([], schema=self.plan.output_schema))
         self.ready.set()
         ticker = asyncio.create_task(self._ticker())
+        flusher = asyncio.create_task(self._flusher())
         feeder = asyncio.create_task(self._feed())
         try:
             await self._finished.wait()
         finally:
             feeder.cancel()
             ticker.cancel()
+            flusher.cancel()
             for conn in [*self.conns.values(), *self.standbys]:
                 try:
                     conn.send_control({"type": "stop", "reason": "run finished"})
@@ -250,6 +266,14 @@ class Host:
                 elif t == "ready":
                     self._carry_out(self.controller.handle(
                         SiteReady(site=slot, attempt=attempt)))
+                elif t == "moved" and member:
+                    self._carry_out(self.controller.handle(
+                        Moved(site=slot, epoch=int(msg["epoch"]), now=now)))
+                elif t == "stats" and member:
+                    self._carry_out(self.controller.handle(Stats(
+                        site=slot, attempt=attempt, round=int(msg["round"]),
+                        busy_s=float(msg["busy_s"]), capacity_s=float(msg["capacity_s"]),
+                        counts=tuple(msg["counts"]), now=now)))
                 elif t == "error":
                     self._abort(f"site {slot} stopped on an error:\n{msg['error']}")
         except ConnectionLost as e:
@@ -261,9 +285,14 @@ class Host:
             self._carry_out(self.controller.handle(ConnectionClosed(
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
 
+    async def _flusher(self) -> None:
+        while True:
+            await asyncio.sleep(0.005)
+            self.outbox.flush()
+
     async def _ticker(self) -> None:
         while True:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.05)
             self._carry_out(self.controller.handle(Tick(now=time.monotonic())))
 
     def _carry_out(self, actions: list[Action]) -> None:
@@ -293,6 +322,13 @@ class Host:
                     self.stats.phase = "running"
                     if len(self.recovered) == 1:
                         self._kills_after_recovery()
+                case Move():
+                    self._move(a)
+                case Collect(round=rnd):
+                    for s in self.controller.view.members:
+                        conn = self.conns.get(s)
+                        if conn is not None and s not in self.dead:
+                            conn.send_control({"type": "collect", "round": rnd})
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
@@ -314,19 +350,41 @@ class Host:
         self.dead.discard(slot)
         self.stats.phase = f"recovering site {slot}"
         epoch = self.controller.epoch
-        self.epochs[slot] = epoch
         self.ingress.on_avail(slot, epoch)
+        assert self.controller.layout is not None
         conn.send_control({"type": "adopt", "slot": slot, "members": sorted(view.members),
-                           "dead": sorted(self.dead), "epochs": dict(self.epochs)})
+                           "dead": sorted(self.dead), "epochs": self.ingress.epochs.tolist(),
+                           "table": self.controller.layout.table().tolist()})
         for s in view.members:
             if s != slot and s in self.conns:
                 self.conns[s].send_control({"type": "avail", "slot": slot, "epoch": epoch,
                                             "host": address.host, "port": address.port})
 
+    def _move(self, m: Move) -> None:
+        """Unified Flux's move: the ingress and egress take over from the moved copy here,
+        every live site does the same (``move``) and confirms; catch-up follows."""
+        self.move_started[m.epoch] = time.time()
+        self.stats.phase = (f"moving partition {m.q} from site {m.src} to {m.dst}"
+                            if m.reason == "balance" else f"recovering partition {m.q} "
+                            f"onto site {m.dst}")
+        self.ingress.on_move(m.q, m.r, m.dst, m.epoch)
+        try:
+            self._send(self.egress.on_move(m.q, m.r, m.dst))
+        except PartitionLost as e:
+            self._abort(str(e))
+            return
+        for s in self.controller.view.members:
+            conn = self.conns.get(s)
+            if conn is not None and s not in self.dead:
+                conn.send_control({"type": "move", "q": m.q, "r": m.r, "dst": m.dst,
+                                   "epoch": m.epoch})
+
     def _take_over(self, dead: set[int], live: list[int]) -> None:
         """Deliver ``fail`` to every live site, the ingress and the egress (SIGMOD §3.2)."""
         new = dead - self.dead
         self.dead |= dead
+        for s in new:
+            self.outbox.drop(s)
         now = time.time()
         reasons = {site: reason for _, site, reason in self.controller.failures}
         for s in new:
@@ -350,13 +408,8 @@ class Host:
 
     def _send(self, outs: list[Outgoing]) -> None:
         for o in outs:
-            conn = self.conns.get(o.site)
-            if conn is None or o.site in self.dead:
-                continue
-            try:
-                conn.send(o.message)
-            except ConnectionLost:
-                pass
+            if o.site not in self.dead:
+                self.outbox.send(o.site, o.message)
 
     def _abort(self, reason: str) -> None:
         if self.failure is None and not self.egress.ended:
@@ -459,14 +512,19 @@ class Host:
         while self.ingress.next_isn - 1 - self.egress.progress.sn > self.cfg.window:
             self._progressed.clear()
             await self._progressed.wait()
+        while self.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
+            await asyncio.sleep(0.002)
+            self.outbox.flush()
         await asyncio.sleep(0)
 
     def _cu_done(self, msg: CuDone) -> None:
         now = time.time()
         start = self._catch_up_started.pop((msg.stage, msg.q), now)
+        mv = self.controller.move
         self.catch_ups.append({
             "stage": msg.stage, "partition": msg.q, "replica": msg.r,
-            "site": self.controller.recovering, "state_bytes": msg.nbytes,
+            "site": mv["dst"] if mv is not None else self.controller.recovering,
+            "state_bytes": msg.nbytes,
             "move_s": msg.move_s, "start": start, "end": now,
         })
         self._carry_out(self.controller.handle(CatchUpDone(
@@ -535,6 +593,8 @@ class Host:
             "failures": [self._failure_report(f) for f in self.failures],
             "recoveries": [self._recovery_report(c) for c in self.catch_ups],
             "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in self.adoptions],
+            "moves": [self._move_report(mv) for mv in self.controller.moves],
+            "balance_rounds": len(self.controller.rounds),
             "utilisation": self._utilisation(),
         }
 
@@ -553,6 +613,15 @@ class Host:
             if t1 > t0 and b1 >= b0:
                 out[str(site)] = round((b1 - b0) / (t1 - t0), 3)
         return out
+
+    def _move_report(self, mv: dict[str, Any]) -> dict[str, Any]:
+        """One move: which copy went where, why, the state it took and how long."""
+        start = self.move_started.get(mv["epoch"], 0.0)
+        t0 = self.metrics.start or start
+        return {"partition": mv["q"], "replica": mv["r"], "from": mv["src"], "to": mv["dst"],
+                "reason": mv["reason"], "bytes": mv["bytes"],
+                "started_at_s": round(start - t0, 3),
+                "duration": round(mv["end"] - mv["start"], 4)}
 
     def _recovery_report(self, c: dict[str, Any]) -> dict[str, Any]:
         """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""

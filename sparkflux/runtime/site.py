@@ -19,8 +19,11 @@ import os
 import signal
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -28,9 +31,14 @@ from sparkflux.protocol.messages import CuDone, Outgoing, State
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.runtime.capacity import CpuCap
 from sparkflux.runtime.frames import CONTROL, decode, encode
-from sparkflux.runtime.transport import Connection, ConnectionLost, connect
+from sparkflux.runtime.outbox import Outbox, rows_of
+from sparkflux.runtime.transport import READ_LIMIT, Connection, ConnectionLost, connect
 
 log = logging.getLogger(__name__)
+SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
+INBOX_FRAMES = 64  # frames read ahead of the scheduler
+GATHER_S = 0.05  # how long the scheduler lets input gather before a pass, at most,
+GATHER_ROWS = 8192  # ... or until this many rows wait
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,14 @@ class Site:
         self.busy_s = 0.0
         self.cap = CpuCap(cfg.cpu_cap) if cfg.cpu_cap else None
         self._throttle_until = 0.0
+        self.outbox = Outbox(self._conn_of, SITE_POOL_ROWS)
+        self.inbox: deque[tuple[int, Any]] = deque()
+        self._inbox_ready = asyncio.Event()
+        self._inbox_room = asyncio.Event()
+        self._first_at = 0.0
+        self._inbox_rows = 0
+        self._capacity_s = 0.0
+        self._capacity_at = time.perf_counter()
         self.error: str | None = None
         self.excluded: str | None = None
         self.role = "member"
@@ -83,7 +99,7 @@ class Site:
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
-        server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=1 << 24)
+        server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=READ_LIMIT)
         port = server.sockets[0].getsockname()[1]
         self.driver = await connect(self.cfg.controller_host, self.cfg.controller_port, "driver")
         self.driver.send_control({
@@ -91,7 +107,9 @@ class Site:
             "host": self.cfg.advertise_host, "port": port, "pid": os.getpid(),
         })
         tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
-                 asyncio.create_task(self._heartbeat())]
+                 asyncio.create_task(self._heartbeat()),
+                 asyncio.create_task(self._flusher()),
+                 asyncio.create_task(self._process())]
         try:
             await self._stop.wait()
         finally:
@@ -174,26 +192,23 @@ class Site:
 
     # -- the loop ----------------------------------------------------------------------------
     async def _pump(self, conn: Connection, peer: int) -> None:
+        """Read one connection: control frames are handled at once, protocol frames queue
+        in the inbox (bounded, so a site that falls behind stops reading and its senders'
+        skew buffers hold the rest)."""
         try:
             while True:
                 kind, body = await conn.recv()
-                if self._throttle_until > time.perf_counter():  # --site-cpu: over budget
-                    await asyncio.sleep(self._throttle_until - time.perf_counter())
-                    if self.cap is not None:
-                        self.cap.slept_for(time.perf_counter())
-                t = time.perf_counter()
                 msg = decode(kind, body, self.schema_of)
                 if kind == CONTROL:
                     assert isinstance(msg, dict)
                     await self._on_control(msg)
-                elif self.core is not None:
-                    self._send(self.core.on_message(peer, msg))  # type: ignore[arg-type]
-                now = time.perf_counter()
-                self.busy_s += now - t
-                if self.cap is not None:
-                    sleep = self.cap.spend(now, now - t)
-                    if sleep:
-                        self._throttle_until = max(self._throttle_until, now + sleep)
+                    continue
+                while len(self.inbox) >= INBOX_FRAMES:
+                    self._inbox_room.clear()
+                    await self._inbox_room.wait()
+                self.inbox.append((peer, msg))
+                self._inbox_rows += rows_of(msg)
+                self._inbox_ready.set()
         except ConnectionLost as e:
             if not self._stop.is_set():
                 if peer == DRIVER:
@@ -205,10 +220,64 @@ class Site:
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
             self._report_error(traceback.format_exc())
 
+    async def _process(self) -> None:
+        """The site's scheduler: everything queued is handled in one pass of the core; the
+        busy time it takes is charged against the --site-cpu budget."""
+        try:
+            while True:
+                if not self.inbox:
+                    self._inbox_ready.clear()
+                    await self._inbox_ready.wait()
+                    self._first_at = time.perf_counter()
+                # Gather for a few milliseconds so that the per-pass cost is paid once for
+                # many small frames (what a site spends beyond its real work is overhead).
+                wait = self._first_at + GATHER_S - time.perf_counter()
+                while (wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
+                       and self._inbox_rows < GATHER_ROWS):
+                    self._inbox_ready.clear()
+                    try:
+                        await asyncio.wait_for(self._inbox_ready.wait(), wait)
+                    except TimeoutError:
+                        break
+                    wait = self._first_at + GATHER_S - time.perf_counter()
+                if self._throttle_until > time.perf_counter():  # --site-cpu: over budget
+                    await asyncio.sleep(self._throttle_until - time.perf_counter())
+                    if self.cap is not None:
+                        self.cap.slept_for(time.perf_counter())
+                t = time.perf_counter()
+                items = list(self.inbox)
+                self.inbox.clear()
+                self._inbox_rows = 0
+                self._inbox_room.set()
+                if self.core is not None:
+                    self._send(self.core.on_messages(items))
+                self.outbox.flush()
+                now = time.perf_counter()
+                self.busy_s += now - t
+                if self.cap is not None:
+                    sleep = self.cap.spend(now, now - t)
+                    if sleep:
+                        self._throttle_until = max(self._throttle_until, now + sleep)
+                self._first_at = time.perf_counter()
+                await asyncio.sleep(0)  # let the readers fill the next batch
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - any bug stops the site, with its report
+            self._report_error(traceback.format_exc())
+
+    def _conn_of(self, site: int) -> Connection | None:
+        return self.driver if site == DRIVER else self.peers.get(site)
+
+    async def _flusher(self) -> None:
+        """Hand held frames to connections that drained (the DTSB's release)."""
+        while True:
+            await asyncio.sleep(0.005)
+            self.outbox.flush()
+
     def _send(self, outs: list[Outgoing]) -> None:
         assert self.core is not None
         for o in outs:
-            conn = self.driver if o.site == DRIVER else self.peers.get(o.site)
+            conn = self._conn_of(o.site)
             if conn is None or o.site in self.core.dead_sites:
                 continue
             msg = o.message
@@ -217,16 +286,13 @@ class Site:
                 msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop(key, 0),
                              self.state_move_s.pop(key, 0.0))
             if isinstance(msg, State):  # moved outside the data path (the StateMover)
-                pieces = encode(msg)
+                pieces = [bytes(p) if isinstance(p, memoryview) else p for p in encode(msg)]
                 self.state_bytes[(msg.stage, msg.q)] = sum(
                     p.nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
                 asyncio.get_running_loop().create_task(
                     self._move_state(o.site, pieces, (msg.stage, msg.q)))
                 continue
-            try:
-                conn.send(msg)
-            except ConnectionLost:
-                pass  # the peer is failing; the controller's view change will follow
+            self.outbox.send(o.site, msg)  # a lost peer: the view change will follow
 
     async def _move_state(self, site: int, pieces: list, key: tuple[int, int]) -> None:
         """The StateMover: a partition's state goes over its own connection to the new
@@ -266,6 +332,7 @@ class Site:
         slot = int(msg["slot"])
         self.core.on_avail(slot, int(msg.get("epoch", 0)))
         self.addresses[slot] = (msg["host"], int(msg["port"]))
+        self.outbox.drop(slot)  # frames held for the failed incarnation
         old = self.peers.pop(slot, None)
         if old is not None:
             old.close()
@@ -282,6 +349,7 @@ class Site:
             assert self.core is not None
             dead = set(msg["dead"])
             for s in dead:
+                self.outbox.drop(s)
                 c = self.peers.pop(s, None)
                 if c is not None:
                     c.close()
@@ -301,17 +369,31 @@ class Site:
                 os.setpriority(os.PRIO_PROCESS, 0, 0)
             except (PermissionError, OSError):
                 log.info("site %d could not restore its priority", self.id)
-            self.core = SiteCore(self.id, self.plan, self.layout, standby=True)
+            layout = self.layout.copy()
+            layout.load(msg["table"])  # the placement as the moves so far have left it
+            self.core = SiteCore(self.id, self.plan, layout, standby=True)
             self.core.dead_sites = set(msg["dead"])
-            self.core.epoch = {int(k): int(v) for k, v in msg.get("epochs", {}).items()}
+            self.core.epochs = np.asarray(msg["epochs"], dtype=np.int64)
             self._members = set(msg["members"])
             self._maybe_ready()
         elif kind == "avail":
             await self._avail(msg)
         elif kind == "slow":  # --slow SITE@SECONDS=FACTOR
+            self._capacity_now()
             if self.cap is None:
                 self.cap = CpuCap(1.0)
             self.cap.scale(float(msg["factor"]))
+        elif kind == "move":  # unified Flux: one copy of a partition moves (or is re-placed)
+            assert self.core is not None and self.driver is not None
+            self._send(self.core.on_move(int(msg["q"]), int(msg["r"]), int(msg["dst"]),
+                                         int(msg["epoch"])))
+            self.driver.send_control({"type": "moved", "epoch": int(msg["epoch"])})
+        elif kind == "collect":  # the load-balancing policy's statistics, per round
+            assert self.driver is not None
+            self.driver.send_control({
+                "type": "stats", "round": int(msg["round"]), "busy_s": self.busy_s,
+                "capacity_s": self._capacity_now(),
+                "counts": self.core.processed.tolist() if self.core is not None else []})
         elif kind == "kill":
             # A real crash on request (clusters, where the driver cannot signal the process).
             os.kill(os.getpid(), signal.SIGKILL)
@@ -320,6 +402,15 @@ class Site:
                 # Not an error of this task: Spark must not retry it (no zombies either).
                 self.excluded = str(msg.get("reason"))
             self._stop.set()
+
+    def _capacity_now(self) -> float:
+        """Seconds of capacity this site has had so far: wall time times its cap (so that
+        busy / capacity is the utilisation U_j relative to what the site can do)."""
+        now = time.perf_counter()
+        cap = self.cap.cap if self.cap is not None else 1.0
+        self._capacity_s += (now - self._capacity_at) * cap
+        self._capacity_at = now
+        return self._capacity_s
 
     def _report_error(self, tb: str) -> None:
         self.error = f"site {self.id} failed:\n{tb}"

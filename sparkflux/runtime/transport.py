@@ -3,8 +3,9 @@
 Every transport failure (reset, EOF, a truncated frame) surfaces as one ``ConnectionLost``
 for the caller (distributed's ``CommClosedError`` habit): the protocol layer sees "peer lost",
 never a zoo of socket errors. Writes never block the event loop: ``send`` queues the frame
-(flow control is end to end, in the ingress window), so two sites that send to each other
-cannot deadlock on full socket buffers.
+(flow control is end to end, in the ingress window, and the skew buffer of ``outbox`` keeps
+data out of a blocked connection), so two sites that send to each other cannot deadlock on
+full socket buffers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from typing import Any
 
 from sparkflux.protocol.messages import Message
 from sparkflux.runtime.frames import FRAME_HEADER, KINDS, encode, encode_control
+
+SOCKET_BUFFER = 1 << 15
+# asyncio's reader buffers up to twice this before it stops reading the socket: keep it
+# small too, or a slow site would pull megabytes of backlog into its own memory.
+READ_LIMIT = 1 << 14
 
 
 class ConnectionLost(Exception):
@@ -33,6 +39,10 @@ class Connection:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Small kernel buffers: what a slow peer has not read waits in the sender's skew
+            # buffer (the DTSB), where control frames can overtake it, not in the socket.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         self.bytes_sent = 0
 
     async def recv(self) -> tuple[int, bytes]:
@@ -89,7 +99,7 @@ async def connect(host: str, port: int, peer: str, timeout: float = 30.0) -> Con
     delay = 0.05
     while True:
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=1 << 24)
+            reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT)
             return Connection(reader, writer, peer)
         except OSError as e:
             if loop.time() + delay > deadline:

@@ -35,6 +35,17 @@ class Network:
         self.delivered += 1
         return src, dst, self.links[(src, dst)].popleft()
 
+    def pop_to(self, dst: int) -> tuple[int, Any] | None:
+        """Deliver the head of a random non-empty link into ``dst`` whose head is a protocol
+        message (not a driver control tuple), or None."""
+        busy = [k for k, q in self.links.items()
+                if k[1] == dst and q and not isinstance(q[0], tuple)]
+        if not busy:
+            return None
+        src, _ = busy[int(self.rng.integers(len(busy)))]
+        self.delivered += 1
+        return src, self.links[(src, dst)].popleft()
+
     def drop_to(self, node: int) -> None:
         """A crashed node receives nothing more."""
         for (_, dst), q in self.links.items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -60,9 +61,11 @@ from sparkflux.protocol.messages import (
     Rejoin,
     Retain,
     Retaining,
+    State,
 )
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore
+from sparkflux.runtime.frames import FRAME_HEADER, PROTO, decode, encode
 from sparkflux.sim.network import Network
 
 
@@ -312,7 +315,15 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 hellos[dst].add(msg[1])
                 maybe_ready(dst)
             else:
-                emit(dst, sites[dst].on_message(src, msg))
+                # Like the runtime's scheduler, a site often takes several queued messages in
+                # one pass (``on_messages``): gather a random number of them.
+                batch = [(src, _as_moved(msg))]
+                for _ in range(int(rng.integers(0, 4))):
+                    more = net.pop_to(dst)
+                    if more is None:
+                        break
+                    batch.append((more[0], _as_moved(more[1])))
+                emit(dst, sites[dst].on_messages(batch))
         except (ProtocolError, PartitionLost) as e:
             raise Violation(f"seed {seed}: {e}") from e
     leftover = {"ingress": ingress.buffered()}
@@ -328,6 +339,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     return SimResult(seed, table, egress.ended, leftover, crashed, step, net.delivered,
                      ingress.next_isn, recovered, live_replicas,
                      [(m["q"], m["r"], m["src"], m["dst"]) for m in controller.moves])
+
+
+def _as_moved(msg: Any) -> Any:
+    """A ``State`` as the runtime moves it: pickled with out-of-band buffers."""
+    if isinstance(msg, State):
+        body = b"".join(bytes(p) for p in encode(msg))[FRAME_HEADER.size:]
+        return decode(PROTO, body, {})
+    return msg
 
 
 def res_plan_schema(plan_factory: Callable[[], PhysicalPlan]) -> pa.Schema:

@@ -1,0 +1,158 @@
+"""Load balancing under emulated site capacity (thesis Table 5.1, Figs 4.6-4.8).
+
+    .venv/bin/python bench/load_balance.py [--events 4000000] [--site-cpu 0.4] [--plot PNG]
+
+In one Spark session, ``--ha flux`` on 4 sites with every site capped at ``--site-cpu`` of
+wall time, the input as fast as the dataflow accepts it (back-pressure), four runs:
+
+1. no slow site (policy off): the unloaded rate;
+2. site 2 slowed to half its capacity at ``--slow-at`` seconds, policy off: a static
+   placement runs at the pace of its slowest site;
+3. the same with the policy on: the ideal is 3.5 / 4 = 87.5% of the unloaded rate;
+4. no slow site, ``--kill 3`` and ``--recovery survivors`` (no standby), policy on: the ideal
+   is 3 / 4 = 75% of the pre-failure rate (thesis Table 5.2: 71%).
+
+Steady-state throughput is input tuples per second over the last ``--tail`` seconds before
+the input ends. The settle time is from the slowdown (or the kill) until the 1-second
+rolling rate first reaches 95% of that steady rate. Every run's output digest must equal the
+others'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sparkflux.cli import run_example  # noqa: E402
+from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
+from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
+
+
+def args_for(a: argparse.Namespace, slow: list[str], balance: bool, kill: list[str],
+             recovery: str = "standby") -> argparse.Namespace:
+    return argparse.Namespace(
+        events=a.events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, skew=False,
+        sites=4, partitions=a.partitions, ha="flux", master=None, rate=None,
+        ingress_buffer=200_000, window=a.window, output=None, dead_letter=None, kill=kill,
+        heartbeat_timeout=10.0, spare_sites=0, site_cpu=a.site_cpu, slow=slow,
+        recovery=recovery, no_balance=not balance, balance_delta_min=a.delta_min,
+    )
+
+
+def rates(times: list[float], counts: list[int], start: float, width: float = 0.25
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Admitted input tuples per second in ``width`` bins from the start of the input."""
+    t = np.asarray(times) - start
+    n = int(np.ceil(t.max() / width)) + 1 if t.size else 1
+    rows = np.bincount((t / width).astype(int), weights=counts, minlength=n)
+    return np.arange(n) * width, rows / width
+
+
+def analyse(res: Any, a: argparse.Namespace, event_at: float | None) -> dict[str, Any]:
+    times, counts = res.ingress_timeline
+    t, r = rates(times, counts, res.timeline.start)
+    end = t[-1]
+    tail = r[(t >= end - a.tail) & (t < end - 0.25)]
+    steady = float(tail.mean()) if tail.size else 0.0
+    settle = None
+    if event_at is not None and steady > 0:
+        roll = np.convolve(r, np.ones(4) / 4, mode="same")  # 1 s rolling mean
+        after = np.flatnonzero((t > event_at) & (roll >= 0.95 * steady))
+        settle = float(t[after[0]] - event_at) if after.size else None
+    m = res.metrics
+    return {"steady_tps": steady, "settle_s": settle, "moves": len(m["moves"]),
+            "digest": m["output_digest"], "utilisation": m["utilisation"],
+            "dropped": m["ingress_dropped"], "kills": m["kills"], "t": t.tolist(),
+            "rate": r.tolist()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--events", type=int, default=4_000_000)
+    p.add_argument("--partitions", type=int, default=64)
+    p.add_argument("--site-cpu", type=float, default=0.4)
+    p.add_argument("--slow-at", type=float, default=3.0)
+    p.add_argument("--kill-at", type=float, default=6.0)
+    p.add_argument("--tail", type=float, default=4.0)
+    p.add_argument("--window", type=int, default=400_000)
+    p.add_argument("--delta-min", type=float, default=0.25)
+    p.add_argument("--plot", default=None)
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    console = Console()
+    module = load_example(ROOT / "examples" / "netmon.py")
+    spark = spark_session(default_master(5))
+    slow = [f"2@{a.slow_at}=0.5"]
+    runs = [
+        ("no slow site", args_for(a, [], False, []), None),
+        ("site 2 at half, policy off", args_for(a, slow, False, []), a.slow_at),
+        ("site 2 at half, policy on", args_for(a, slow, True, []), a.slow_at),
+        ("kill site 3, no standby, policy on",
+         args_for(a, [], True, [f"3@{a.kill_at}"], "survivors"), a.kill_at),
+    ]
+    out: dict[str, dict[str, Any]] = {}
+    for name, args, at in runs:
+        console.print(f"[bold]{name}[/bold] ...")
+        res = run_example(module, args, show_progress=False, sink=NullSink(),
+                          dead=DeadLetters(), spark=spark)
+        out[name] = analyse(res, a, at)
+        if name.startswith("kill"):  # the rate before the kill, for the 3-of-4 ratio
+            r, t = np.asarray(out[name]["rate"]), np.asarray(out[name]["t"])
+            pre = r[(t >= 1.0) & (t < at - 0.25)]
+            out[name]["before_tps"] = float(pre.mean()) if pre.size else 0.0
+        console.print(f"  steady {out[name]['steady_tps']:,.0f} tuples/s, "
+                      f"{out[name]['moves']} moves, settle {out[name]['settle_s']}")
+    base = out["no slow site"]["steady_tps"]
+    table = Table(title=f"load balancing, --site-cpu {a.site_cpu}, {a.events:,} events")
+    for col in ("run", "steady tuples/s", "of unloaded", "ideal", "settle s", "moves"):
+        table.add_column(col)
+    ideals = {"no slow site": 1.0, "site 2 at half, policy off": 0.875,
+              "site 2 at half, policy on": 0.875, "kill site 3, no standby, policy on": 0.75}
+    for name, r in out.items():
+        ref = r.get("before_tps", base)
+        table.add_row(name, f"{r['steady_tps']:,.0f}", f"{r['steady_tps'] / ref:.1%}",
+                      f"{ideals[name]:.1%}", "" if r["settle_s"] is None else
+                      f"{r['settle_s']:.2f}", str(r["moves"]))
+    console.print(table)
+    digests = {r["digest"] for r in out.values()}
+    console.print(f"output digests equal: {len(digests) == 1}; dropped: "
+                  f"{sum(r['dropped'] for r in out.values())}")
+    if a.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for name, r in out.items():
+            roll = np.convolve(r["rate"], np.ones(4) / 4, mode="same")
+            ax.plot(r["t"], roll / 1000, label=name)
+        ax.axvline(a.slow_at, color="grey", ls=":", lw=1)
+        ax.axvline(a.kill_at, color="red", ls=":", lw=1)
+        ax.set_xlabel("seconds since the input started")
+        ax.set_ylabel("input admitted (K tuples/s, 1 s mean)")
+        ax.legend(fontsize=8)
+        ax.set_title(f"load balancing, 4 sites at --site-cpu {a.site_cpu}")
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=110)
+        console.print(f"plot written to {a.plot}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(
+            {k: {kk: vv for kk, vv in v.items() if kk not in ("t", "rate")}
+             for k, v in out.items()}, indent=2))
+    return 0 if len(digests) == 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
