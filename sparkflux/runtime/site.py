@@ -27,7 +27,7 @@ import numpy as np
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.protocol.messages import CuDone, Outgoing, State
+from sparkflux.protocol.messages import Ack, CuDone, Data, Outgoing, State
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.runtime.capacity import CpuCap
 from sparkflux.runtime.frames import CONTROL, decode, encode
@@ -84,6 +84,7 @@ class Site:
         self._inbox_room = asyncio.Event()
         self._first_at = 0.0
         self._inbox_rows = 0
+        self._urgent = False
         self._capacity_s = 0.0
         self._capacity_at = time.perf_counter()
         self.error: str | None = None
@@ -208,6 +209,8 @@ class Site:
                     await self._inbox_room.wait()
                 self.inbox.append((peer, msg))
                 self._inbox_rows += rows_of(msg)
+                if not isinstance(msg, (Data, Ack)):  # take-over and catch-up: no gathering
+                    self._urgent = True
                 self._inbox_ready.set()
         except ConnectionLost as e:
             if not self._stop.is_set():
@@ -233,7 +236,7 @@ class Site:
                 # many small frames (what a site spends beyond its real work is overhead).
                 wait = self._first_at + GATHER_S - time.perf_counter()
                 while (wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
-                       and self._inbox_rows < GATHER_ROWS):
+                       and self._inbox_rows < GATHER_ROWS and not self._urgent):
                     self._inbox_ready.clear()
                     try:
                         await asyncio.wait_for(self._inbox_ready.wait(), wait)
@@ -248,6 +251,7 @@ class Site:
                 items = list(self.inbox)
                 self.inbox.clear()
                 self._inbox_rows = 0
+                self._urgent = False
                 self._inbox_room.set()
                 if self.core is not None:
                     self._send(self.core.on_messages(items))
