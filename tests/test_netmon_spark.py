@@ -24,7 +24,8 @@ def netmon_args(**kw: Any) -> argparse.Namespace:
     base = dict(events=60_000, batch_size=4096, seed=7, cpu_work=False, bad_every=0, sites=4,
                 partitions=16, ha="none", master=None, rate=None, ingress_buffer=200_000,
                 window=100_000, output=None, dead_letter=None, kill=[], spare_sites=0,
-                skew=False, site_cpu=None, slow=[])
+                skew=False, site_cpu=None, slow=[], no_balance=True, recovery="standby",
+                balance_delta_min=0.25)
     base.update(kw)
     return argparse.Namespace(**base)
 

@@ -71,7 +71,7 @@ def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
     # the policy balances load away from a slow site (with a short collection phase)
     slow = int(rng.integers(SITES))
     return FailurePlan(slow=((slow, 3.0),)), {
-        "balance": True, "policy": PolicyConfig(delta_min=50, delta_start=100)}
+        "balance": True, "policy": PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0)}
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
@@ -115,7 +115,7 @@ def test_the_policy_moves_load_off_a_slow_site(baseline: Any) -> None:
     batches, expected, _ = baseline
     fp = FailurePlan(slow=((2, 3.0),))
     res = check(lambda: tiny_plan()[0], batches, 1, fp, expected=expected, balance=True,
-                policy=PolicyConfig(delta_min=50, delta_start=100))
+                policy=PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0))
     assert res.moves and all(m[2] == 2 for m in res.moves)  # every move is off site 2
     two_replicas(res, 1, fp)
 

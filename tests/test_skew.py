@@ -183,3 +183,41 @@ def test_release_next_hands_out_one_message_at_a_time_in_order() -> None:
     assert buf.release_next(0) == "m1" and buf.pool_used() == 0
     assert buf.release_next(0) == "m2" and buf.release_next(0) is None
     assert buf.held_rows() == 0
+
+
+def test_outbox_never_raises_when_the_pool_is_full() -> None:
+    """A destination that holds frames while the pool is full gets the next frame written
+    (after what it holds), never an exception: the ingress window bounds what is in flight."""
+    from sparkflux.runtime.outbox import Outbox
+
+    class Conn:
+        def __init__(self) -> None:
+            self.sent: list[object] = []
+            self.closed = False
+            self.size = 1 << 20  # blocked
+
+        def buffered(self) -> int:
+            return self.size
+
+        def send(self, msg: object) -> None:
+            self.sent.append(msg)
+
+    import numpy as np
+    import pyarrow as pa
+
+    from sparkflux.protocol.messages import Data, Streams
+
+    def data(n: int) -> Data:
+        e = np.zeros(0, dtype=np.int32)
+        return Data(1, Streams(e, e.astype(np.int8), e, e.astype(np.int64), e.astype(np.int64)),
+                    pa.record_batch([pa.array(np.arange(n))], names=["x"]))
+
+    conn = Conn()
+    box = Outbox(lambda d: conn, capacity_rows=10)  # type: ignore[arg-type, return-value]
+    msgs = [data(6) for _ in range(4)]
+    for m in msgs:
+        box.send(0, m)
+    assert conn.sent[: len(conn.sent)] == msgs[: len(conn.sent)]  # in order
+    conn.size = 0
+    box.flush()
+    assert conn.sent == msgs and box.held_rows() == 0

@@ -4,13 +4,14 @@ unified Flux, ch. 5; digest §6-7).
 After a collection phase every live site j reports its utilisation U_j (busy time over the
 capacity it had) and T_j, the tuples it processed, with N_p per mini-partition. Sites are
 sorted by U descending and paired most with least utilised, working inward. A pair (d, r) is
-skipped, and the round stops, when U_d is below the mean, when U_d / U_r < ``th_imb`` or when
-U_r > ``th_util``. Otherwise the first of d's partitions (by N_p descending) whose move lowers
-the pair's maximum is moved: U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the
-digest's reading of the thesis' typo), rejected when U'_r > 1. At most one move per pair. In
-unified Flux a partition has two copies that never share a site, and the copy on the donor is
-the one failed (the receiver is caught up from the other copy), so a partition whose other
-copy is on the receiver is not a candidate. Pure: no clocks, no I/O.
+skipped, and the round stops, when U_d is below the mean (or below ``th_busy``: our addition),
+when U_d / U_r < ``th_imb`` or when U_r > ``th_util``. Otherwise the first of d's partitions
+(by N_p descending) whose move lowers the pair's maximum is moved:
+U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the digest's reading of the thesis'
+typo), rejected when U'_r > 1. At most one move per pair. In unified Flux a partition has two
+copies that never share a site, and the copy on the donor is the one failed (the receiver is
+caught up from the other copy), so a partition whose other copy is on the receiver is not a
+candidate. Pure: no clocks, no I/O.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ import numpy as np
 class PolicyConfig:
     th_imb: float = 1.15  # thesis ch. 5
     th_util: float = 0.925
+    # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
+    # leaves its partition with one copy, so moving on noise alone is a risk with no gain.
+    th_busy: float = 0.6
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase
 
@@ -56,7 +60,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     while i < k:
         d, r = order[i], order[k]
         ud, ur = util[d], util[r]
-        if ud < mean or ur > cfg.th_util or (ur > 0 and ud / ur < cfg.th_imb):
+        if (ud < mean or ud < cfg.th_busy or ur > cfg.th_util
+                or (ur > 0 and ud / ur < cfg.th_imb)):
             break
         move = _first_reducing(d, r, ud, ur, counts[d], total, avg_cost, table)
         if move is not None:

@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -503,6 +504,8 @@ class Host:
             self._send(self.ingress.finish())
         except ConnectionLost as e:
             self._abort(str(e))
+        except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
+            self._abort(f"the ingress failed:\n{traceback.format_exc()}")
         finally:
             if pump is not None:
                 pump.cancel()
@@ -830,7 +833,9 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
 
     return RunResult(metrics=host.result_metrics(), sites=job.summaries, timeline=host.metrics,
                      ingress_timeline=(host.ingress_times, host.ingress_counts),
-                     events=timeline_events(host.kills, host.failures, host.recovered))
+                     events=timeline_events(host.kills, host.failures, host.recovered,
+                                            moves=list(host.move_started.values()),
+                                            slows=host.slowed))
 
 
 def _watch_job(job: Any, host: Host) -> None:

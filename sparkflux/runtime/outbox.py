@@ -47,7 +47,7 @@ class Outbox:
             self.skew.add(dest)
             blocked = conn.buffered() > self.high_water
             rows = rows_of(msg)
-            if blocked and not self.skew.can_hold(dest, rows):
+            if not self.skew.can_hold(dest, rows):
                 blocked = False  # the pool is full: write it (the ingress window bounds this)
                 for held in self.skew.release(dest):
                     conn.send(held)

@@ -3,7 +3,8 @@
 Top: input (admitted at the ingress) and output (delivered by the egress) tuples per second in
 250 ms bins. Bottom: mean output latency per bin. Each ``--kill`` is a red line; each failure
 the controller detected (take-over) an orange dashed one; each recovery, when there is one, a
-green line. A user sees at a glance what a failure cost.
+green line; each ``--slow`` a brown dotted one; each partition move a marker along the top.
+A user sees at a glance what a failure cost.
 """
 
 from __future__ import annotations
@@ -41,8 +42,13 @@ def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[
     ax2.set_ylabel("mean latency (ms)")
     ax2.set_xlabel(f"seconds since the input started ({int(width * 1000)} ms bins)")
     styles = {"kill": ("tab:red", "-"), "take-over": ("tab:orange", "--"),
-              "recovery": ("tab:green", "-.")}
+              "recovery": ("tab:green", "-."), "slow-down": ("tab:brown", ":")}
+    top = ax1.get_ylim()[1]
     for label, ts in events.items():
+        if label == "move":  # many, short: a marker each along the top
+            ax1.plot(np.asarray(ts) - start, np.full(len(ts), top * 0.97), "v",
+                     color="tab:olive", markersize=4, label="partition move" if ts else None)
+            continue
         color, ls = styles.get(label, ("k", ":"))
         for i, t in enumerate(ts):
             for ax in (ax1, ax2):
@@ -58,8 +64,14 @@ def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[
 
 
 def timeline_events(kills: list[dict[str, Any]], failures: list[dict[str, Any]],
-                    recoveries: list[dict[str, Any]] | None = None) -> dict[str, list[float]]:
+                    recoveries: list[dict[str, Any]] | None = None,
+                    moves: list[float] | None = None,
+                    slows: list[dict[str, Any]] | None = None) -> dict[str, list[float]]:
     out = {"kill": [k["time"] for k in kills], "take-over": [f["time"] for f in failures]}
     if recoveries:
         out["recovery"] = [r["time"] for r in recoveries]
+    if slows:
+        out["slow-down"] = [s["time"] for s in slows]
+    if moves:
+        out["move"] = list(moves)
     return out

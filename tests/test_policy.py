@@ -1,0 +1,155 @@
+"""The hill-climbing load-balancing policy and its rounds in the controller (thesis §4.4, ch. 5)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sparkflux.control.controller import Controller
+from sparkflux.control.events import (
+    Collect,
+    ConnectionClosed,
+    Move,
+    Moved,
+    Registered,
+    SiteAddress,
+    SiteReady,
+    Stats,
+    Tick,
+)
+from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
+from sparkflux.dataflow.placement import Layout
+
+P = 8
+
+
+def table() -> np.ndarray:
+    return Layout(4, P, 2).table().copy()
+
+
+def counts_for(t: np.ndarray, per_partition: np.ndarray) -> dict[int, np.ndarray]:
+    """Rows each site processed: every replica does its partition's work."""
+    out = {}
+    for j in range(4):
+        c = np.zeros(P, dtype=np.int64)
+        hosted = np.nonzero((t == j).any(axis=1))[0]
+        c[hosted] = per_partition[hosted]
+        out[j] = c
+    return out
+
+
+def test_the_busiest_site_gives_its_heaviest_movable_partition_to_the_idlest() -> None:
+    t = table()
+    n = np.array([100, 400, 100, 100, 100, 300, 100, 100])
+    util = {0: 0.5, 1: 1.0, 2: 0.55, 3: 0.3}
+    moves = plan_moves(util, counts_for(t, n), t)
+    assert len(moves) == 1  # the second pair (2, 0) is below the mean: the round stops
+    m = moves[0]
+    # site 1 holds partitions 0 (replica 1), 1 (replica 0), 4 (replica 1), 5 (replica 0);
+    # partition 1 (N_p = 400) has its other copy on site 2, not on receiver 3: it goes
+    assert (m.q, m.r, m.donor, m.receiver) == (1, 0, 1, 3)
+
+
+def test_a_partition_whose_other_copy_is_on_the_receiver_is_skipped() -> None:
+    t = table()
+    n = np.array([100, 400, 100, 100, 100, 300, 100, 100])
+    util = {0: 0.5, 1: 1.0, 2: 0.2, 3: 0.55}
+    m = plan_moves(util, counts_for(t, n), t)[0]
+    # receiver 2 holds partitions 1 and 5's other copies: the first candidate is partition 0
+    assert m.receiver == 2 and m.q in (0, 4) and t[m.q, 1 - m.r] != 2
+
+
+def test_no_move_when_balanced_idle_or_the_receiver_is_busy() -> None:
+    t = table()
+    n = np.full(P, 100)
+    c = counts_for(t, n)
+    assert plan_moves({0: 0.9, 1: 0.85, 2: 0.88, 3: 0.86}, c, t) == []  # within th_imb
+    assert plan_moves({0: 0.5, 1: 0.2, 2: 0.25, 3: 0.3}, c, t) == []  # nobody is busy
+    assert plan_moves({0: 1.0, 1: 0.95, 2: 0.96, 3: 0.94}, c, t) == []  # no room anywhere
+
+
+def test_a_move_must_lower_the_pair_maximum() -> None:
+    t = table()
+    n = np.zeros(P, dtype=np.int64)
+    n[[0, 3]] = 1000  # site 0 does all its work in two partitions
+    util = {0: 1.0, 1: 0.4, 2: 0.4, 3: 0.3}
+    c = counts_for(t, n)
+    c[3][:] = 0
+    c[3][2] = 100  # site 3 is cheap per tuple... (U 0.3 for 100 rows)
+    # moving 1000 rows there would cost it 3.0: rejected (U'_r > 1), so nothing moves
+    assert plan_moves(util, c, t, PolicyConfig()) == []
+
+
+def test_an_empty_site_receives_at_the_average_cost() -> None:
+    t = table()
+    t[t == 3] = 0  # pretend site 3 holds nothing (its replicas elsewhere: not realistic,
+    t[P - 1, 1] = 1  # ...but never two copies on one site)
+    n = np.full(P, 100)
+    util = {0: 1.0, 1: 0.6, 2: 0.6, 3: 0.0}
+    moves = plan_moves(util, counts_for(t, n), t)
+    assert moves and moves[0].receiver == 3 and moves[0].donor == 0
+
+
+def test_recovery_site_takes_the_least_loaded_site_without_the_other_copy() -> None:
+    t = table()
+    # partition 2: replicas on sites 2 and 3; site 3 failed; site 2 holds the other copy
+    dst = recovery_site(2, 1, t, [0, 1, 2])
+    assert dst in (0, 1) and dst != 2
+    t[0, 0] = 1  # make site 0 hold fewer replicas than site 1... (moved away)
+    assert recovery_site(2, 1, t, [0, 1, 2]) == 0
+
+
+def started(balance: bool = True) -> Controller:
+    c = Controller(4, ha=True, layout=Layout(4, P, 2), stages=2, balance=balance,
+                   policy=PolicyConfig(delta_start=1.0, delta_min=0.25))
+    for s in range(4):
+        c.handle(Registered(address=SiteAddress(site=s, attempt=0, host="h", port=s, pid=s),
+                            now=0.0))
+    for s in range(4):
+        c.handle(SiteReady(site=s, attempt=0))
+    return c
+
+
+def stats(c: Controller, rnd: int, now: float, busy: list[float]) -> list:
+    t = c.layout.table()
+    out = []
+    for j in range(4):
+        counts = tuple(int(100 * now) if (t[q] == j).any() else 0 for q in range(P))
+        out += c.handle(Stats(site=j, attempt=0, round=rnd, busy_s=busy[j] * now,
+                              capacity_s=now, counts=counts, now=now))
+    return out
+
+
+def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
+    c = started()
+    acts = c.handle(Tick(now=1.0))
+    assert [type(a) for a in acts] == [Collect] and acts[0].round == 1
+    assert stats(c, 1, 1.0, [0.3, 1.0, 0.3, 0.3]) == []  # the baseline
+    assert c.handle(Tick(now=1.5)) == []  # the collection phase lasts delta = 1 s
+    end = c.handle(Tick(now=2.0))
+    assert [type(a) for a in end] == [Collect] and end[0].round == 2
+    assert stats(c, 1, 2.0, [0.3, 1.0, 0.3, 0.3]) == []  # a stale round: ignored
+    acts = stats(c, 2, 2.0, [0.3, 1.0, 0.3, 0.3])
+    moves = [a for a in acts if isinstance(a, Move)]
+    assert len(moves) == 1 and moves[0].src == 1 and moves[0].reason == "balance"
+    # the move waits for every live site to confirm it, then catches up bottom-up
+    for j in range(3):
+        assert c.handle(Moved(site=j, epoch=moves[0].epoch, now=2.1)) == []
+    cu = c.handle(Moved(site=3, epoch=moves[0].epoch, now=2.1))
+    assert [(a.stage, a.q) for a in cu] == [(0, moves[0].q)]
+
+
+def test_a_failure_stops_load_balancing_at_once() -> None:
+    c = started()
+    c.handle(Tick(now=1.0))
+    stats(c, 1, 1.0, [0.3, 1.0, 0.3, 0.3])
+    c.handle(Tick(now=2.0))
+    c.handle(ConnectionClosed(site=2, attempt=0, reason="killed", now=2.05))
+    # the end-of-phase statistics of the abandoned round plan nothing
+    assert not [a for a in stats(c, 2, 2.1, [0.3, 1.0, 0.3, 0.3]) if isinstance(a, Move)]
+    assert c.incomplete and not c._balancing()
+    assert c.handle(Tick(now=5.0)) == []  # recovery mode: no rounds while replicas are missing
+
+
+def test_policy_off_never_collects() -> None:
+    c = started(balance=False)
+    assert c.handle(Tick(now=10.0)) == []
