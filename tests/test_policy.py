@@ -109,13 +109,15 @@ def started(balance: bool = True) -> Controller:
     return c
 
 
-def stats(c: Controller, rnd: int, now: float, busy: list[float]) -> list:
+def stats(c: Controller, rnd: int, now: float, caps: list[float]) -> list:
+    """Every site processed its partitions' rows at the same rate; ``caps`` are their
+    capacities (a site with half the capacity is twice as utilised)."""
     t = c.layout.table()
     out = []
     for j in range(4):
         counts = tuple(int(100 * now) if (t[q] == j).any() else 0 for q in range(P))
-        out += c.handle(Stats(site=j, attempt=0, round=rnd, busy_s=busy[j] * now,
-                              capacity_s=now, counts=counts, now=now))
+        out += c.handle(Stats(site=j, attempt=0, round=rnd, busy_s=0.3 * now,
+                              capacity_s=caps[j] * now, counts=counts, now=now))
     return out
 
 
@@ -123,12 +125,12 @@ def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
     c = started()
     acts = c.handle(Tick(now=1.0))
     assert [type(a) for a in acts] == [Collect] and acts[0].round == 1
-    assert stats(c, 1, 1.0, [0.3, 1.0, 0.3, 0.3]) == []  # the baseline
+    assert stats(c, 1, 1.0, [1.0, 0.4, 1.0, 1.0]) == []  # the baseline
     assert c.handle(Tick(now=1.5)) == []  # the collection phase lasts delta = 1 s
     end = c.handle(Tick(now=2.0))
     assert [type(a) for a in end] == [Collect] and end[0].round == 2
-    assert stats(c, 1, 2.0, [0.3, 1.0, 0.3, 0.3]) == []  # a stale round: ignored
-    acts = stats(c, 2, 2.0, [0.3, 1.0, 0.3, 0.3])
+    assert stats(c, 1, 2.0, [1.0, 0.4, 1.0, 1.0]) == []  # a stale round: ignored
+    acts = stats(c, 2, 2.0, [1.0, 0.4, 1.0, 1.0])
     moves = [a for a in acts if isinstance(a, Move)]
     assert len(moves) == 1 and moves[0].src == 1 and moves[0].reason == "balance"
     # the move waits for every live site to confirm it, then catches up bottom-up
@@ -141,11 +143,11 @@ def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
 def test_a_failure_stops_load_balancing_at_once() -> None:
     c = started()
     c.handle(Tick(now=1.0))
-    stats(c, 1, 1.0, [0.3, 1.0, 0.3, 0.3])
+    stats(c, 1, 1.0, [1.0, 0.4, 1.0, 1.0])
     c.handle(Tick(now=2.0))
     c.handle(ConnectionClosed(site=2, attempt=0, reason="killed", now=2.05))
     # the end-of-phase statistics of the abandoned round plan nothing
-    assert not [a for a in stats(c, 2, 2.1, [0.3, 1.0, 0.3, 0.3]) if isinstance(a, Move)]
+    assert not [a for a in stats(c, 2, 2.1, [1.0, 0.4, 1.0, 1.0]) if isinstance(a, Move)]
     assert c.incomplete and not c._balancing()
     assert c.handle(Tick(now=5.0)) == []  # recovery mode: no rounds while replicas are missing
 
@@ -153,3 +155,23 @@ def test_a_failure_stops_load_balancing_at_once() -> None:
 def test_policy_off_never_collects() -> None:
     c = started(balance=False)
     assert c.handle(Tick(now=10.0)) == []
+
+
+def test_utilisation_is_demand_over_capacity_even_for_a_lagging_site() -> None:
+    """A slowed site processes less than its share; its load is its partitions' demand (what
+    their other copies processed), so it still shows as the most utilised."""
+    from sparkflux.control.controller import utilisation
+
+    t = table()
+    def sample(j: int, rows_per_partition: int, cap: float, busy: float) -> Stats:
+        counts = tuple(rows_per_partition if (t[q] == j).any() else 0 for q in range(P))
+        return Stats(site=j, attempt=0, round=2, busy_s=busy, capacity_s=cap, counts=counts,
+                     now=1.0)
+    zero = {j: Stats(site=j, attempt=0, round=1, busy_s=0.0, capacity_s=0.0,
+                     counts=(0,) * P, now=0.0) for j in range(4)}
+    end = {0: sample(0, 1000, 0.4, 0.2), 1: sample(1, 1000, 0.4, 0.2),
+           2: sample(2, 500, 0.2, 0.2), 3: sample(3, 1000, 0.4, 0.2)}
+    util, load, busy = utilisation(zero, end, t)
+    assert util[2] > 1.5 * max(util[0], util[1], util[3])
+    assert load[2].sum() == 4 * 1000  # the demand of its four partitions, not the 500 it did
+    assert busy[2] == 1.0 and busy[0] == 0.5

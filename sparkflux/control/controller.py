@@ -56,6 +56,7 @@ from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.dataflow.placement import Layout
 
 log = logging.getLogger(__name__)
+RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved again yet
 
 
 class Controller:
@@ -399,20 +400,12 @@ class Controller:
 
     def _movement_phase(self) -> list[Action]:
         assert self.layout is not None
-        util: dict[int, float] = {}
-        counts: dict[int, np.ndarray] = {}
-        for j, end in self._samples.items():
-            base = self._base.get(j)
-            if base is None or base.attempt != end.attempt:
-                continue
-            cap = end.capacity_s - base.capacity_s
-            if cap <= 0:
-                continue
-            util[j] = min(1.0, max(0.0, (end.busy_s - base.busy_s) / cap))
-            counts[j] = np.asarray(end.counts, dtype=np.int64) - np.asarray(base.counts)
-        planned = plan_moves(util, counts, self.layout.table(), self.policy)
+        util, counts, measured = utilisation(self._base, self._samples, self.layout.table())
+        recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
+        planned = plan_moves(util, counts, self.layout.table(), self.policy, recent)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
                             "utilisation": {j: round(u, 3) for j, u in util.items()},
+                            "busy": {j: round(u, 3) for j, u in measured.items()},
                             "moves": [(m.q, m.donor, m.receiver) for m in planned]})
         if not planned:
             self.delta = max(self.delta / 2, self.policy.delta_min)
@@ -438,3 +431,38 @@ class Controller:
             elif self.lb_state == "collect" and now >= self.lb_at:
                 actions += self._collect("end")
         return actions
+
+
+def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
+                ) -> tuple[dict[int, float], dict[int, np.ndarray], dict[int, float]]:
+    """Per site, the utilisation U_j the policy works with, the load per hosted partition
+    N_p, and the measured busy fraction of capacity, from one collection phase.
+
+    The thesis measures U_j = 1 - idle / delta. In a replicated pipeline that mostly measures
+    waiting on the slowest site, and a lagging site processes *less* than its share, so here
+    the load of a partition is its demand: the rows its faster copy processed (both copies do
+    the same work). U_j is the demand of the partitions site j hosts times the measured cost
+    per row (busy time over rows, all sites), over the capacity site j had (wall time times
+    its --site-cpu cap). U_j is then proportional to the work, as the policy's U' estimates
+    assume, and a slowed site shows a U above its peers' by its lost capacity."""
+    rows: dict[int, np.ndarray] = {}
+    cap: dict[int, float] = {}
+    busy: dict[int, float] = {}
+    for j, e in end.items():
+        b = base.get(j)
+        if b is None or b.attempt != e.attempt or e.capacity_s - b.capacity_s <= 0:
+            continue
+        cap[j] = e.capacity_s - b.capacity_s
+        busy[j] = max(0.0, e.busy_s - b.busy_s)
+        rows[j] = np.asarray(e.counts, dtype=np.int64) - np.asarray(b.counts, dtype=np.int64)
+    if not rows:
+        return {}, {}, {}
+    demand = np.max(np.stack(list(rows.values())), axis=0)  # per partition
+    processed = sum(int(r.sum()) for r in rows.values())
+    cost = sum(busy.values()) / processed if processed else 0.0
+    util, load = {}, {}
+    for j in rows:
+        mine = (table == j).any(axis=1)
+        load[j] = np.where(mine, demand, 0)
+        util[j] = float(load[j].sum()) * cost / cap[j]
+    return util, load, {j: min(1.0, busy[j] / cap[j]) for j in rows}

@@ -44,8 +44,11 @@ class PlannedMove:
 
 
 def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.ndarray,
-               cfg: PolicyConfig | None = None) -> list[PlannedMove]:
-    """One movement phase: at most one move per (most, least utilised) pair."""
+               cfg: PolicyConfig | None = None, recent: frozenset[int] = frozenset()
+               ) -> list[PlannedMove]:
+    """One movement phase: at most one move per (most, least utilised) pair. Partitions in
+    ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
+    partition back and forth only costs (our addition to the thesis' policy)."""
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
@@ -63,7 +66,7 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         if (ud < mean or ud < cfg.th_busy or ur > cfg.th_util
                 or (ur > 0 and ud / ur < cfg.th_imb)):
             break
-        move = _first_reducing(d, r, ud, ur, counts[d], total, avg_cost, table)
+        move = _first_reducing(d, r, ud, ur, counts[d], total, avg_cost, table, recent)
         if move is not None:
             out.append(move)
         i, k = i + 1, k - 1
@@ -71,7 +74,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
 
 
 def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, total: dict[int, int],
-                    avg_cost: float, table: np.ndarray) -> PlannedMove | None:
+                    avg_cost: float, table: np.ndarray, recent: frozenset[int]
+                    ) -> PlannedMove | None:
     t_d = total[d]
     if t_d <= 0:
         return None
@@ -84,6 +88,8 @@ def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, total: 
             break
         if table.shape[1] == 2 and table[q, 1 - rep] == r:
             continue  # the two copies of a partition never share a site
+        if q in recent:
+            continue
         ud_new = ud * (1 - n_p / t_d)
         ur_new = ur + n_p * cost_r
         if ur_new > 1.0 or max(ud_new, ur_new) >= ud:

@@ -168,6 +168,8 @@ class Host:
         self.kills: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
         self.ingress_times: list[float] = []
+        self._mono_start = 0.0
+        self.completed: list[tuple[float, int]] = []  # (time, egress progress): input done
         self.ingress_counts: list[int] = []
 
     # -- thread entry ------------------------------------------------------------------------
@@ -454,6 +456,7 @@ class Host:
             self.digest.update(d.batch)
             self.metrics.delivered(d.batch, now)
             self.stats.results_out = self.egress.delivered
+        self.completed.append((now, self.egress.progress.sn))
         assert self._progressed is not None and self._finished is not None
         self._progressed.set()
         if self.egress.ended:
@@ -469,6 +472,7 @@ class Host:
         start = time.time()
         self.metrics.start = start
         self.stats.started_at = start
+        self._mono_start = time.monotonic()
         for site, after in self.cfg.kills:
             if after >= 0:  # (negative: -(1 + delay) after the first recovery)
                 asyncio.get_running_loop().call_later(after, self._kill, site, after)
@@ -598,6 +602,8 @@ class Host:
             "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in self.adoptions],
             "moves": [self._move_report(mv) for mv in self.controller.moves],
             "balance_rounds": len(self.controller.rounds),
+            "balance": [{**r, "at_s": round(r["at"] - self._mono_start, 3)}
+                        for r in self.controller.rounds],
             "utilisation": self._utilisation(),
         }
 
@@ -775,6 +781,7 @@ class RunResult:
     sites: list[dict[str, Any]] = field(default_factory=list)
     timeline: EgressMetrics | None = None
     ingress_timeline: tuple[list[float], list[int]] = ([], [])
+    completed: list[tuple[float, int]] = field(default_factory=list)
     events: dict[str, list[float]] = field(default_factory=dict)
 
 
@@ -833,6 +840,7 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
 
     return RunResult(metrics=host.result_metrics(), sites=job.summaries, timeline=host.metrics,
                      ingress_timeline=(host.ingress_times, host.ingress_counts),
+                     completed=host.completed,
                      events=timeline_events(host.kills, host.failures, host.recovered,
                                             moves=list(host.move_started.values()),
                                             slows=host.slowed))

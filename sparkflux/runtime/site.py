@@ -36,7 +36,8 @@ from sparkflux.runtime.transport import READ_LIMIT, Connection, ConnectionLost, 
 
 log = logging.getLogger(__name__)
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
-INBOX_FRAMES = 64  # frames read ahead of the scheduler
+INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most,
+INBOX_ROWS = 2 * 8192  # ... and rows: a control frame behind them waits one short pass
 GATHER_S = 0.05  # how long the scheduler lets input gather before a pass, at most,
 GATHER_UNCAPPED_S = 0.01  # (without --site-cpu)
 GATHER_ROWS = 8192  # ... or until this many rows wait
@@ -211,7 +212,7 @@ class Site:
                     assert isinstance(msg, dict)
                     await self._on_control(msg)
                     continue
-                while len(self.inbox) >= INBOX_FRAMES:
+                while len(self.inbox) >= INBOX_FRAMES or self._inbox_rows >= INBOX_ROWS:
                     self._inbox_room.clear()
                     await self._inbox_room.wait()
                 self.inbox.append((peer, msg))

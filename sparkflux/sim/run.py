@@ -300,13 +300,13 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 emit(dst, sites[dst].on_move(*msg[1:]))
                 net.send(dst, DRIVER, ("moved", dst, msg[4]))
             elif isinstance(msg, tuple) and msg[0] == "collect":
-                # A synthetic load: every row costs 1 (times the site's slow factor) out of a
-                # capacity of one row per step.
+                # A synthetic load: every row costs the same; a slow site has its capacity
+                # divided by its factor.
                 core = sites[dst]
                 counts = tuple(int(c) for c in core.processed)
                 net.send(dst, DRIVER, ("stats", Stats(
                     site=dst, attempt=attempt[dst], round=msg[1],
-                    busy_s=sum(counts) * slow.get(dst, 1.0), capacity_s=float(step) * 4,
+                    busy_s=float(sum(counts)), capacity_s=float(step) * 4 / slow.get(dst, 1.0),
                     counts=counts, now=float(step))))
             elif isinstance(msg, tuple) and msg[0] == "avail":
                 sites[dst].on_avail(msg[1], msg[2])
