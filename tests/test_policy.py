@@ -75,8 +75,10 @@ def test_a_move_must_lower_the_pair_maximum() -> None:
     c = counts_for(t, n)
     c[3][:] = 0
     c[3][2] = 100  # site 3 is cheap per tuple... (U 0.3 for 100 rows)
-    # moving 1000 rows there would cost it 3.0: rejected (U'_r > 1), so nothing moves
-    assert plan_moves(util, c, t, PolicyConfig()) == []
+    # moving 1000 rows there would cost it 3.0: rejected (U'_r > 1); the next least
+    # utilised site takes it instead
+    moves = plan_moves(util, c, t, PolicyConfig())
+    assert [(m.donor, m.receiver) for m in moves] == [(0, 1)]
 
 
 def test_an_empty_site_receives_at_the_average_cost() -> None:

@@ -8,10 +8,11 @@ skipped, and the round stops, when U_d is below the mean (or below ``th_busy``: 
 when U_d / U_r < ``th_imb`` or when U_r > ``th_util``. Otherwise the first of d's partitions
 (by N_p descending) whose move lowers the pair's maximum is moved:
 U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the digest's reading of the thesis'
-typo), rejected when U'_r > 1. At most one move per pair. In unified Flux a partition has two
-copies that never share a site, and the copy on the donor is the one failed (the receiver is
-caught up from the other copy), so a partition whose other copy is on the receiver is not a
-candidate. Pure: no clocks, no I/O.
+typo), rejected when U'_r > 1. At most one move per receiver and round; a donor may give to
+several receivers, its U updated after each (our generalisation of the pairing). In unified
+Flux a partition has two copies that never share a site, and the copy on the donor is the one
+failed (the receiver is caught up from the other copy), so a partition whose other copy is on
+the receiver is not a candidate. Pure: no clocks, no I/O.
 """
 
 from __future__ import annotations
@@ -52,24 +53,42 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
-    order = sorted(util, key=lambda j: (-util[j], j))
     mean = float(np.mean(list(util.values())))
     total = {j: int(counts[j].sum()) for j in util}
     # Receivers that processed nothing (an empty site) cost what the average site does.
     per_tuple = [util[j] / total[j] for j in util if total[j] > 0]
     avg_cost = float(np.mean(per_tuple)) if per_tuple else 0.0
     out: list[PlannedMove] = []
-    i, k = 0, len(order) - 1
-    while i < k:
-        d, r = order[i], order[k]
-        ud, ur = util[d], util[r]
+    u = dict(util)
+    load = {j: counts[j].copy() for j in util}
+    placed = table.copy()
+    received: set[int] = set()
+    while True:
+        # The most utilised site (as the moves planned so far leave it) gives to the least
+        # utilised site that has not received yet this round: with one overloaded site this
+        # is the thesis' pairing generalised, so that it can shed load to every peer at once.
+        d = min(u, key=lambda j: (-u[j], j))
+        left = [j for j in u if j not in received and j != d]
+        if not left:
+            break
+        r = min(left, key=lambda j: (u[j], j))
+        ud, ur = u[d], u[r]
         if (ud < mean or ud < cfg.th_busy or ur > cfg.th_util
                 or (ur > 0 and ud / ur < cfg.th_imb)):
             break
-        move = _first_reducing(d, r, ud, ur, counts[d], total, avg_cost, table, recent)
-        if move is not None:
-            out.append(move)
-        i, k = i + 1, k - 1
+        received.add(r)
+        moved = recent | {m.q for m in out}
+        move = _first_reducing(d, r, ud, ur, load[d], total, avg_cost, placed, moved)
+        if move is None:
+            continue
+        out.append(move)
+        cost_r = ur / total[r] if total[r] > 0 else avg_cost
+        u[d] = ud * (1 - move.n_p / total[d])
+        u[r] = ur + move.n_p * cost_r
+        total[d] -= move.n_p
+        total[r] += move.n_p
+        load[d][move.q], load[r][move.q] = 0, move.n_p
+        placed[move.q, move.r] = r
     return out
 
 
