@@ -24,7 +24,10 @@ import numpy as np
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    th_imb: float = 1.15  # thesis ch. 5
+    # The thesis' ch. 5 value is 1.15; a bottleneck site may then stay 15% above its peers,
+    # which alone costs 13% of the ideal rate. Utilisation from demand is steady enough for
+    # 1.05 (and recently moved partitions stay put, so noise does not make them oscillate).
+    th_imb: float = 1.05
     th_util: float = 0.925
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
     # leaves its partition with one copy, so moving on noise alone is a risk with no gain.
