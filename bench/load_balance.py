@@ -16,8 +16,8 @@ The default cap, 0.15, keeps the sites the bottleneck: at 0.4 four capped sites 
 single-threaded driver (ingress, egress and the generator, about 205K tuples/s here), and a
 slowed site would then cost little. Steady-state throughput is input tuples completed per
 second (the egress's progress) over the last ``--tail`` seconds before the input ends. The
-settle time is from the slowdown (or the kill) until the placement stops changing: the end of
-the last move (the rate is too noisy at saturation on this machine to time it to a band).
+rate has settled when, after the dip the slowdown (or the kill) causes, its 4-second mean is
+back within 5% of that steady rate; the placement has settled with the end of the last move.
 Every run's output digest must equal the others'.
 """
 
@@ -70,14 +70,23 @@ def analyse(res: Any, a: argparse.Namespace, event_at: float | None) -> dict[str
     tail = r[(t >= end - a.tail) & (t < end - 0.25)]
     steady = float(tail.mean()) if tail.size else 0.0
     m = res.metrics
-    settle = None
-    if event_at is not None:
-        # settled: the placement stops changing (the last move after the event has ended);
-        # the rate itself is too noisy at saturation on this machine to time to a band
+    settle = placed = None
+    if event_at is not None and steady > 0:
+        # the rate settles when, after the dip the event causes, its 4 s mean is back within
+        # 5% of the steady rate; the placement settles with the end of the last move
+        roll = np.convolve(r, np.ones(16) / 16, mode="same")
+        after = t > event_at
+        dip = np.flatnonzero(after & (roll < 0.95 * steady))
+        if dip.size:
+            back = np.flatnonzero(after & (t > t[dip[0]]) & (roll >= 0.95 * steady))
+            settle = float(t[back[0]] - event_at) if back.size else None
+        else:
+            settle = 0.0
         ends = [mv["started_at_s"] + mv["duration"] for mv in m["moves"]
                 if mv["started_at_s"] >= event_at]
-        settle = (max(ends) - event_at) if ends else 0.0
-    return {"steady_tps": steady, "settle_s": settle, "moves": len(m["moves"]),
+        placed = (max(ends) - event_at) if ends else 0.0
+    return {"steady_tps": steady, "settle_s": settle, "placed_s": placed,
+            "move_times": [mv["started_at_s"] for mv in m["moves"]], "moves": len(m["moves"]),
             "digest": m["output_digest"], "utilisation": m["utilisation"],
             "dropped": m["ingress_dropped"], "kills": m["kills"], "t": t.tolist(),
             "rate": r.tolist()}
@@ -125,7 +134,8 @@ def main() -> int:
                       f"{out[name]['moves']} moves, settle {out[name]['settle_s']}")
     base = out["no slow site"]["steady_tps"]
     table = Table(title=f"load balancing, --site-cpu {a.site_cpu}, {a.events:,} events")
-    for col in ("run", "steady tuples/s", "of unloaded", "ideal", "settle s", "moves"):
+    for col in ("run", "steady tuples/s", "of unloaded", "ideal", "rate settled s",
+                "last move s", "moves"):
         table.add_column(col)
     ideals = {"no slow site": 1.0, "site 2 at half, policy off": 0.875,
               "site 2 at half, policy on": 0.875, "kill site 3, no standby, policy on": 0.75}
@@ -133,7 +143,8 @@ def main() -> int:
         ref = r.get("before_tps", base)
         table.add_row(name, f"{r['steady_tps']:,.0f}", f"{r['steady_tps'] / ref:.1%}",
                       f"{ideals[name]:.1%}", "" if r["settle_s"] is None else
-                      f"{r['settle_s']:.2f}", str(r["moves"]))
+                      f"{r['settle_s']:.2f}", "" if r["placed_s"] is None else
+                      f"{r['placed_s']:.1f}", str(r["moves"]))
     console.print(table)
     digests = {r["digest"] for r in out.values()}
     console.print(f"output digests equal: {len(digests) == 1}; dropped: "
