@@ -106,6 +106,9 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--recovery", choices=["standby", "survivors"], default="standby",
                    help="with --ha flux: rebuild a failed site's replicas on a standby (Spark's "
                         "restarted task or a spare) or at once on the surviving sites")
+    p.add_argument("--standby-wait", type=float, default=5.0, metavar="SECONDS",
+                   help="with --recovery standby: recover onto the surviving sites if no "
+                        "standby has adopted a failed site's slot after this long")
     p.add_argument("--no-balance", action="store_true",
                    help="with --ha flux: turn the load-balancing policy off")
     p.add_argument("--balance-delta-min", type=float, default=0.25, metavar="SECONDS",
@@ -164,7 +167,9 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
                     slows=parse_slows(getattr(args, "slow", []), args.sites),
                     recovery=getattr(args, "recovery", "standby"),
                     balance=not getattr(args, "no_balance", False),
-                    delta_min=_delta_min(getattr(args, "balance_delta_min", 0.25)))
+                    delta_min=_seconds("--balance-delta-min",
+                                       getattr(args, "balance_delta_min", 0.25)),
+                    standby_wait=_seconds("--standby-wait", getattr(args, "standby_wait", 5.0)))
     console.print(plan.describe())
     return run(plan, cfg, sink, dead, spark=spark,
                display=_display if show_progress else None)
@@ -195,9 +200,9 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def _delta_min(value: float) -> float:
+def _seconds(option: str, value: float) -> float:
     if not value > 0:
-        raise PlanError(f"--balance-delta-min {value}: give a positive number of seconds")
+        raise PlanError(f"{option} {value}: give a positive number of seconds")
     return value
 
 

@@ -177,3 +177,15 @@ def test_utilisation_is_demand_over_capacity_even_for_a_lagging_site() -> None:
     assert util[2] > 1.5 * max(util[0], util[1], util[3])
     assert load[2].sum() == 4 * 1000  # the demand of its four partitions, not the 500 it did
     assert busy[2] == 1.0 and busy[0] == 0.5
+
+
+def test_no_standby_in_time_means_recovery_onto_the_survivors() -> None:
+    c = started(balance=False)
+    c.standby_wait = 2.0
+    c.handle(Tick(now=1.0))
+    c.handle(ConnectionClosed(site=1, attempt=0, reason="killed", now=1.0))
+    assert c.awaiting == [1] and c.handle(Tick(now=2.5)) == []
+    acts = c.handle(Tick(now=3.5))
+    moves = [a for a in acts if isinstance(a, Move)]
+    assert len(moves) == 1 and moves[0].src == 1 and moves[0].reason == "recovery"
+    assert c.awaiting == [] and len(c.pending_moves) == 2 * P // 4 - 1

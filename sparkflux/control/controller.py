@@ -57,6 +57,9 @@ from sparkflux.dataflow.placement import Layout
 
 log = logging.getLogger(__name__)
 RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved again yet
+# Catch-ups run this many at a time (each one partition replica: recovery stays incremental,
+# no single transfer long enough to stall the output, but a site comes back sooner).
+CATCH_UP_PARALLEL = 4
 
 
 class Controller:
@@ -64,7 +67,8 @@ class Controller:
 
     def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False,
                  layout: Layout | None = None, stages: int = 0, recovery: str = "standby",
-                 balance: bool = False, policy: PolicyConfig | None = None) -> None:
+                 balance: bool = False, policy: PolicyConfig | None = None,
+                 standby_wait: float = 5.0) -> None:
         if sites < 1:
             raise ValueError("a controller needs at least one site")
         if recovery not in ("standby", "survivors"):
@@ -86,10 +90,14 @@ class Controller:
         self.stages = stages
         self.recovery = recovery
         self.awaiting: list[int] = []  # failed slots waiting for a standby, oldest first
+        self.awaiting_since: dict[int, float] = {}
+        # --recovery standby: a slot no standby has adopted after this long is recovered
+        # onto the surviving sites instead (Spark may not restart a task, or not soon).
+        self.standby_wait = standby_wait
         self.recovering: int | None = None  # the slot a standby is being caught up into
         self.adopted: SiteAddress | None = None
         self.queue: list[tuple[int, int, int]] = []  # catch-ups of the current task
-        self.current: tuple[int, int, int] | None = None
+        self.in_flight: set[tuple[int, int, int]] = set()  # catch-ups running now
         self.recoveries: list[dict] = []
         self.epoch = 0
         # Replicas (stage, q, r) that are not complete: on a failed site, or being rebuilt.
@@ -167,7 +175,7 @@ class Controller:
 
     def _ready_site(self, ev: SiteReady) -> list[Action]:
         if (self.recovering == ev.site and self.adopted is not None
-                and self.adopted.attempt == ev.attempt and self.current is None):
+                and self.adopted.attempt == ev.attempt and not self.in_flight):
             return self._next_catch_up()
         if not self._is_member(ev.site, ev.attempt) or self.started:
             return []
@@ -213,14 +221,15 @@ class Controller:
             return actions + [Abort(reason=lost)]
         self._stop_balancing()
         if self.recovering == site:  # the standby died mid-recovery: start over later
-            self.recovering, self.adopted, self.current, self.queue = None, None, None, []
+            self.recovering, self.adopted, self.in_flight, self.queue = None, None, set(), []
             self.awaiting.insert(0, site)
         elif self.move is not None and self.move["dst"] == site:
-            self.move, self.current, self.queue = None, None, []  # recovered with the slot
+            self.move, self.in_flight, self.queue = None, set(), []  # recovered with the slot
         if self.recovery == "survivors":
             self._plan_recovery(site)
         elif site not in self.awaiting and self.recovering != site:
             self.awaiting.append(site)
+            self.awaiting_since[site] = self.now
         if self.move is not None:  # a site that died cannot confirm the move: don't wait
             actions += self._move_ready()
         return actions + self._next_task()
@@ -313,7 +322,7 @@ class Controller:
 
     def _moved(self, ev: Moved) -> list[Action]:
         m = self.move
-        if m is None or ev.epoch != m["epoch"] or self.current is not None:
+        if m is None or ev.epoch != m["epoch"] or self.in_flight:
             return []
         self.now = max(self.now, ev.now)
         m["waiting"].discard(ev.site)
@@ -322,7 +331,7 @@ class Controller:
     def _move_ready(self) -> list[Action]:
         """Every live site applied the move: catch up its stages bottom-up."""
         m = self.move
-        if m is None or self.current is not None:
+        if m is None or self.in_flight:
             return []
         m["waiting"] -= self.dead
         if m["waiting"]:
@@ -330,9 +339,11 @@ class Controller:
         return self._next_catch_up()
 
     def _next_catch_up(self) -> list[Action]:
+        """Start catch-ups, up to ``CATCH_UP_PARALLEL`` at a time, bottom-up: a stage's
+        replicas start only once every replica of the stages below is folded in (a new
+        consumer replica reads from its own dataflow copy's producers)."""
         assert self.layout is not None
-        if not self.queue:
-            self.current = None
+        if not self.queue and not self.in_flight:
             if self.move is not None:
                 m, self.move = self.move, None
                 m["end"] = self.now
@@ -343,23 +354,29 @@ class Controller:
             log.warning("site %d recovered: every replica caught up and folded in", slot)
             self.recovering, self.adopted = None, None
             return [Recovered(slot=slot), *self._next_task()]
-        self.current = self.queue.pop(0)
-        s, q, r = self.current
         epoch = self.move["epoch"] if self.move is not None else self.epoch
-        return [CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
-                        epoch=epoch)]
+        actions: list[Action] = []
+        while self.queue and len(self.in_flight) < CATCH_UP_PARALLEL:
+            s, q, r = self.queue[0]
+            if self.in_flight and min(x[0] for x in self.in_flight) < s:
+                break  # the stage below is still being caught up
+            self.queue.pop(0)
+            self.in_flight.add((s, q, r))
+            actions.append(CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
+                                   epoch=epoch))
+        return actions
 
     def _catch_up_done(self, ev: CatchUpDone) -> list[Action]:
-        if self.current != (ev.stage, ev.q, ev.r):
+        if (ev.stage, ev.q, ev.r) not in self.in_flight:
             return []  # stale: from an abandoned attempt
         self.now = max(self.now, ev.now)
+        self.in_flight.discard((ev.stage, ev.q, ev.r))
         self.incomplete.discard((ev.stage, ev.q, ev.r))
         site = self.move["dst"] if self.move is not None else self.recovering
         if self.move is not None:
             self.move["bytes"] += ev.nbytes
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
                                 "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
-        self.current = None
         return self._next_catch_up()
 
     # -- load balancing (thesis §4.4, ch. 5) -------------------------------------------------------
@@ -425,6 +442,15 @@ class Controller:
                 actions += self._lost(
                     m.site, m.attempt, f"no heartbeat for {now - seen:.1f}s (hung?)", now
                 )
+        late = [k for k in self.awaiting if not self.standbys
+                and now - self.awaiting_since.get(k, now) > self.standby_wait]
+        for k in late:
+            log.warning("no standby for site %d after %.0fs: recovering its replicas onto the "
+                        "surviving sites", k, self.standby_wait)
+            self.awaiting.remove(k)
+            self._plan_recovery(k)
+        if late:
+            actions += self._next_task()
         if self._balancing():
             if self.lb_state == "wait" and now >= self.lb_at:
                 actions += self._collect("baseline")

@@ -107,6 +107,7 @@ class RunConfig:
     recovery: str = "standby"  # --recovery: standby | survivors
     balance: bool = True  # the load-balancing policy (with --ha flux)
     delta_min: float = 0.25  # --balance-delta-min
+    standby_wait: float = 5.0  # --standby-wait
     local: bool = True
 
 
@@ -137,7 +138,8 @@ class Host:
         self.controller = Controller(plan.sites, cfg.heartbeat_timeout, ha=self.replicas == 2,
                                      layout=self.layout, stages=len(plan.stages),
                                      recovery=cfg.recovery, balance=cfg.balance,
-                                     policy=PolicyConfig(delta_min=cfg.delta_min))
+                                     policy=PolicyConfig(delta_min=cfg.delta_min),
+                                     standby_wait=cfg.standby_wait)
         self.ingress = Ingress(plan, self.layout)
         self.egress = Egress(plan, self.layout)
         self.digest = Digest()
