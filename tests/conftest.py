@@ -38,3 +38,15 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+@pytest.fixture(scope="module")
+def tiny_baseline() -> tuple[Any, Any, int]:
+    """The simulator's tiny workload: (batches, failure-free output, steps of a flux run)."""
+    from sparkflux.sim.run import FailurePlan, simulate
+    from sparkflux.sim.workload import tiny_plan
+
+    plan, batches = tiny_plan()
+    expected = simulate(plan, batches, 0, FailurePlan(), replicas=1).output
+    steps = simulate(tiny_plan()[0], batches, 0, FailurePlan(), replicas=2).steps
+    return batches, expected, steps

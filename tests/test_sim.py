@@ -258,8 +258,8 @@ def test_mutation_reverse_without_reset(
     """``reverse`` switches the stream but does not resend the unacknowledged rows."""
     on_reverse = ProducerBuffer.on_reverse
 
-    def no_reset(self: ProducerBuffer, rev: Reverse) -> list[Outgoing]:
-        outs = on_reverse(self, rev)
+    def no_reset(self: ProducerBuffer, rev: Reverse, src: int | None = None) -> list[Outgoing]:
+        outs = on_reverse(self, rev, src)
         return [Outgoing(o.site, dataclasses.replace(o.message, batch=None))
                 if isinstance(o.message, Data) else o for o in outs]
 

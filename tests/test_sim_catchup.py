@@ -15,21 +15,13 @@ import numpy as np
 import pytest
 
 from sparkflux.protocol.consumer import ConsumerSet
-from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
+from sparkflux.sim.run import FailurePlan, SimResult, Violation, check
 from sparkflux.sim.workload import tiny_plan
 
 SEEDS_PER_CHUNK = 125
 CHUNKS = 8  # 1,000 catch-up seeds
 PARTITIONS = 8
 STAGES = 2
-
-
-@pytest.fixture(scope="module")
-def baseline() -> tuple[Any, Any, int]:
-    plan, batches = tiny_plan()
-    expected = simulate(plan, batches, 0, FailurePlan(), replicas=1).output
-    steps = simulate(tiny_plan()[0], batches, 0, FailurePlan(), replicas=2).steps
-    return batches, expected, steps
 
 
 def plan_for(seed: int, steps: int) -> tuple[FailurePlan, int]:
@@ -67,8 +59,8 @@ def assert_recovered(res: SimResult, seed: int, fp: FailurePlan) -> None:
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
-def test_catch_up_restores_two_replicas_and_the_contract(chunk: int, baseline: Any) -> None:
-    batches, expected, steps = baseline
+def test_catch_up_restores_two_replicas_and_the_contract(chunk: int, tiny_baseline: Any) -> None:
+    batches, expected, steps = tiny_baseline
     failures = []
     for seed in range(chunk * SEEDS_PER_CHUNK, (chunk + 1) * SEEDS_PER_CHUNK):
         fp, _ = plan_for(seed, steps)
@@ -80,16 +72,16 @@ def test_catch_up_restores_two_replicas_and_the_contract(chunk: int, baseline: A
     assert not failures, "\n".join(failures[:5])
 
 
-def test_recovery_happens_after_the_input_has_ended(baseline: Any) -> None:
-    batches, expected, steps = baseline
+def test_recovery_happens_after_the_input_has_ended(tiny_baseline: Any) -> None:
+    batches, expected, steps = tiny_baseline
     fp = FailurePlan(((1, steps // 2),), standbys=(steps * 3,))
     res = check(lambda: tiny_plan()[0], batches, 5, fp, expected=expected)
     assert res.recovered == [1]
     assert_recovered(res, 5, fp)
 
 
-def test_without_a_standby_partitions_stay_single(baseline: Any) -> None:
-    batches, expected, steps = baseline
+def test_without_a_standby_partitions_stay_single(tiny_baseline: Any) -> None:
+    batches, expected, steps = tiny_baseline
     res = check(lambda: tiny_plan()[0], batches, 3, FailurePlan(((2, steps // 3),)),
                 expected=expected)
     assert res.recovered == [] and sorted(set(res.replicas_live.values())) == [1, 2]
@@ -107,10 +99,10 @@ def _caught(batches: Any, expected: Any, steps: int, symptom: tuple[str, ...]) -
 
 
 def test_mutation_install_without_floors_duplicates(
-        monkeypatch: pytest.MonkeyPatch, baseline: Any) -> None:
+        monkeypatch: pytest.MonkeyPatch, tiny_baseline: Any) -> None:
     """A new replica that rejoins its inputs from scratch instead of its snapshot's
     progress receives rows it already has: the FH-Cons duplicate check catches it."""
-    batches, expected, steps = baseline
+    batches, expected, steps = tiny_baseline
     install = ConsumerSet.install
 
     def no_floor(self: ConsumerSet, q: int, snap: dict, dead: np.ndarray) -> list:

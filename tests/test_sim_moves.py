@@ -17,27 +17,14 @@ import numpy as np
 import pytest
 
 from sparkflux.control.policy import PolicyConfig
-from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
+from sparkflux.sim.run import FailurePlan, Violation, check
 from sparkflux.sim.workload import tiny_plan
+
+from .test_sim_catchup import assert_recovered
 
 SITES, PARTITIONS, STAGES = 4, 8, 2
 SEEDS_PER_CHUNK = 50
 CHUNKS = 4
-
-
-@pytest.fixture(scope="module")
-def baseline() -> tuple[Any, Any, int]:
-    plan, batches = tiny_plan()
-    expected = simulate(plan, batches, 0, FailurePlan(), replicas=1).output
-    steps = simulate(tiny_plan()[0], batches, 0, FailurePlan(), replicas=2).steps
-    return batches, expected, steps
-
-
-def two_replicas(res: SimResult, seed: int, fp: Any) -> None:
-    want = {(s, q) for s in range(STAGES) for q in range(PARTITIONS)}
-    assert set(res.replicas_live) == want, f"seed {seed} {fp}: partitions missing"
-    short = {k: v for k, v in res.replicas_live.items() if v != 2}
-    assert not short, f"seed {seed} {fp}: not two live replicas: {short}"
 
 
 def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
@@ -74,32 +61,32 @@ def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
-def test_moves_interleaved_with_failures(chunk: int, baseline: Any) -> None:
-    batches, expected, steps = baseline
+def test_moves_interleaved_with_failures(chunk: int, tiny_baseline: Any) -> None:
+    batches, expected, steps = tiny_baseline
     failures = []
     for seed in range(chunk * SEEDS_PER_CHUNK, (chunk + 1) * SEEDS_PER_CHUNK):
         fp, kw = plan_for(seed, steps)
         try:
             res = check(lambda: tiny_plan()[0], batches, seed, fp, expected=expected, **kw)
             if kw.get("recovery") != "survivors":
-                two_replicas(res, seed, fp)
+                assert_recovered(res, seed, fp)
         except (Violation, AssertionError) as e:
             failures.append(f"{e} [{fp} {kw}]")
     assert not failures, "\n".join(failures[:5])
 
 
-def test_a_move_changes_the_placement_and_keeps_two_replicas(baseline: Any) -> None:
-    batches, expected, steps = baseline
+def test_a_move_changes_the_placement_and_keeps_two_replicas(tiny_baseline: Any) -> None:
+    batches, expected, steps = tiny_baseline
     fp = FailurePlan(moves=((steps // 3, 1, 3),))  # replica 0 of partition 1: site 1 -> 3
     res = check(lambda: tiny_plan()[0], batches, 4, fp, expected=expected)
-    two_replicas(res, 4, fp)
+    assert_recovered(res, 4, fp)
     assert res.moves == [(1, 0, 1, 3)]
 
 
-def test_recovery_onto_survivors_then_a_second_failure(baseline: Any) -> None:
+def test_recovery_onto_survivors_then_a_second_failure(tiny_baseline: Any) -> None:
     """Table 5.2: without a standby the failed site's replicas are rebuilt on the three
     survivors (never two copies on one site); afterwards any one more failure is survivable."""
-    batches, expected, steps = baseline
+    batches, expected, steps = tiny_baseline
     for seed, (a, b) in enumerate([(0, 1), (1, 2), (2, 0), (3, 1)]):
         fp = FailurePlan(((a, steps // 4),), after_moves=((b, 4),))
         res = check(lambda: tiny_plan()[0], batches, seed, fp, expected=expected,
@@ -110,10 +97,10 @@ def test_recovery_onto_survivors_then_a_second_failure(baseline: Any) -> None:
         assert res.crashed == [a, b]
 
 
-def test_the_policy_moves_load_off_a_slow_site(baseline: Any) -> None:
-    batches, expected, _ = baseline
+def test_the_policy_moves_load_off_a_slow_site(tiny_baseline: Any) -> None:
+    batches, expected, _ = tiny_baseline
     fp = FailurePlan(slow=((2, 3.0),))
     res = check(lambda: tiny_plan()[0], batches, 1, fp, expected=expected, balance=True,
                 policy=PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0))
     assert res.moves and all(m[2] == 2 for m in res.moves)  # every move is off site 2
-    two_replicas(res, 1, fp)
+    assert_recovered(res, 1, fp)

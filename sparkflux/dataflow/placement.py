@@ -51,6 +51,12 @@ class Layout:
         q, r = np.nonzero(self._site == site)
         return {int(a): int(b) for a, b in zip(q, r, strict=True)}
 
+    def only(self, part: int, replica: int) -> np.ndarray:
+        """A ``[P, R]`` mask of just this replica (what a move fails)."""
+        mask = np.zeros(self._site.shape, dtype=bool)
+        mask[part, replica] = True
+        return mask
+
     def move(self, part: int, replica: int, site: int) -> None:
         """Re-place one replica; its partner must live elsewhere (never two on one site)."""
         other = self._site[part, 1 - replica] if self.replicas == 2 else -2

@@ -157,8 +157,8 @@ class ConsumerSet:
         """``dead[p, r]``: producer replicas that failed. Returns the ``reverse`` messages."""
         asks: list[tuple[int, int, int, int]] = []  # (p, alt, q, c)
         n_rep = dead.shape[1]
+        pp = np.arange(self.sender.shape[1])
         for i in np.flatnonzero(self.installed):
-            pp = np.arange(self.sender.shape[1])
             a_i = self.ack_to[i]
             if not (dead[pp, self.sender[i]] | ((a_i >= 0) & dead[pp, np.maximum(a_i, 0)])).any():
                 continue  # none of this replica's senders or ack targets failed

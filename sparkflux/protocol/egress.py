@@ -62,8 +62,6 @@ class Egress:
         """Replica r of last-stage partition q moves to ``dst``: take over from it (``reverse``
         to the other replica if it was the one read from); ``psync`` after its catch-up makes
         the egress acknowledge to the new incarnation."""
-        dead = np.zeros(self.layout.table().shape, dtype=bool)
-        dead[q, r] = True
-        out = self.cons.on_fail(dead)
+        out = self.cons.on_fail(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         return out

@@ -24,7 +24,7 @@ from sparkflux.model.validate import Rejected
 from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import ingress_roles
-from sparkflux.protocol.site import from_consumer_site, wire_schema
+from sparkflux.protocol.site import wire_schema
 
 
 class Ingress:
@@ -92,15 +92,12 @@ class Ingress:
         self.buffer.on_ack(ack, src)
 
     def on_rejoin(self, msg: Rejoin, src: int) -> list[Outgoing]:
-        msg = from_consumer_site(msg, self.layout.table(), src)
-        return self.buffer.on_rejoin(msg) if msg.p.size else []
+        return self.buffer.on_rejoin(msg, src)
 
     def on_move(self, q: int, r: int, dst: int, epoch: int) -> None:
         """Replica r of first-stage partition q moves to ``dst`` (see ``SiteCore.on_move``):
         ``ack_all`` for its old incarnation; the new one is fed once catch-up rejoins it."""
-        dead = np.zeros(self.layout.table().shape, dtype=bool)
-        dead[q, r] = True
-        self.buffer.on_fail(dead)
+        self.buffer.on_fail(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
 

@@ -24,6 +24,8 @@ waits for both replicas of every first-stage partition (``del = {PROD, PRIM, SEC
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +34,8 @@ from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, SN
 from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Rejoin, Reverse, Streams
+
+FromConsumer = TypeVar("FromConsumer", Ack, Reverse, Rejoin)
 
 
 class ProtocolError(RuntimeError):
@@ -127,19 +131,22 @@ class ProducerBuffer:
                        sn=self.progress_sn[pi], wm=self.progress_wm[pi])
 
     # -- action 3: acknowledgements ------------------------------------------------------------
+    def from_site(self, msg: FromConsumer, src: int | None) -> FromConsumer:
+        """The entries of an ``ack`` / ``reverse`` / ``rejoin`` whose consumer replica (q, c)
+        lives on ``src``, the sending site (None: trust all). One from a replica that has been
+        moved away since is stale and must not count for, or set the roles of, the replica's
+        new incarnation."""
+        if src is None:
+            return msg
+        k = self.site[msg.q, msg.c.astype(np.intp)] == src
+        if k.all():
+            return msg
+        return replace(msg, **{f: getattr(msg, f)[k] for f in msg.__dataclass_fields__
+                               if f != "stage"})
+
     def on_ack(self, ack: Ack, src: int | None = None) -> None:
-        """``src``: the sending site. An acknowledgement from a consumer replica that has been
-        moved away since is stale: it must not count for the replica's new incarnation."""
-        pi = self.index[ack.p]
-        c = ack.c.astype(np.intp)
-        if src is not None:
-            k = self.site[ack.q, c] == src
-            if not k.all():
-                pi, c, q, upto = pi[k], c[k], ack.q[k], ack.upto[k]
-                np.maximum.at(self.acked, (pi, q, c), upto)
-                self._evict()
-                return
-        np.maximum.at(self.acked, (pi, ack.q, c), ack.upto)
+        ack = self.from_site(ack, src)
+        np.maximum.at(self.acked, (self.index[ack.p], ack.q, ack.c.astype(np.intp)), ack.upto)
         self._evict()
 
     def _evict(self) -> None:
@@ -158,9 +165,12 @@ class ProducerBuffer:
         self.wait[:, dead] = False
         self._evict()
 
-    def on_reverse(self, rev: Reverse) -> list[Outgoing]:
+    def on_reverse(self, rev: Reverse, src: int | None = None) -> list[Outgoing]:
         """``reset(SEC)``: send each reversing consumer every buffered row above its
         acknowledgement, then keep sending to it and stop waiting for it."""
+        rev = self.from_site(rev, src)
+        if not rev.p.size:
+            return []
         pi = self.index[rev.p]
         if (pi < 0).any() or (self.replica[pi] != rev.r).any():
             raise ProtocolError(f"reverse for stage {self.stage} reached the wrong replica: "
@@ -208,9 +218,12 @@ class ProducerBuffer:
         self.wait[:, q, c] = True
         self.acked[:, q, c] = NO_PROGRESS
 
-    def on_rejoin(self, msg: Rejoin) -> list[Outgoing]:
+    def on_rejoin(self, msg: Rejoin, src: int | None = None) -> list[Outgoing]:
         """Fold-in (``csync``): consumer replica c has stream p -> q up to ``floor``; from now
         on send to it and/or wait for it as told, starting above the floor."""
+        msg = self.from_site(msg, src)
+        if not msg.p.size:
+            return []
         pi = self.index[msg.p]
         if (pi < 0).any() or (self.replica[pi] != msg.r).any():
             raise ProtocolError(f"rejoin for stage {self.stage} reached the wrong replica")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import replace
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -44,18 +42,6 @@ from sparkflux.protocol.producer import ProducerBuffer, ProtocolError
 from sparkflux.protocol.roles import consumer_roles, producer_roles
 
 log = logging.getLogger(__name__)
-MT = TypeVar("MT", Reverse, Rejoin)
-
-
-def from_consumer_site(msg: MT, table: np.ndarray, src: int) -> MT:
-    """Keep the entries of a ``reverse`` / ``rejoin`` whose consumer replica (q, c) lives on
-    ``src``: one from a replica moved away since is stale and must not set roles for the
-    replica's new incarnation."""
-    k = table[msg.q, msg.c.astype(np.intp)] == src
-    if k.all():
-        return msg
-    return replace(msg, **{f: getattr(msg, f)[k] for f in msg.__dataclass_fields__
-                           if f != "stage"})
 
 
 def wire_schema(schema: pa.Schema) -> pa.Schema:
@@ -143,8 +129,7 @@ class SiteCore:
             self.prods[msg.stage - 1].on_ack(msg, src)
             return []
         if isinstance(msg, Reverse):
-            msg = from_consumer_site(msg, self.prods[msg.stage - 1].site, src)
-            return self.prods[msg.stage - 1].on_reverse(msg) if msg.p.size else []
+            return self.prods[msg.stage - 1].on_reverse(msg, src)
         if isinstance(msg, CuStart):
             return self._cu_start(msg)
         if isinstance(msg, Retain):
@@ -160,8 +145,7 @@ class SiteCore:
         if isinstance(msg, PSync):
             return self.cons[msg.stage].on_psync(msg)
         if isinstance(msg, Rejoin):
-            msg = from_consumer_site(msg, self.prods[msg.stage - 1].site, src)
-            return self.prods[msg.stage - 1].on_rejoin(msg) if msg.p.size else []
+            return self.prods[msg.stage - 1].on_rejoin(msg, src)
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
 
     # -- catch-up: the survivor's side -----------------------------------------------------------
@@ -252,14 +236,7 @@ class SiteCore:
                 self.prods[s].drop(q)
                 for op in stage.operators:
                     op.drop_partition(q)
-        dead = np.zeros(self.layout.table().shape, dtype=bool)
-        dead[q, r] = True
-        out: list[Outgoing] = []
-        for s in range(len(self.plan.stages)):
-            if s > 0:
-                out += self.cons[s].on_fail(dead)
-            if s < len(self.plan.stages) - 1:
-                self.prods[s].on_fail(dead)
+        out = self._take_over(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
         if dst == self.site:
@@ -284,16 +261,19 @@ class SiteCore:
             else:
                 cu["waiting"] -= new  # a dead producer site has nothing left to retain
                 out_cu += self._maybe_snapshot(*key)
-        table = self.layout.table()
-        dead = np.isin(table, list(self.dead_sites))  # [P, R]
+        dead = np.isin(self.layout.table(), list(self.dead_sites))  # [P, R]
+        return self._local(self._take_over(dead) + out_cu)
+
+    def _take_over(self, dead: np.ndarray) -> list[Outgoing]:
+        """``dead[p, r]``: these replicas are gone. FH-Cons reverses every stream it took
+        from one of them; FH-Prod stops sending to and waiting for them (``ack_all``)."""
         out: list[Outgoing] = []
         for s in range(len(self.plan.stages)):
             if s > 0:
                 out += self.cons[s].on_fail(dead)
-            last = s == len(self.plan.stages) - 1
-            if not last:
+            if s < len(self.plan.stages) - 1:
                 self.prods[s].on_fail(dead)
-        return self._local(out + out_cu)
+        return out
 
     # -- data path ---------------------------------------------------------------------------
     def _on_data(self, msg: Data, src: int) -> list[Outgoing]:
