@@ -221,3 +221,27 @@ def test_outbox_never_raises_when_the_pool_is_full() -> None:
     conn.size = 0
     box.flush()
     assert conn.sent == msgs and box.held_rows() == 0
+
+
+def test_outbox_control_frame_to_a_lost_peer_is_dropped_quietly() -> None:
+    """A control frame (an ack) to a peer whose connection is lost, before any data went to
+    it, must not raise: the view change follows. (CI found a site dying on exactly this.)"""
+    import numpy as np
+
+    from sparkflux.protocol.messages import Ack
+    from sparkflux.runtime.outbox import Outbox
+    from sparkflux.runtime.transport import ConnectionLost
+
+    class Lost:
+        closed = True
+
+        def buffered(self) -> int:
+            return 0
+
+        def send(self, msg: object) -> None:
+            raise ConnectionLost("peer gone")
+
+    box = Outbox(lambda d: Lost(), capacity_rows=10)  # type: ignore[arg-type, return-value]
+    e = np.zeros(1, dtype=np.int32)
+    box.send(3, Ack(0, e, e, e.astype(np.int8), e.astype(np.int64)))
+    assert box.held_rows() == 0 and box.skew.destinations() == []

@@ -54,7 +54,7 @@ class Outbox:
             for m in self.skew.offer(dest, msg, rows, blocked):
                 conn.send(m)
         except ConnectionLost:
-            self.skew.drop(dest)
+            self.drop(dest)  # a control frame to a lost peer may come before any data
 
     def flush(self) -> None:
         """Write what held destinations can take now (called after every event and on a
