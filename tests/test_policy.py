@@ -179,6 +179,29 @@ def test_utilisation_is_demand_over_capacity_even_for_a_lagging_site() -> None:
     assert busy[2] == 1.0 and busy[0] == 0.5
 
 
+def test_utilisation_charges_each_site_its_own_cost_per_row() -> None:
+    """Same demand, same capacity, but site 2 spends twice the CPU time per row: its U is
+    twice its peers' (with the average cost it would look as idle as they are). A site with
+    too few rows to measure is charged the average."""
+    from sparkflux.control.controller import MIN_COST_ROWS, utilisation
+
+    t = table()
+    def sample(j: int, rows_per_partition: int, busy: float) -> Stats:
+        counts = tuple(rows_per_partition if (t[q] == j).any() else 0 for q in range(P))
+        return Stats(site=j, attempt=0, round=2, busy_s=busy, capacity_s=0.4, counts=counts,
+                     now=1.0)
+    zero = {j: Stats(site=j, attempt=0, round=1, busy_s=0.0, capacity_s=0.0,
+                     counts=(0,) * P, now=0.0) for j in range(4)}
+    end = {0: sample(0, 1000, 0.15), 1: sample(1, 1000, 0.15), 2: sample(2, 1000, 0.3),
+           3: sample(3, 1000, 0.15)}
+    util, _, _ = utilisation(zero, end, t)
+    assert abs(util[2] / util[0] - 2.0) < 1e-9 and util[0] == util[1] == util[3]
+    few = MIN_COST_ROWS // (2 * P) - 1  # site 3 processed too few rows to measure its cost
+    end[3] = sample(3, few, 0.3)
+    util, _, _ = utilisation(zero, end, t)
+    assert util[3] < util[2]  # not 0.3 s over a handful of rows
+
+
 def test_no_standby_in_time_means_recovery_onto_the_survivors() -> None:
     c = started(balance=False)
     c.standby_wait = 2.0
@@ -187,5 +210,7 @@ def test_no_standby_in_time_means_recovery_onto_the_survivors() -> None:
     assert c.awaiting == [1] and c.handle(Tick(now=2.5)) == []
     acts = c.handle(Tick(now=3.5))
     moves = [a for a in acts if isinstance(a, Move)]
-    assert len(moves) == 1 and moves[0].src == 1 and moves[0].reason == "recovery"
-    assert c.awaiting == [] and len(c.pending_moves) == 2 * P // 4 - 1
+    # one group: every replica of site 1 re-placed at once (up to MOVE_GROUP)
+    assert len(moves) == 2 * P // 4 and {m.src for m in moves} == {1}
+    assert {m.reason for m in moves} == {"recovery"} and 1 not in {m.dst for m in moves}
+    assert c.awaiting == [] and c.pending_moves == []

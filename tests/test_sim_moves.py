@@ -2,7 +2,8 @@
 
 A move fails one copy of a partition and catches up a new copy on another site from the
 other copy. Seeds interleave moves with failures: a failure during a move (of the source,
-the destination or a bystander), a move of a partition whose other copy then fails, recovery
+the destination or a bystander), a group of moves started together with one site failing
+during it, a move of a partition whose other copy then fails, recovery
 onto the surviving sites without a standby followed by another failure, and the balancing
 policy moving load off a slow site. Each seed must satisfy the contract (output identical to
 the failure-free run, nothing lost, buffers drained) and end with two live replicas of every
@@ -30,7 +31,7 @@ CHUNKS = 4
 def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
     """A random schedule of moves and failures (initial placement: q on q % 4, (q+1) % 4)."""
     rng = np.random.default_rng((seed, 11))
-    kind = int(rng.integers(5))
+    kind = int(rng.integers(6))
     q = int(rng.integers(PARTITIONS))
     holders = {q % SITES, (q + 1) % SITES}
     dst = int(rng.choice([s for s in range(SITES) if s not in holders]))
@@ -54,6 +55,16 @@ def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
         other = int(rng.choice([s for s in range(SITES) if s != site]))
         return FailurePlan(((site, at),), after_moves=((other, PARTITIONS * 2 // SITES),)), \
             {"recovery": "survivors"}
+    if kind == 5:  # a group of moves started together; a site that is no survivor fails
+        victim = int(rng.integers(SITES))
+        candidates = [p for p in range(PARTITIONS) if (p + 1) % SITES != victim]
+        group = []
+        for p in rng.choice(candidates, size=3, replace=False):
+            to = [s for s in range(SITES) if s not in {int(p) % SITES, (int(p) + 1) % SITES}]
+            group.append((at, int(p), int(rng.choice(to))))
+        crash = at + int(rng.integers(0, 40))
+        return FailurePlan(((victim, crash),), standbys=(crash + int(rng.integers(1, 200)),),
+                           moves=tuple(group)), {}
     # the policy balances load away from a slow site (with a short collection phase)
     slow = int(rng.integers(SITES))
     return FailurePlan(slow=((slow, 3.0),)), {
@@ -104,3 +115,14 @@ def test_the_policy_moves_load_off_a_slow_site(tiny_baseline: Any) -> None:
                 policy=PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0))
     assert res.moves and all(m[2] == 2 for m in res.moves)  # every move is off site 2
     assert_recovered(res, 1, fp)
+
+
+def test_moves_requested_together_run_as_one_group(tiny_baseline: Any) -> None:
+    """Three moves queued at once start together (one confirmation round, catch-ups in
+    parallel) and all complete."""
+    batches, expected, steps = tiny_baseline
+    at = steps // 3
+    fp = FailurePlan(moves=((at, 1, 3), (at, 4, 2), (at, 6, 0)))
+    res = check(lambda: tiny_plan()[0], batches, 2, fp, expected=expected)
+    assert_recovered(res, 2, fp)
+    assert sorted(res.moves) == [(1, 0, 1, 3), (4, 0, 0, 2), (6, 0, 2, 0)]

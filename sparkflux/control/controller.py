@@ -60,6 +60,10 @@ RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved ag
 # Catch-ups run this many at a time (each one partition replica: recovery stays incremental,
 # no single transfer long enough to stall the output, but a site comes back sooner).
 CATCH_UP_PARALLEL = 4
+# Moves started together (one group: every site confirms them all, then their catch-ups run
+# CATCH_UP_PARALLEL at a time). A movement phase's moves, or a failed site's re-placements,
+# then take about as long as one move instead of one move each.
+MOVE_GROUP = 8
 
 
 class Controller:
@@ -103,7 +107,9 @@ class Controller:
         # Replicas (stage, q, r) that are not complete: on a failed site, or being rebuilt.
         self.incomplete: set[tuple[int, int, int]] = set()
         self.pending_moves: list[tuple[int, int, int, str]] = []  # (q, r, dst, reason)
-        self.move: dict | None = None  # the move in progress
+        self.moving: dict[int, dict] = {}  # epoch -> a move of the group in progress
+        self._unconfirmed: set[tuple[int, int]] = set()  # (site, epoch): `moved` awaited
+        self._catching_up = False  # the group's catch-ups have started
         self.moves: list[dict] = []  # every move done (the run's metrics list them)
         self.balance = balance and ha
         self.policy = policy = policy or PolicyConfig()
@@ -223,15 +229,15 @@ class Controller:
         if self.recovering == site:  # the standby died mid-recovery: start over later
             self.recovering, self.adopted, self.in_flight, self.queue = None, None, set(), []
             self.awaiting.insert(0, site)
-        elif self.move is not None and self.move["dst"] == site:
-            self.move, self.in_flight, self.queue = None, set(), []  # recovered with the slot
+        else:
+            self._abandon_moves_to(site)  # the partitions are recovered with the slot
         if self.recovery == "survivors":
             self._plan_recovery(site)
         elif site not in self.awaiting and self.recovering != site:
             self.awaiting.append(site)
             self.awaiting_since[site] = self.now
-        if self.move is not None:  # a site that died cannot confirm the move: don't wait
-            actions += self._move_ready()
+        if self.moving:  # a site that died cannot confirm a move: don't wait for it
+            actions += self._moves_ready() if not self._catching_up else self._next_catch_up()
         return actions + self._next_task()
 
     def _lost_partition(self, site: int) -> str | None:
@@ -253,14 +259,14 @@ class Controller:
     def _next_task(self) -> list[Action]:
         """Start the next piece of work if none is in progress: adopt a failed slot, then
         recovery moves, then load-balancing moves."""
-        if (self.recovering is not None or self.move is not None or self.finished
+        if (self.recovering is not None or self.moving or self.finished
                 or self.layout is None or self.aborted):
             return []
         if self.awaiting and self.standbys:
             return self._adopt_next()
         if self.pending_moves:
-            q, r, dst, reason = self.pending_moves.pop(0)
-            return self._start_move(q, r, dst, reason)
+            actions = self._start_moves()
+            return actions if actions else self._next_task()
         if self.lb_state == "moving":  # the movement phase ends with its last move
             self.delta = max(self.now - self._moving_since, self.policy.delta_min)
             self.lb_state, self.lb_at = "wait", self.now
@@ -284,9 +290,11 @@ class Controller:
                     len(self.queue))
         return [Adopt(slot=slot, address=adopted, view=self.view)]
 
-    def request_move(self, q: int, r: int, dst: int, reason: str = "balance") -> list[Action]:
-        """Queue a move of replica r of q to ``dst`` (an operator's request, or a test's)."""
-        self.pending_moves.append((q, r, dst, reason))
+    def request_moves(self, moves: Sequence[tuple[int, int, int]], reason: str = "balance"
+                      ) -> list[Action]:
+        """Queue moves of replica r of q to ``dst``, ``(q, r, dst)`` each (an operator's
+        request, or a test's); those queued together may start as one group."""
+        self.pending_moves += [(q, r, dst, reason) for q, r, dst in moves]
         return self._next_task()
 
     def _plan_recovery(self, site: int) -> None:
@@ -304,38 +312,73 @@ class Controller:
         # A move towards the failed site that had not started yet goes elsewhere.
         self.pending_moves = [m for m in self.pending_moves if m[2] != site]
 
-    def _start_move(self, q: int, r: int, dst: int, reason: str) -> list[Action]:
+    def _start_moves(self) -> list[Action]:
+        """Start the next group of queued moves (different partitions, at most
+        ``MOVE_GROUP``): each fails one copy and re-places it (``move``); once every live site
+        has confirmed them all, the new copies are caught up from the other copies."""
         assert self.layout is not None
-        src = self.layout.site_of(q, r)
-        if dst in self.dead or self.layout.site_of(q, 1 - r) in (dst,) or src == dst:
-            return self._next_task()
-        self.epoch += 1
-        self.layout.move(q, r, dst)
-        self.incomplete |= {(s, q, r) for s in range(self.stages)}
-        self.move = {"q": q, "r": r, "src": src, "dst": dst, "epoch": self.epoch,
-                     "reason": reason, "start": self.now, "bytes": 0,
-                     "waiting": set(self._live())}
-        self.queue = [(s, q, r) for s in range(self.stages)]
-        log.info("move %d: replica %d of partition %d, site %d -> %d (%s)", self.epoch, r, q,
-                 src, dst, reason)
-        return [Move(q=q, r=r, src=src, dst=dst, epoch=self.epoch, reason=reason)]
+        actions: list[Action] = []
+        taken: set[int] = set()
+        while self.pending_moves and len(self.moving) < MOVE_GROUP:
+            q, r, dst, reason = self.pending_moves[0]
+            if q in taken:
+                break  # its other copy is the survivor of a move in this group
+            self.pending_moves.pop(0)
+            src = self.layout.site_of(q, r)
+            if dst in self.dead or self.layout.site_of(q, 1 - r) == dst or src == dst:
+                continue
+            taken.add(q)
+            self.epoch += 1
+            self.layout.move(q, r, dst)
+            self.incomplete |= {(s, q, r) for s in range(self.stages)}
+            self.moving[self.epoch] = {"q": q, "r": r, "src": src, "dst": dst,
+                                       "epoch": self.epoch, "reason": reason,
+                                       "start": self.now, "bytes": 0, "left": self.stages}
+            self._unconfirmed |= {(j, self.epoch) for j in self._live()}
+            self.queue += [(s, q, r) for s in range(self.stages)]
+            log.info("move %d: replica %d of partition %d, site %d -> %d (%s)", self.epoch, r,
+                     q, src, dst, reason)
+            actions.append(Move(q=q, r=r, src=src, dst=dst, epoch=self.epoch, reason=reason))
+        self.queue.sort()  # bottom-up over the whole group
+        self._catching_up = False
+        return actions
+
+    def _move_of(self, q: int, r: int) -> dict | None:
+        return next((m for m in self.moving.values() if m["q"] == q and m["r"] == r), None)
+
+    def catch_up_site(self, q: int, r: int) -> int | None:
+        """The site a catch-up of replica r of q fills: a move's destination, or the slot
+        being recovered."""
+        m = self._move_of(q, r)
+        return m["dst"] if m is not None else self.recovering
+
+    def _abandon_moves_to(self, site: int) -> None:
+        """A move's destination failed: its copy is now one of that site's failed replicas
+        (recovered with the slot); the group's other moves go on."""
+        for epoch, m in list(self.moving.items()):
+            if m["dst"] != site:
+                continue
+            del self.moving[epoch]
+            key = (m["q"], m["r"])
+            self.queue = [x for x in self.queue if x[1:] != key]
+            self.in_flight = {x for x in self.in_flight if x[1:] != key}
+            self._unconfirmed = {x for x in self._unconfirmed if x[1] != epoch}
 
     def _moved(self, ev: Moved) -> list[Action]:
-        m = self.move
-        if m is None or ev.epoch != m["epoch"] or self.in_flight:
+        if ev.epoch not in self.moving:
             return []
         self.now = max(self.now, ev.now)
-        m["waiting"].discard(ev.site)
-        return self._move_ready()
+        self._unconfirmed.discard((ev.site, ev.epoch))
+        return self._moves_ready()
 
-    def _move_ready(self) -> list[Action]:
-        """Every live site applied the move: catch up its stages bottom-up."""
-        m = self.move
-        if m is None or self.in_flight:
+    def _moves_ready(self) -> list[Action]:
+        """Every live site applied every move of the group: catch up their stages bottom-up."""
+        if not self.moving or self._catching_up:
             return []
-        m["waiting"] -= self.dead
-        if m["waiting"]:
+        self._unconfirmed = {x for x in self._unconfirmed if x[0] not in self.dead}
+        if self._unconfirmed:
             return []
+        self._catching_up = True
         return self._next_catch_up()
 
     def _next_catch_up(self) -> list[Action]:
@@ -344,17 +387,17 @@ class Controller:
         consumer replica reads from its own dataflow copy's producers)."""
         assert self.layout is not None
         if not self.queue and not self.in_flight:
-            if self.move is not None:
-                m, self.move = self.move, None
-                m["end"] = self.now
-                self.moves.append({k: v for k, v in m.items() if k != "waiting"})
+            if self.recovering is None:  # the move group is done (or was abandoned)
+                for m in sorted(self.moving.values(), key=lambda m: m["epoch"]):
+                    m.setdefault("end", self.now)
+                    self.moves.append(m)
+                self.moving, self._catching_up = {}, False
                 return self._next_task()
             assert self.recovering is not None
             slot = self.recovering
             log.warning("site %d recovered: every replica caught up and folded in", slot)
             self.recovering, self.adopted = None, None
             return [Recovered(slot=slot), *self._next_task()]
-        epoch = self.move["epoch"] if self.move is not None else self.epoch
         actions: list[Action] = []
         while self.queue and len(self.in_flight) < CATCH_UP_PARALLEL:
             s, q, r = self.queue[0]
@@ -362,8 +405,9 @@ class Controller:
                 break  # the stage below is still being caught up
             self.queue.pop(0)
             self.in_flight.add((s, q, r))
+            m = self._move_of(q, r)
             actions.append(CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
-                                   epoch=epoch))
+                                   epoch=m["epoch"] if m is not None else self.epoch))
         return actions
 
     def _catch_up_done(self, ev: CatchUpDone) -> list[Action]:
@@ -372,9 +416,13 @@ class Controller:
         self.now = max(self.now, ev.now)
         self.in_flight.discard((ev.stage, ev.q, ev.r))
         self.incomplete.discard((ev.stage, ev.q, ev.r))
-        site = self.move["dst"] if self.move is not None else self.recovering
-        if self.move is not None:
-            self.move["bytes"] += ev.nbytes
+        m = self._move_of(ev.q, ev.r)
+        site = m["dst"] if m is not None else self.recovering
+        if m is not None:
+            m["bytes"] += ev.nbytes
+            m["left"] -= 1
+            if m["left"] == 0:
+                m["end"] = self.now
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
                                 "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
         return self._next_catch_up()
@@ -382,7 +430,7 @@ class Controller:
     # -- load balancing (thesis §4.4, ch. 5) -------------------------------------------------------
     def _balancing(self) -> bool:
         return (self.balance and self.started and not self.finished and not self.aborted
-                and not self.incomplete and not self.awaiting and self.move is None
+                and not self.incomplete and not self.awaiting and not self.moving
                 and self.recovering is None and not self.pending_moves)
 
     def _stop_balancing(self) -> None:
@@ -459,6 +507,9 @@ class Controller:
         return actions
 
 
+MIN_COST_ROWS = 2000  # rows a site must process in a phase for its own cost per row to count
+
+
 def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
                 ) -> tuple[dict[int, float], dict[int, np.ndarray], dict[int, float]]:
     """Per site, the utilisation U_j the policy works with, the load per hosted partition
@@ -468,9 +519,14 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
     waiting on the slowest site, and a lagging site processes *less* than its share, so here
     the load of a partition is its demand: the rows its faster copy processed (both copies do
     the same work). U_j is the demand of the partitions site j hosts times the measured cost
-    per row (busy time over rows, all sites), over the capacity site j had (wall time times
-    its --site-cpu cap). U_j is then proportional to the work, as the policy's U' estimates
-    assume, and a slowed site shows a U above its peers' by its lost capacity."""
+    per row *on that site* (its busy time over the rows it processed), over the capacity site j
+    had (wall time times its --site-cpu cap). U_j is then proportional to the work, as the
+    policy's U' estimates assume, and a slowed site shows a U above its peers' by its lost
+    capacity. The cost is the site's own, not the average over all sites: a saturated site
+    was measured to spend 1.2-1.45 times its peers' CPU time per row (waiting copies
+    downstream, bigger buffers), and with the average it looked no busier than they did while
+    it held the rate down. A site that processed fewer than ``MIN_COST_ROWS`` rows (a fresh
+    standby) is charged the average cost."""
     rows: dict[int, np.ndarray] = {}
     cap: dict[int, float] = {}
     busy: dict[int, float] = {}
@@ -485,10 +541,12 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
         return {}, {}, {}
     demand = np.max(np.stack(list(rows.values())), axis=0)  # per partition
     processed = sum(int(r.sum()) for r in rows.values())
-    cost = sum(busy.values()) / processed if processed else 0.0
+    average = sum(busy.values()) / processed if processed else 0.0
     util, load = {}, {}
     for j in rows:
         mine = (table == j).any(axis=1)
         load[j] = np.where(mine, demand, 0)
+        done = int(rows[j].sum())
+        cost = busy[j] / done if done >= MIN_COST_ROWS else average
         util[j] = float(load[j].sum()) * cost / cap[j]
     return util, load, {j: min(1.0, busy[j] / cap[j]) for j in rows}

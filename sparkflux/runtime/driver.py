@@ -529,10 +529,9 @@ class Host:
     def _cu_done(self, msg: CuDone) -> None:
         now = time.time()
         start = self._catch_up_started.pop((msg.stage, msg.q), now)
-        mv = self.controller.move
         self.catch_ups.append({
             "stage": msg.stage, "partition": msg.q, "replica": msg.r,
-            "site": mv["dst"] if mv is not None else self.controller.recovering,
+            "site": self.controller.catch_up_site(msg.q, msg.r),
             "state_bytes": msg.nbytes,
             "move_s": msg.move_s, "start": start, "end": now,
         })

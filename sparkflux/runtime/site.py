@@ -255,7 +255,7 @@ class Site:
                     await asyncio.sleep(self._throttle_until - time.perf_counter())
                     if self.cap is not None:
                         self.cap.slept_for(time.perf_counter())
-                t = time.perf_counter()
+                t = time.thread_time()  # busy = CPU time: waiting for a core is not work
                 items = list(self.inbox)
                 self.inbox.clear()
                 self._inbox_rows = 0
@@ -264,10 +264,11 @@ class Site:
                 if self.core is not None:
                     self._send(self.core.on_messages(items))
                 self.outbox.flush()
+                busy = time.thread_time() - t
                 now = time.perf_counter()
-                self.busy_s += now - t
+                self.busy_s += busy
                 if self.cap is not None:
-                    sleep = self.cap.spend(now, now - t)
+                    sleep = self.cap.spend(now, busy)
                     if sleep:
                         self._throttle_until = max(self._throttle_until, now + sleep)
                 self._first_at = time.perf_counter()
@@ -442,4 +443,13 @@ class Site:
 def run_site(cfg: SiteConfig, plan: PhysicalPlan) -> dict[str, Any]:
     """Run a site to completion in a fresh event loop (the body of a Spark site task)."""
     logging.basicConfig(level=logging.WARNING)
-    return asyncio.run(Site(cfg, plan).run())
+    prof_dir = os.environ.get("SPARKFLUX_PROFILE")  # developers: where sites write cProfile
+    if not prof_dir:
+        return asyncio.run(Site(cfg, plan).run())
+    import cProfile
+
+    with cProfile.Profile() as prof:
+        try:
+            return asyncio.run(Site(cfg, plan).run())
+        finally:
+            prof.dump_stats(os.path.join(prof_dir, f"site-{cfg.site}-{cfg.attempt}.prof"))

@@ -223,13 +223,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 lo, hi = detect_delay
                 pending_detect.append((step + int(rng.integers(lo, hi + 1)), site,
                                        attempt[site]))
-        for q, dst in move_at.get(step, []):
+        if step in move_at:
             assert controller.layout is not None
-            r = 0 if controller.layout.site_of(q, 0) != dst else 1
-            carry_out(controller.request_move(q, r, dst))
-        n_moves = len(controller.moves)
-        if n_moves in crash_after_moves:
-            crash_at.setdefault(step + 1, []).append(crash_after_moves.pop(n_moves))
+            lay = controller.layout
+            carry_out(controller.request_moves(
+                [(q, 0 if lay.site_of(q, 0) != dst else 1, dst) for q, dst in move_at[step]]))
+        n_moves = len(controller.moves)  # moves complete in groups: count may jump
+        for n in [n for n in crash_after_moves if n <= n_moves]:
+            crash_at.setdefault(step + 1, []).append(crash_after_moves.pop(n))
         if balance and step % 50 == 0:
             carry_out(controller.handle(Tick(now=float(step))))
         if step in standby_at:
