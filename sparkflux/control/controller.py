@@ -471,6 +471,8 @@ class Controller:
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
                             "utilisation": {j: round(u, 3) for j, u in util.items()},
                             "busy": {j: round(u, 3) for j, u in measured.items()},
+                            "replicas": {j: int((self.layout.table() == j).sum())
+                                         for j in util},
                             "moves": [(m.q, m.donor, m.receiver) for m in planned]})
         if not planned:
             self.delta = max(self.delta / 2, self.policy.delta_min)

@@ -62,6 +62,10 @@ class ProducerBuffer:
         self.progress_wm = np.full(self.parts.size, NO_WATERMARK, dtype=np.int64)
         self.schema = schema  # wire schema: stage input columns + _src
         self.buffer: deque[pa.RecordBatch] = deque()
+        # per buffered batch, its streams (p index, q) and the highest SN of each: whether a
+        # batch may be evicted depends on those alone, so ``evict`` (run on every batch of
+        # acks) need not scan the batch's rows again
+        self._streams: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
         self.rows_sent = 0
 
     # -- queries -----------------------------------------------------------------------------
@@ -97,8 +101,10 @@ class ProducerBuffer:
             held = (self.wait[pi, q, :] & (sn[:, None] > self.acked[pi, q, :])).any(axis=1)
             if held.all():
                 self.buffer.append(rows)
+                self._streams.append(_highest(pi, q, sn, self.send.shape[1]))
             elif held.any():
                 self.buffer.append(rows.filter(pa.array(held)))
+                self._streams.append(_highest(pi[held], q[held], sn[held], self.send.shape[1]))
         if not per_site and not advanced:
             return []
         out: list[Outgoing] = []
@@ -144,26 +150,30 @@ class ProducerBuffer:
         return replace(msg, **{f: getattr(msg, f)[k] for f in msg.__dataclass_fields__
                                if f != "stage"})
 
-    def on_ack(self, ack: Ack, src: int | None = None) -> None:
+    def on_ack(self, ack: Ack, src: int | None = None, evict: bool = True) -> None:
+        """Action 3: a consumer's cumulative acknowledgement. ``evict=False`` defers the
+        eviction to an ``evict()`` call (a batch of acks, one eviction)."""
         ack = self.from_site(ack, src)
         np.maximum.at(self.acked, (self.index[ack.p], ack.q, ack.c.astype(np.intp)), ack.upto)
-        self._evict()
+        if evict:
+            self.evict()
 
-    def _evict(self) -> None:
+    def evict(self) -> None:
+        """Drop buffered batches from the front while every waiting consumer has
+        acknowledged all of their rows (a stream's rows are held iff its highest SN is)."""
         while self.buffer:
-            b = self.buffer[0]
-            pi, q, sn = self._keys(b)
-            held = self.wait[pi, q, :] & (sn[:, None] > self.acked[pi, q, :])
-            if held.any():
+            pi, q, sn = self._streams[0]
+            if (self.wait[pi, q, :] & (sn[:, None] > self.acked[pi, q, :])).any():
                 return
             self.buffer.popleft()
+            self._streams.popleft()
 
     # -- take-over -----------------------------------------------------------------------------
     def on_fail(self, dead: np.ndarray) -> None:
         """``ack_all`` for every dead consumer replica: ``dead[q, c]``."""
         self.send[:, dead] = False
         self.wait[:, dead] = False
-        self._evict()
+        self.evict()
 
     def on_reverse(self, rev: Reverse, src: int | None = None) -> list[Outgoing]:
         """``reset(SEC)``: send each reversing consumer every buffered row above its
@@ -207,7 +217,7 @@ class ProducerBuffer:
             if rows is not None and row_site is not None and (row_site == s).any():
                 data = rows.filter(pa.array(row_site == s))
             out.append(Outgoing(int(s), Data(self.stage, streams, data)))
-        self._evict()
+        self.evict()
         return out
 
     # -- catch-up (retention, fold-in) ---------------------------------------------------------
@@ -238,7 +248,7 @@ class ProducerBuffer:
                           floor=msg.floor[k])
             out = self.on_reverse(rev)  # reset(dest): resend what is above the floor
             self.wait[pi[k], msg.q[k], c[k]] = msg.wait[k]
-        self._evict()
+        self.evict()
         return out
 
     def install(self, p: int, progress_sn: int, progress_wm: int, alive: np.ndarray) -> None:
@@ -260,9 +270,19 @@ class ProducerBuffer:
         self.progress_sn[i] = NO_PROGRESS
         self.progress_wm[i] = NO_WATERMARK
         self.acked[i] = NO_PROGRESS
-        self._evict()
+        self.evict()
 
     def add(self, p: int, r: int) -> None:
         """Host replica r of producer p from now on: silent until catch-up installs it."""
         self.drop(p)
         self.replica[self.pi(p)] = r
+
+
+def _highest(pi: np.ndarray, q: np.ndarray, sn: np.ndarray, n_q: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct streams (p index, q) of a batch's rows and each one's highest SN."""
+    key = pi.astype(np.int64) * n_q + q
+    order = np.lexsort((sn, key))
+    key, sn = key[order], sn[order]
+    last = np.flatnonzero(np.append(key[1:] != key[:-1], True))
+    return (key[last] // n_q).astype(np.intp), (key[last] % n_q).astype(np.intp), sn[last]

@@ -110,14 +110,23 @@ class SiteCore:
         have produced (different roles, or a later arrival), so the protocol allows it."""
         out: list[Outgoing] = []
         first: int | None = None
+        evict: set[int] = set()  # buffers acks arrived for: evicted once, not once per ack
         for src, msg in items:
             if self.stopped or src in self.dead_sites:
                 continue
             if isinstance(msg, Data):
                 out += self.cons[msg.stage].on_data(msg, src)
                 first = msg.stage if first is None else min(first, msg.stage)
+            elif isinstance(msg, Ack):
+                self.prods[msg.stage - 1].on_ack(msg, src, evict=False)
+                evict.add(msg.stage - 1)
             else:
+                for i in evict:  # anything else sees the buffers as one at a time would
+                    self.prods[i].evict()
+                evict.clear()
                 out += self._handle(msg, src)
+        for i in evict:
+            self.prods[i].evict()
         if first is not None and not self.stopped:
             out += self._drive(first)
         return self._local(out)
