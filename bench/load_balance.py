@@ -97,7 +97,7 @@ def analyse(res: Any, a: argparse.Namespace, event_at: float | None) -> dict[str
             "move_times": [mv["started_at_s"] for mv in m["moves"]], "moves": len(m["moves"]),
             "digest": m["output_digest"], "utilisation": m["utilisation"],
             "dropped": m["ingress_dropped"], "kills": m["kills"], "t": t.tolist(),
-            "rate": r.tolist()}
+            "rate": r.tolist(), "balance": m["balance"]}
 
 
 def main() -> int:

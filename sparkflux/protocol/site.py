@@ -129,7 +129,7 @@ class SiteCore:
             self.prods[i].evict()
         if first is not None and not self.stopped:
             out += self._drive(first)
-        return self._local(out)
+        return coalesce_acks(self._local(out))
 
     def _handle(self, msg: Message, src: int) -> list[Outgoing]:
         if isinstance(msg, Data):
@@ -367,3 +367,34 @@ class SiteCore:
     def buffered_rows(self) -> int:
         return sum(p.buffered_rows() for p in self.prods) + sum(
             sum(b.num_rows for b in c.pending) for c in self.cons)
+
+
+def coalesce_acks(outs: list[Outgoing]) -> list[Outgoing]:
+    """One acknowledgement frame per (site, stage) where a pass emitted several in a row.
+
+    Acks are cumulative (the producer keeps the maximum per stream), so several merge into
+    one with all their entries. Only acks with no other message to the same site between them
+    are merged, into the first one's place: nothing else to that site changes order. Under
+    load a pass answers many data frames, and each ack frame otherwise costs both sides a
+    frame's fixed work (encode, send, decode, handle)."""
+    result: list[Outgoing] = []
+    open_at: dict[tuple[int, int], int] = {}  # (site, stage) -> index of the ack merged into
+    merged: dict[int, list[Ack]] = {}
+    for o in outs:
+        m = o.message
+        if isinstance(m, Ack):
+            i = open_at.get((o.site, m.stage))
+            if i is not None:
+                merged.setdefault(i, [result[i].message]).append(m)  # type: ignore[list-item]
+                continue
+            open_at[(o.site, m.stage)] = len(result)
+        else:
+            for key in [k for k in open_at if k[0] == o.site]:
+                del open_at[key]
+        result.append(o)
+    for i, acks in merged.items():
+        result[i] = Outgoing(result[i].site, Ack(
+            acks[0].stage, p=np.concatenate([a.p for a in acks]),
+            q=np.concatenate([a.q for a in acks]), c=np.concatenate([a.c for a in acks]),
+            upto=np.concatenate([a.upto for a in acks])))
+    return result
