@@ -159,6 +159,7 @@ class Host:
         self.slowed: list[dict[str, Any]] = []
         self.move_started: dict[int, float] = {}  # move epoch -> wall time it started
         self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
+        self.site_load: dict[int, dict[str, float]] = {}  # the last heartbeat's counters
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -266,6 +267,9 @@ class Host:
                     self.utilisation.setdefault(slot, []).append((
                         time.time(), float(msg.get("busy_s", 0.0)),
                         float(msg.get("slept_s", 0.0))))
+                    self.site_load[slot] = {"busy_s": round(float(msg.get("busy_s", 0.0)), 3),
+                                            "passes": int(msg.get("passes", 0)),
+                                            "cpu_s": round(float(msg.get("cpu_s", 0.0)), 3)}
                     self._carry_out(self.controller.handle(
                         Heartbeat(site=slot, attempt=attempt, now=now)))
                 elif t == "ready":
@@ -606,6 +610,8 @@ class Host:
             "balance": [{**r, "at_s": round(r["at"] - self._mono_start, 3)}
                         for r in self.controller.rounds],
             "utilisation": self._utilisation(),
+            # per site (its last process): busy seconds in passes, passes run, process CPU
+            "site_load": {str(k): v for k, v in sorted(self.site_load.items())},
         }
 
     def _utilisation(self) -> dict[str, float]:

@@ -84,6 +84,7 @@ class Site:
         self._peers_ready = asyncio.Event()
         self._stop = asyncio.Event()
         self.busy_s = 0.0
+        self.passes = 0  # scheduler passes run (busy_s / passes: the cost of a pass)
         self.cap = CpuCap(cfg.cpu_cap) if cfg.cpu_cap else None
         self._throttle_until = 0.0
         self.outbox = Outbox(self._conn_of, SITE_POOL_ROWS)
@@ -194,6 +195,7 @@ class Site:
                     "type": "hb", "site": self.id, "pid": os.getpid(),
                     "attempt": self.cfg.attempt, "busy_s": self.busy_s,
                     "slept_s": self.cap.slept if self.cap else 0.0,
+                    "passes": self.passes, "cpu_s": time.process_time(),
                 })
             except ConnectionLost:
                 self._fail("lost the driver")
@@ -267,6 +269,7 @@ class Site:
                 busy = time.thread_time() - t
                 now = time.perf_counter()
                 self.busy_s += busy
+                self.passes += 1
                 if self.cap is not None:
                     sleep = self.cap.spend(now, busy)
                     if sleep:
