@@ -9,8 +9,7 @@ when U_d / U_r < ``th_imb`` or when U_r > ``th_util``. Otherwise the first of d'
 (by N_p descending) whose move lowers the pair's maximum is moved:
 U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the digest's reading of the thesis'
 typo), rejected when U'_r > 1. At most one move per receiver and round; a donor may give to
-several receivers, its U updated after each (our generalisation of the pairing), and a move
-must lower the pair's maximum by at least ``th_gain`` (our damping of noise). In unified
+several receivers, its U updated after each (our generalisation of the pairing). In unified
 Flux a partition has two copies that never share a site, and the copy on the donor is the one
 failed (the receiver is caught up from the other copy), so a partition whose other copy is on
 the receiver is not a candidate. Pure: no clocks, no I/O.
@@ -33,10 +32,6 @@ class PolicyConfig:
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
     # leaves its partition with one copy, so moving on noise alone is a risk with no gain.
     th_busy: float = 0.6
-    # Not in the thesis: a move must lower the pair's higher utilisation by at least this
-    # much. Once sites are near balance, noise alone can make a pair look uneven; a move that
-    # would gain less than the noise costs a catch-up and a single-copy window for nothing.
-    th_gain: float = 0.04
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase
 
@@ -86,8 +81,7 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
             break
         received.add(r)
         moved = recent | {m.q for m in out}
-        move = _first_reducing(d, r, ud, ur, load[d], total, avg_cost, placed, moved,
-                               cfg.th_gain)
+        move = _first_reducing(d, r, ud, ur, load[d], total, avg_cost, placed, moved)
         if move is None:
             continue
         out.append(move)
@@ -102,8 +96,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
 
 
 def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, total: dict[int, int],
-                    avg_cost: float, table: np.ndarray, recent: frozenset[int],
-                    th_gain: float = 0.0) -> PlannedMove | None:
+                    avg_cost: float, table: np.ndarray, recent: frozenset[int]
+                    ) -> PlannedMove | None:
     t_d = total[d]
     if t_d <= 0:
         return None
@@ -120,7 +114,7 @@ def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, total: 
             continue
         ud_new = ud * (1 - n_p / t_d)
         ur_new = ur + n_p * cost_r
-        if ur_new > 1.0 or max(ud_new, ur_new) >= ud - th_gain:
+        if ur_new > 1.0 or max(ud_new, ur_new) >= ud:
             continue
         return PlannedMove(q, rep, d, r, n_p, ud, ur)
     return None
