@@ -267,9 +267,14 @@ class Host:
                     self.utilisation.setdefault(slot, []).append((
                         time.time(), float(msg.get("busy_s", 0.0)),
                         float(msg.get("slept_s", 0.0))))
+                    last = self.site_load.get(slot, {})
+                    held = int(msg.get("buffered", 0))
                     self.site_load[slot] = {"busy_s": round(float(msg.get("busy_s", 0.0)), 3),
                                             "passes": int(msg.get("passes", 0)),
-                                            "cpu_s": round(float(msg.get("cpu_s", 0.0)), 3)}
+                                            "cpu_s": round(float(msg.get("cpu_s", 0.0)), 3),
+                                            "buffered_rows": held,  # FH-Prod, last heartbeat
+                                            "buffered_rows_max": max(
+                                                held, int(last.get("buffered_rows_max", 0)))}
                     self._carry_out(self.controller.handle(
                         Heartbeat(site=slot, attempt=attempt, now=now)))
                 elif t == "ready":

@@ -196,6 +196,8 @@ class Site:
                     "attempt": self.cfg.attempt, "busy_s": self.busy_s,
                     "slept_s": self.cap.slept if self.cap else 0.0,
                     "passes": self.passes, "cpu_s": time.process_time(),
+                    "buffered": (sum(b.buffered_rows() for b in self.core.prods)
+                                 if self.core is not None else 0),
                 })
             except ConnectionLost:
                 self._fail("lost the driver")
