@@ -27,8 +27,9 @@ the generator) can feed, so a slowed site would cost little.
 Steady-state throughput is input tuples completed per second (the egress's progress) over the
 last ``--tail`` seconds before the input ends. The rate has settled when, after the dip the
 slowdown (or the kill) causes, its 4-second mean is back within 5% of that steady rate; the
-placement has settled with the end of the last move. The output digests of the runs that dropped nothing must be equal (a run that cannot keep up
-with its offered load drops input at the ingress, and says how much).
+placement has settled with the end of the last move. The output digests of the runs that
+dropped nothing must be equal (a run that cannot keep up with its offered load drops input at
+the ingress, and says how much).
 """
 
 from __future__ import annotations
