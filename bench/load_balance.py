@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from sparkflux.cli import run_example  # noqa: E402
 from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.runtime.driver import RunFailed  # noqa: E402
 from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
@@ -136,11 +137,17 @@ def main() -> int:
          a.kill_at),
     ]
     out: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
     runs: list[tuple[str, argparse.Namespace, float | None]] = [first]
     for name, args, at in runs:
         console.print(f"[bold]{name}[/bold] ...")
-        res = run_example(module, args, show_progress=False, sink=NullSink(),
-                          dead=DeadLetters(), spark=spark)
+        try:
+            res = run_example(module, args, show_progress=False, sink=NullSink(),
+                              dead=DeadLetters(), spark=spark)
+        except RunFailed as e:  # reported with the others, not the end of the bench
+            failed[name] = str(e)
+            console.print(f"  [red]failed[/red]: {e}")
+            continue
         out[name] = analyse(res, a, at)
         if name.startswith("kill"):  # the rate before the kill, for the 3-of-4 ratio
             r, t = np.asarray(out[name]["rate"]), np.asarray(out[name]["t"])
@@ -156,7 +163,10 @@ def main() -> int:
                 runs.append((n, args_for(a, sl, bal, kill, rec, rate=r_), at_))
         console.print(f"  steady {out[name]['steady_tps']:,.0f} tuples/s, "
                       f"{out[name]['moves']} moves, settle {out[name]['settle_s']}")
-    base = out["no slow site"]["steady_tps"]
+    if first[0] not in out:
+        console.print("[red]the unloaded run failed: nothing to compare with[/red]")
+        return 1
+    base = out[first[0]]["steady_tps"]
     table = Table(title=f"load balancing, --site-cpu {a.site_cpu}, {a.events:,} events")
     for col in ("run", "steady tuples/s", "of unloaded", "ideal", "rate settled s",
                 "last move s", "moves"):
@@ -170,6 +180,8 @@ def main() -> int:
                       f"{r['settle_s']:.2f}", "" if r["placed_s"] is None else
                       f"{r['placed_s']:.1f}", str(r["moves"]))
     console.print(table)
+    for name, why in failed.items():
+        console.print(f"[red]{name}: the run failed[/red]: {why}")
     digests = {r["digest"] for r in out.values() if not r["dropped"]}
     console.print(f"output digests of the runs that dropped nothing equal: {len(digests) == 1};"
                   f" dropped: { {k: r['dropped'] for k, r in out.items()} }")
@@ -196,7 +208,7 @@ def main() -> int:
         Path(a.json).write_text(json.dumps(
             {k: {kk: vv for kk, vv in v.items() if kk not in ("t", "rate")}
              for k, v in out.items()}, indent=2))
-    return 0 if len(digests) == 1 else 1
+    return 0 if len(digests) == 1 and not failed else 1
 
 
 if __name__ == "__main__":

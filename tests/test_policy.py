@@ -214,3 +214,14 @@ def test_no_standby_in_time_means_recovery_onto_the_survivors() -> None:
     assert len(moves) == 2 * P // 4 and {m.src for m in moves} == {1}
     assert {m.reason for m in moves} == {"recovery"} and 1 not in {m.dst for m in moves}
     assert c.awaiting == [] and c.pending_moves == []
+
+
+def test_a_site_without_idle_time_receives_nothing() -> None:
+    """Site 3's estimated U (0.45) makes it the first receiver, but it was measured busy 97%
+    of its capacity: saturated, it can take no more; site 1 (busy 0.5) receives instead."""
+    t = table()
+    n = np.full(P, 100)
+    util = {0: 1.2, 1: 0.5, 2: 1.0, 3: 0.45}
+    moves = plan_moves(util, counts_for(t, n), t, busy={0: 1.0, 1: 0.5, 2: 1.0, 3: 0.97})
+    assert moves and {m.receiver for m in moves} == {1}
+    assert plan_moves(util, counts_for(t, n), t, busy={j: 1.0 for j in range(4)}) == []

@@ -467,7 +467,7 @@ class Controller:
         assert self.layout is not None
         util, counts, measured = utilisation(self._base, self._samples, self.layout.table())
         recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
-        planned = plan_moves(util, counts, self.layout.table(), self.policy, recent)
+        planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
                             "utilisation": {j: round(u, 3) for j, u in util.items()},
                             "busy": {j: round(u, 3) for j, u in measured.items()},

@@ -48,11 +48,15 @@ class PlannedMove:
 
 
 def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.ndarray,
-               cfg: PolicyConfig | None = None, recent: frozenset[int] = frozenset()
-               ) -> list[PlannedMove]:
+               cfg: PolicyConfig | None = None, recent: frozenset[int] = frozenset(),
+               busy: dict[int, float] | None = None) -> list[PlannedMove]:
     """One movement phase: at most one move per (most, least utilised) pair. Partitions in
     ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
-    partition back and forth only costs (our addition to the thesis' policy)."""
+    partition back and forth only costs (our addition to the thesis' policy). ``busy`` is
+    each site's measured busy fraction of its capacity: a site without idle time (busy above
+    ``th_util``) receives nothing whatever its estimated U (our addition: when every site is
+    saturated the placement is as good as it gets, and moving on noise there only opens
+    single-copy windows)."""
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
@@ -71,7 +75,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         # utilised site that has not received yet this round: with one overloaded site this
         # is the thesis' pairing generalised, so that it can shed load to every peer at once.
         d = min(u, key=lambda j: (-u[j], j))
-        left = [j for j in u if j not in received and j != d]
+        left = [j for j in u if j not in received and j != d
+                and (busy is None or busy.get(j, 0.0) <= cfg.th_util)]
         if not left:
             break
         r = min(left, key=lambda j: (u[j], j))
