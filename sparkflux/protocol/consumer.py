@@ -33,6 +33,9 @@ class PartitionLost(ProtocolError):
     """Both replicas of a producer partition failed: the dataflow cannot go on."""
 
 
+PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
+
+
 class ConsumerSet:
     """FH-Cons of the hosted consumer replicas of ``stage``."""
 
@@ -53,6 +56,9 @@ class ConsumerSet:
         self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
         self.schema = schema  # wire schema (with _src)
         self.pending: list[pa.RecordBatch] = []
+        # per pending batch (by identity): its partitions and each one's lowest SN, so that a
+        # batch with nothing below the frontier is passed over without touching its rows
+        self._lowest: dict[int, tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = {}
         self.released_sn = np.full(self.parts.size, NO_PROGRESS, dtype=np.int64)
         self.released_wm = np.full(self.parts.size, NO_WATERMARK, dtype=np.int64)
         self.rows_in = 0
@@ -135,22 +141,44 @@ class ConsumerSet:
             return None
         out = None
         if self.pending:
-            rows = concat(self.pending, self.schema)
-            qi = self.index[rows.column(PART).to_numpy()]
-            sn = rows.column(SN).to_numpy()
-            ready = sn <= f_sn[qi]
-            if ready.all():
-                out, self.pending = rows, []
-            elif ready.any():
-                out = rows.filter(pa.array(ready))
-                self.pending = [rows.filter(pa.array(~ready))]
-            else:
-                self.pending = [rows]
+            # Only batches with a row at or below the frontier are opened: behind a lagging
+            # producer the pending rows pile up, and re-filtering all of them on every pass
+            # made a pass's cost grow with the lag (the rate then fell as the lag grew).
+            ready: list[pa.RecordBatch] = []
+            kept: list[pa.RecordBatch] = []
+            lowest: dict[int, tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = {}
+            for b in self.pending:
+                uq, low = self._lowest_of(b)
+                if not (low <= f_sn[uq]).any():
+                    kept.append(b)
+                    lowest[id(b)] = (b, uq, low)
+                    continue
+                r = b.column(SN).to_numpy() <= f_sn[self.index[b.column(PART).to_numpy()]]
+                if r.all():
+                    ready.append(b)
+                else:
+                    ready.append(b.filter(pa.array(r)))
+                    kept.append(b.filter(pa.array(~r)))
+            if len(kept) > PENDING_BATCHES:  # many small batches: one, to keep passes short
+                kept, lowest = [concat(kept, self.schema)], {}
+            self.pending, self._lowest = kept, lowest
+            out = concat(ready, self.schema) if ready else None
         if out is not None and out.num_rows > 1:
             order = np.lexsort((out.column(SNM).to_numpy(), out.column(SN).to_numpy()))
             out = out.take(pa.array(order))
         self.released_sn, self.released_wm = f_sn, f_wm
         return (out if out is not None else concat([], self.schema)), f_sn, f_wm
+
+    def _lowest_of(self, b: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+        """The partitions (indexes) of a pending batch's rows and each one's lowest SN."""
+        hit = self._lowest.get(id(b))
+        if hit is not None and hit[0] is b:
+            return hit[1], hit[2]
+        qi = self.index[b.column(PART).to_numpy()]
+        uq, inv = np.unique(qi, return_inverse=True)
+        low = np.full(uq.size, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(low, inv, b.column(SN).to_numpy())
+        return uq, low
 
     # -- take-over -------------------------------------------------------------------------------
     def on_fail(self, dead: np.ndarray) -> list[Outgoing]:
