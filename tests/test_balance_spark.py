@@ -52,3 +52,22 @@ def test_recovery_onto_the_surviving_sites_without_a_standby(netmon: Any, spark:
     assert len(recovered) == 8
     assert all(mv["from"] == 3 and mv["to"] in (0, 1, 2) for mv in recovered)
     assert len({mv["partition"] for mv in recovered}) == 8
+
+
+def test_moves_after_a_restarted_site_adopted_its_slot(netmon: Any, spark: Any) -> None:
+    """Site 3 is killed early and Spark's restarted task adopts the slot; then site 2 slows
+    and the policy moves copies off it, some caught up from the adopted site 3 (in chained
+    declustering partitions q = 2 mod 4 have their copies on sites 2 and 3). The adopted
+    process must know where every member is: its StateMover dials the new copy's site
+    (this once left a move waiting for state forever)."""
+    m = run(netmon, spark, events=600_000, rate=50_000.0, ha="flux", partitions=32,
+            site_cpu=0.4, kill=["3@0.5"], slow=["2@3=0.3"], no_balance=False,
+            window=400_000)
+    digest, rows, _ = reference_digest(netmon, netmon_args(events=600_000), spark=spark)
+    assert (m["output_digest"], m["output_tuples"]) == (digest, rows)
+    assert m["kills"] == 1 and len(m["adoptions"]) == 1 and m["ingress_dropped"] == 0
+    # copies moved off site 2 whose other copy is on the adopted site 3: their catch-up's
+    # state came from the adopted process
+    from_adopted = [mv for mv in m["moves"]
+                    if mv["from"] == 2 and mv["partition"] % 4 == 2 and mv["replica"] == 0]
+    assert from_adopted, m["moves"]

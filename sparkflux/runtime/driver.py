@@ -367,6 +367,10 @@ class Host:
         self.ingress.on_avail(slot, epoch)
         assert self.controller.layout is not None
         conn.send_control({"type": "adopt", "slot": slot, "members": sorted(view.members),
+                           # where the StateMover reaches each member (a catch-up from this
+                           # site, e.g. a later move's, dials the new copy's site)
+                           "addresses": {str(j): [m.host, m.port]
+                                         for j, m in view.members.items()},
                            "dead": sorted(self.dead), "epochs": self.ingress.epochs.tolist(),
                            "table": self.controller.layout.table().tolist()})
         for s in view.members:

@@ -316,8 +316,8 @@ class Site:
         """The StateMover: a partition's state goes over its own connection to the new
         replica's site, so it never queues ahead of data frames (thesis Fig. 3.9)."""
         addr = self.addresses.get(site)
-        if addr is None:
-            log.warning("site %d: no address for site %d; state not moved", self.id, site)
+        if addr is None:  # a bug: the catch-up would wait for this state forever
+            self._report_error(f"the StateMover has no address for site {site}")
             return
         try:
             conn = self.state_conns.get(addr)
@@ -393,6 +393,8 @@ class Site:
             self.core.dead_sites = set(msg["dead"])
             self.core.epochs = np.asarray(msg["epochs"], dtype=np.int64)
             self._members = set(msg["members"])
+            self.addresses = {int(j): (h, int(port))
+                              for j, (h, port) in msg.get("addresses", {}).items()}
             self._maybe_ready()
         elif kind == "avail":
             await self._avail(msg)
