@@ -473,6 +473,10 @@ class Controller:
                             "busy": {j: round(u, 3) for j, u in measured.items()},
                             "replicas": {j: int((self.layout.table() == j).sum())
                                          for j in util},
+                            # rows the site processed, and the demand of what it hosts
+                            "rows": {j: int(sum(self._samples[j].counts)
+                                            - sum(self._base[j].counts)) for j in util},
+                            "load": {j: int(counts[j].sum()) for j in util},
                             "moves": [(m.q, m.donor, m.receiver) for m in planned]})
         if not planned:
             self.delta = max(self.delta / 2, self.policy.delta_min)
@@ -509,7 +513,7 @@ class Controller:
         return actions
 
 
-MIN_COST_ROWS = 2000  # rows a site must process in a phase for its own cost per row to count
+MIN_COST_ROWS = 200  # rows a site must process in a phase for its own cost per row to count
 
 
 def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
