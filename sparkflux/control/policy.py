@@ -32,6 +32,11 @@ class PolicyConfig:
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
     # leaves its partition with one copy, so moving on noise alone is a risk with no gain.
     th_busy: float = 0.6
+    # Not in the thesis: a move must lower the pair's maximum by at least this fraction of
+    # the donor's U. With a fixed cost per site, moving partitions off a site that is busy
+    # mostly with that fixed part gains next to nothing, and each move costs a catch-up and a
+    # single-copy window.
+    th_gain: float = 0.01
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase
 
@@ -49,14 +54,17 @@ class PlannedMove:
 
 def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.ndarray,
                cfg: PolicyConfig | None = None, recent: frozenset[int] = frozenset(),
-               busy: dict[int, float] | None = None) -> list[PlannedMove]:
+               busy: dict[int, float] | None = None,
+               per_row: dict[int, float] | None = None) -> list[PlannedMove]:
     """One movement phase: at most one move per (most, least utilised) pair. Partitions in
     ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
     partition back and forth only costs (our addition to the thesis' policy). ``busy`` is
     each site's measured busy fraction of its capacity: a site without idle time (busy above
     ``th_util``) receives nothing whatever its estimated U (our addition: when every site is
     saturated the placement is as good as it gets, and moving on noise there only opens
-    single-copy windows)."""
+    single-copy windows). ``per_row``: what one row of demand moved changes each site's U by
+    (the controller's cost model, with its fixed part); without it the thesis' estimates,
+    U proportional to the rows a site processes."""
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
@@ -86,13 +94,14 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
             break
         received.add(r)
         moved = recent | {m.q for m in out}
-        move = _first_reducing(d, r, ud, ur, load[d], total, avg_cost, placed, moved)
+        m_d, m_r = _marginal(d, ud, total, avg_cost, per_row), _marginal(r, ur, total, avg_cost,
+                                                                           per_row)
+        move = _first_reducing(d, r, ud, ur, load[d], m_d, m_r, placed, moved, cfg.th_gain)
         if move is None:
             continue
         out.append(move)
-        cost_r = ur / total[r] if total[r] > 0 else avg_cost
-        u[d] = ud * (1 - move.n_p / total[d])
-        u[r] = ur + move.n_p * cost_r
+        u[d] = ud - move.n_p * m_d
+        u[r] = ur + move.n_p * m_r
         total[d] -= move.n_p
         total[r] += move.n_p
         load[d][move.q], load[r][move.q] = 0, move.n_p
@@ -100,13 +109,19 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     return out
 
 
-def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, total: dict[int, int],
-                    avg_cost: float, table: np.ndarray, recent: frozenset[int]
+def _marginal(j: int, u: float, total: dict[int, int], avg_cost: float,
+              per_row: dict[int, float] | None) -> float:
+    """What one row of demand changes site j's U by."""
+    if per_row is not None and j in per_row:
+        return per_row[j]
+    return u / total[j] if total[j] > 0 else avg_cost
+
+
+def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, m_d: float,
+                    m_r: float, table: np.ndarray, recent: frozenset[int], th_gain: float = 0.0
                     ) -> PlannedMove | None:
-    t_d = total[d]
-    if t_d <= 0:
+    if m_d <= 0:
         return None
-    cost_r = ur / total[r] if total[r] > 0 else avg_cost
     qs, reps = np.nonzero(table == d)
     for idx in np.argsort(-n[qs], kind="stable"):
         q, rep = int(qs[idx]), int(reps[idx])
@@ -117,9 +132,9 @@ def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, total: 
             continue  # the two copies of a partition never share a site
         if q in recent:
             continue
-        ud_new = ud * (1 - n_p / t_d)
-        ur_new = ur + n_p * cost_r
-        if ur_new > 1.0 or max(ud_new, ur_new) >= ud:
+        ud_new = ud - n_p * m_d
+        ur_new = ur + n_p * m_r
+        if ur_new > 1.0 or max(ud_new, ur_new) > ud * (1 - th_gain):
             continue
         return PlannedMove(q, rep, d, r, n_p, ud, ur)
     return None
