@@ -477,8 +477,7 @@ class Controller:
                             "replicas": {j: int((self.layout.table() == j).sum())
                                          for j in util},
                             # rows the site processed, and the demand of what it hosts
-                            "rows": {j: int(sum(self._samples[j].counts)
-                                            - sum(self._base[j].counts)) for j in util},
+                            "rows": u.rows,
                             "load": {j: int(counts[j].sum()) for j in util},
                             "fixed": round(u.fixed, 4),
                             "moves": [(m.q, m.donor, m.receiver) for m in planned]})
@@ -529,6 +528,7 @@ class Utilisation:
     load: dict[int, np.ndarray]  # N_p: the demand of each partition site j hosts
     busy: dict[int, float]  # measured busy fraction of capacity
     per_row: dict[int, float]  # dU_j per row of demand moved to or from site j
+    rows: dict[int, int]  # rows site j processed in the phase
     fixed: float  # the fitted fixed cost, CPU seconds per second (0: none fitted)
 
 
@@ -565,7 +565,7 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
         wall[j] = e.now - b.now
         rows[j] = np.asarray(e.counts, dtype=np.int64) - np.asarray(b.counts, dtype=np.int64)
     if not rows:
-        return Utilisation({}, {}, {}, {}, 0.0)
+        return Utilisation({}, {}, {}, {}, {}, 0.0)
     demand = np.max(np.stack(list(rows.values())), axis=0)  # per partition
     processed = sum(int(r.sum()) for r in rows.values())
     average = sum(busy.values()) / processed if processed else 0.0
@@ -583,6 +583,7 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
         util[j] = float(load[j].sum()) * cost / cap[j]
         per_row[j] = cost / cap[j]
     return Utilisation(util, load, {j: min(1.0, busy[j] / cap[j]) for j in rows}, per_row,
+                       {j: int(r.sum()) for j, r in rows.items()},
                        fixed if per_row_cost is not None else 0.0)
 
 

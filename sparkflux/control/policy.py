@@ -6,10 +6,12 @@ capacity it had) and T_j, the tuples it processed, with N_p per mini-partition. 
 sorted by U descending and paired most with least utilised, working inward. A pair (d, r) is
 skipped, and the round stops, when U_d is below the mean (or below ``th_busy``: our addition),
 when U_d / U_r < ``th_imb`` or when U_r > ``th_util``. Otherwise the first of d's partitions
-(by N_p descending) whose move lowers the pair's maximum is moved:
-U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the digest's reading of the thesis'
-typo), rejected when U'_r > 1. At most one move per receiver and round; a donor may give to
-several receivers, its U updated after each (our generalisation of the pairing). In unified
+(by N_p descending) whose move lowers the pair's maximum (by ``th_gain`` of U_d at least: our
+addition) is moved: U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the digest's
+reading of the thesis' typo), or, given the controller's cost model with a fixed part, U
+changed by N_p times each site's cost per row; rejected when U'_r > 1. At most one move per
+receiver and round; a donor may give to several receivers, its U updated after each (our
+generalisation of the pairing). In unified
 Flux a partition has two copies that never share a site, and the copy on the donor is the one
 failed (the receiver is caught up from the other copy), so a partition whose other copy is on
 the receiver is not a candidate. Pure: no clocks, no I/O.
@@ -56,7 +58,7 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
                cfg: PolicyConfig | None = None, recent: frozenset[int] = frozenset(),
                busy: dict[int, float] | None = None,
                per_row: dict[int, float] | None = None) -> list[PlannedMove]:
-    """One movement phase: at most one move per (most, least utilised) pair. Partitions in
+    """One movement phase: at most one move per receiver (the thesis: per pair). Partitions in
     ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
     partition back and forth only costs (our addition to the thesis' policy). ``busy`` is
     each site's measured busy fraction of its capacity: a site without idle time (busy above
