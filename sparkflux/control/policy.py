@@ -11,10 +11,10 @@ addition) is moved: U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the 
 reading of the thesis' typo), or, given the controller's cost model with a fixed part, U
 changed by N_p times each site's cost per row; rejected when U'_r > 1. At most one move per
 receiver and round; a donor may give to several receivers, its U updated after each (our
-generalisation of the pairing). In unified
-Flux a partition has two copies that never share a site, and the copy on the donor is the one
-failed (the receiver is caught up from the other copy), so a partition whose other copy is on
-the receiver is not a candidate. Pure: no clocks, no I/O.
+generalisation of the pairing). In unified Flux a partition has two copies that never share a
+site, and the copy on the donor is the one failed (the receiver is caught up from the other
+copy), so a partition whose other copy is on the receiver is not a candidate. Pure: no clocks,
+no I/O.
 """
 
 from __future__ import annotations
