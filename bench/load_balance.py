@@ -17,8 +17,8 @@ wall time, four runs:
 scheduler pass has a fixed cost of several milliseconds (the metrics' ``site_load``: at 20K
 tuples/s a site capped at 0.1 runs about 12 passes a second at 8 ms each), so a site's
 throughput depends on how much input each pass gets, and a slowed site, even relieved of its
-share, costs more per tuple than an unloaded one; run 3 has given 64% to 72% of the unloaded
-rate at 0.1 on this machine, though it peaks near 90% once the placement settles.
+share, costs more per tuple than an unloaded one. With the policy's fixed-cost model run 3
+gave 85.5% and 90.1% of the unloaded rate at 0.1 on this machine (earlier builds 64-83%).
 
 The default cap, 0.1, keeps the sites the bottleneck: busy time is the site's CPU time, and
 at 0.15 four capped sites come close to what the single-threaded driver (ingress, egress and
@@ -55,10 +55,9 @@ from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
 
 def args_for(a: argparse.Namespace, slow: list[str], balance: bool, kill: list[str],
-             recovery: str = "standby", events: int | None = None,
-             rate: float | None = None) -> argparse.Namespace:
+             recovery: str = "standby", rate: float | None = None) -> argparse.Namespace:
     return argparse.Namespace(
-        events=events or a.events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, skew=False,
+        events=a.events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, skew=False,
         sites=4, partitions=a.partitions, ha="flux", master=None, rate=rate,
         ingress_buffer=2_000_000, window=a.window, output=None, dead_letter=None, kill=kill,
         heartbeat_timeout=10.0, spare_sites=0, site_cpu=a.site_cpu, slow=slow,
