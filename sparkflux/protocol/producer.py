@@ -46,7 +46,8 @@ class ProducerBuffer:
     """FH-Prod buffers of the hosted producer replicas for the exchange into ``stage``."""
 
     def __init__(self, stage: int, producers: dict[int, int], consumer_site: np.ndarray,
-                 send: np.ndarray, wait: np.ndarray, schema: pa.Schema) -> None:
+                 send: np.ndarray, wait: np.ndarray, schema: pa.Schema,
+                 hosted: np.ndarray | None = None) -> None:
         self.stage = stage
         self.parts = np.array(sorted(producers), dtype=np.int32)
         self.replica = np.array([producers[p] for p in self.parts], dtype=np.int8)
@@ -58,6 +59,11 @@ class ProducerBuffer:
         self.send = send.astype(bool).copy()  # [Pn, Q, C]
         self.wait = wait.astype(bool).copy()
         self.acked = np.full(self.send.shape, NO_PROGRESS, dtype=np.int64)
+        # [Pn]: the producer replicas live here (installed, not moved away). Rows a replica
+        # produced before it was dropped may still sit behind the head of the buffer; they
+        # wait for nobody and must not be held again for a later consumer's catch-up.
+        self.hosted = (np.ones(self.parts.size, dtype=bool) if hosted is None
+                       else np.asarray(hosted, dtype=bool).copy())
         self.progress_sn = np.full(self.parts.size, NO_PROGRESS, dtype=np.int64)
         self.progress_wm = np.full(self.parts.size, NO_WATERMARK, dtype=np.int64)
         self.schema = schema  # wire schema: stage input columns + _src
@@ -223,9 +229,12 @@ class ProducerBuffer:
     # -- catch-up (retention, fold-in) ---------------------------------------------------------
     def on_retain(self, q: int, c: int) -> None:
         """Keep every row of stream p -> q for the new consumer replica (q, c) until it has
-        acknowledged it; send it nothing yet (its state is still on the way)."""
+        acknowledged it; send it nothing yet (its state is still on the way). Only for the
+        producer replicas hosted here: the new replica's fold-in (``rejoin``) goes to where
+        p lives now, so rows left by a replica moved away would wait for it forever, and
+        since eviction is from the front, so would everything buffered after them."""
         self.send[:, q, c] = False
-        self.wait[:, q, c] = True
+        self.wait[self.hosted, q, c] = True
         self.acked[:, q, c] = NO_PROGRESS
 
     def on_rejoin(self, msg: Rejoin, src: int | None = None) -> list[Outgoing]:
@@ -255,6 +264,7 @@ class ProducerBuffer:
         """A new replica of producer p (catch-up): it has sent nothing; it holds every row it
         produces for every live consumer replica until that one's fold-in sets the roles."""
         i = self.pi(p)
+        self.hosted[i] = True
         self.progress_sn[i] = max(self.progress_sn[i], progress_sn)
         self.progress_wm[i] = max(self.progress_wm[i], progress_wm)
         self.send[i] = False
@@ -265,6 +275,7 @@ class ProducerBuffer:
         """Forget producer p's replica here (it was moved away): send nothing, hold nothing,
         claim no progress (a later install starts from the snapshot's)."""
         i = self.pi(p)
+        self.hosted[i] = False
         self.send[i] = False
         self.wait[i] = False
         self.progress_sn[i] = NO_PROGRESS

@@ -77,10 +77,11 @@ class SiteCore:
             last = s == n - 1
             csite, send, wait = producer_roles(self.layout, every, to_egress=last)
             out_schema = plan.output_schema if last else plan.stages[s + 1].input_schema
-            keep = (mine & (not standby))[:, None, None]
+            live = mine & (not standby)
+            keep = live[:, None, None]
             send, wait = send & keep, wait & keep  # standby: send nothing, hold nothing yet
             self.prods.append(ProducerBuffer(s + 1, every, csite, send, wait,
-                                             wire_schema(out_schema)))
+                                             wire_schema(out_schema), hosted=live))
         # Catch-ups this site runs as the survivor: (stage, q) -> sites still to confirm.
         self.catchups: dict[tuple[int, int], dict] = {}
         # The epoch (the paper's version number) of every replica's current incarnation: set
