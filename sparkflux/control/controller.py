@@ -408,7 +408,8 @@ class Controller:
             self.in_flight.add((s, q, r))
             m = self._move_of(q, r)
             actions.append(CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
-                                   epoch=m["epoch"] if m is not None else self.epoch))
+                                   epoch=m["epoch"] if m is not None else self.epoch,
+                                   retained=m is not None))
         return actions
 
     def _catch_up_done(self, ev: CatchUpDone) -> list[Action]:

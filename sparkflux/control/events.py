@@ -132,6 +132,7 @@ class CatchUp:
     r: int
     survivor: int
     epoch: int
+    retained: bool = False  # a move's: the producers retain since they applied the move
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK
 from sparkflux.model.schema import PART, SN, SNM, T0
 from sparkflux.model.validate import Rejected
-from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin
+from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin, Retaining
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import ingress_roles
 from sparkflux.protocol.site import wire_schema
@@ -94,12 +94,18 @@ class Ingress:
     def on_rejoin(self, msg: Rejoin, src: int) -> list[Outgoing]:
         return self.buffer.on_rejoin(msg, src)
 
-    def on_move(self, q: int, r: int, dst: int, epoch: int) -> None:
+    def on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
         """Replica r of first-stage partition q moves to ``dst`` (see ``SiteCore.on_move``):
-        ``ack_all`` for its old incarnation; the new one is fed once catch-up rejoins it."""
+        ``ack_all`` for its old incarnation, and retain for the new one at once (its
+        ``retaining`` goes to the survivor, after the rows sent to it so far); the new one is
+        fed once catch-up rejoins it."""
         self.buffer.on_fail(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
+        if self.layout.replicas != 2:
+            return []
+        self.buffer.on_retain(q, r)
+        return [Outgoing(self.layout.site_of(q, 1 - r), Retaining(0, q, r, epoch))]
 
     def on_fail(self, dead_sites: set[int]) -> None:
         self.buffer.on_fail(np.isin(self.layout.table(), list(dead_sites)))

@@ -75,6 +75,9 @@ class CuStart:
     q: int
     r: int
     epoch: int = 0  # the adoption epoch of the new replica's site slot
+    # A move's catch-up: every producer site began retaining for (q, r) when it applied the
+    # move and sent its ``retaining`` then; the survivor sends no ``retain`` of its own.
+    retained: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,9 @@ class SiteCore:
                                              wire_schema(out_schema), hosted=live))
         # Catch-ups this site runs as the survivor: (stage, q) -> sites still to confirm.
         self.catchups: dict[tuple[int, int], dict] = {}
+        # A move's ``retaining`` replies that came before its cu-start: ((stage, q, c),
+        # epoch) -> the producer sites they came from.
+        self._early: dict[tuple[tuple[int, int, int], int], set[int]] = {}
         # The epoch (the paper's version number) of every replica's current incarnation: set
         # when a standby adopts its site slot or a move re-places it.
         self.epochs = np.zeros((P, layout.replicas), dtype=np.int64)
@@ -166,16 +169,29 @@ class SiteCore:
 
     def _cu_start(self, msg: CuStart) -> list[Outgoing]:
         """Start catching up replica r of partition q: ask every producer site to retain
-        stream p -> q for it (instead of the paper's pause: this partition keeps running)."""
+        stream p -> q for it (instead of the paper's pause: this partition keeps running).
+        A move's producers began retaining when they applied the move (``retained``): their
+        ``retaining`` may already be here, and nobody needs asking."""
         sites = self._producer_sites(msg.stage)
-        self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": set(sites),
+        key = (msg.stage, msg.q, msg.r)
+        early = {e: got for (k, e), got in self._early.items() if k == key}
+        for e in early:
+            del self._early[(key, e)]  # older epochs: moves that were abandoned
+        waiting = set(sites) - early.get(msg.epoch, set()) if msg.retained else set(sites)
+        self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": waiting,
                                              "epoch": msg.epoch}
+        if msg.retained:
+            return self._maybe_snapshot(msg.stage, msg.q)
         return [Outgoing(s, Retain(msg.stage, msg.q, msg.r, msg.epoch)) for s in sorted(sites)]
 
     def _retaining(self, msg: Retaining, src: int) -> list[Outgoing]:
         cu = self.catchups.get((msg.stage, msg.q))
         if cu is None or cu["epoch"] != msg.epoch:
-            return []  # the reply to a retain of an abandoned catch-up
+            if cu is None:
+                # a move's retention ahead of its cu-start (kept until that comes, which
+                # drops the ones of abandoned moves), or a reply to an abandoned retain
+                self._early.setdefault(((msg.stage, msg.q, msg.c), msg.epoch), set()).add(src)
+            return []
         cu["waiting"].discard(src)
         return self._maybe_snapshot(msg.stage, msg.q)
 
@@ -253,6 +269,17 @@ class SiteCore:
             for s in range(len(self.plan.stages)):
                 self.cons[s].add(q, r)
                 self.prods[s].add(q, r)
+        # Retain for the new copy now, not on the survivor's request once its catch-up
+        # starts: every site applies a move before the controller starts any catch-up, so
+        # the survivor need not wait for a round of ``retain`` through every site (the
+        # thesis: the overloaded site, usually one of them, is never on a move's critical
+        # path). On the data channel, ``retaining`` follows everything sent to the survivor
+        # before it, as the reply to a ``retain`` would.
+        survivor = self.layout.site_of(q, 1 - r) if self.layout.replicas == 2 else -1
+        if survivor >= 0 and survivor not in self.dead_sites:
+            for s in range(1, len(self.plan.stages)):
+                self.prods[s - 1].on_retain(q, r)
+                out.append(Outgoing(survivor, Retaining(s, q, r, epoch)))
         return self._local(out)
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:

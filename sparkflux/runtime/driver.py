@@ -328,9 +328,10 @@ class Host:
                     pass
                 case Adopt(slot=slot, address=address, view=view):
                     self._adopt(slot, address, view)
-                case CatchUp(stage=stage, q=q, r=r, survivor=survivor, epoch=epoch):
+                case CatchUp(stage=stage, q=q, r=r, survivor=survivor, epoch=epoch,
+                             retained=retained):
                     self._catch_up_started[(stage, q)] = time.time()
-                    self._send([Outgoing(survivor, CuStart(stage, q, r, epoch))])
+                    self._send([Outgoing(survivor, CuStart(stage, q, r, epoch, retained))])
                 case Recovered(slot=slot):
                     self.recovered.append({"site": slot, "time": time.time()})
                     self.stats.phase = "running"
@@ -385,7 +386,7 @@ class Host:
         self.stats.phase = (f"moving partition {m.q} from site {m.src} to {m.dst}"
                             if m.reason == "balance" else f"recovering partition {m.q} "
                             f"onto site {m.dst}")
-        self.ingress.on_move(m.q, m.r, m.dst, m.epoch)
+        retaining = self.ingress.on_move(m.q, m.r, m.dst, m.epoch)
         try:
             self._send(self.egress.on_move(m.q, m.r, m.dst))
         except PartitionLost as e:
@@ -396,6 +397,7 @@ class Host:
             if conn is not None and s not in self.dead:
                 conn.send_control({"type": "move", "q": m.q, "r": m.r, "dst": m.dst,
                                    "epoch": m.epoch})
+        self._send(retaining)  # on the data channel, behind the rows sent to the survivor
 
     def _take_over(self, dead: set[int], live: list[int]) -> None:
         """Deliver ``fail`` to every live site, the ingress and the egress (SIGMOD §3.2)."""

@@ -187,14 +187,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                         net.send(DRIVER, s, ("avail", k, controller.epoch))
                 maybe_ready(k)
             elif isinstance(a, CatchUp):
-                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r, a.epoch))
+                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r, a.epoch, a.retained))
             elif isinstance(a, Recovered):
                 recovered.append(a.slot)
                 if len(recovered) == 1:
                     for site_, delay in failures.after_recovery:
                         crash_at.setdefault(step + delay, []).append(site_)
             elif isinstance(a, Move):
-                ingress.on_move(a.q, a.r, a.dst, a.epoch)
+                retaining = ingress.on_move(a.q, a.r, a.dst, a.epoch)
                 try:
                     emit(DRIVER, egress.on_move(a.q, a.r, a.dst))
                 except (ProtocolError, PartitionLost) as e:
@@ -202,6 +202,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 for s in controller.view.members:
                     if s not in controller.dead:
                         net.send(DRIVER, s, ("move", a.q, a.r, a.dst, a.epoch))
+                emit(DRIVER, retaining)
             elif isinstance(a, Collect):
                 for s in controller.view.members:
                     if s not in controller.dead:
