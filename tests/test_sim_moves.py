@@ -126,3 +126,34 @@ def test_moves_requested_together_run_as_one_group(tiny_baseline: Any) -> None:
     res = check(lambda: tiny_plan()[0], batches, 2, fp, expected=expected)
     assert_recovered(res, 2, fp)
     assert sorted(res.moves) == [(1, 0, 1, 3), (4, 0, 0, 2), (6, 0, 2, 0)]
+
+
+def test_a_move_needs_no_retain_round(tiny_baseline: Any, monkeypatch: pytest.MonkeyPatch
+                                      ) -> None:
+    """Every producer retains for the moved copy when it applies the move, and its
+    ``retaining`` may reach the survivor before the cu-start does: the catch-up asks nobody
+    (no ``retain``), and a slow producer site is not on its critical path. An adoption's
+    catch-up, with no move before it, still asks."""
+    from sparkflux.protocol.messages import Retain, Retaining
+    from sparkflux.sim.network import Network
+
+    sent: list[str] = []
+    send = Network.send
+
+    def record(self: Network, src: int, dst: int, message: Any) -> None:
+        if isinstance(message, (Retain, Retaining)):
+            sent.append(type(message).__name__)
+        send(self, src, dst, message)
+
+    monkeypatch.setattr(Network, "send", record)
+    batches, expected, steps = tiny_baseline
+    fp = FailurePlan(moves=((steps // 3, 1, 3), (steps // 3, 4, 2)))
+    res = check(lambda: tiny_plan()[0], batches, 5, fp, expected=expected)
+    assert_recovered(res, 5, fp)
+    # each move: the ingress (stage 0) and the 3 other sites (stage 1) tell the survivor
+    # once; the survivor's own producers tell it without the network
+    assert sent.count("Retain") == 0 and sent.count("Retaining") == 2 * (1 + SITES - 1)
+    sent.clear()
+    fp = FailurePlan(((2, steps // 3),), standbys=(steps // 3 + 20,))
+    res = check(lambda: tiny_plan()[0], batches, 5, fp, expected=expected)
+    assert sent.count("Retain") > 0
