@@ -563,7 +563,7 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
             continue
         cap[j] = e.capacity_s - b.capacity_s
         busy[j] = max(0.0, e.busy_s - b.busy_s)
-        wall[j] = e.now - b.now
+        wall[j] = _at(e) - _at(b)
         rows[j] = np.asarray(e.counts, dtype=np.int64) - np.asarray(b.counts, dtype=np.int64)
     if not rows:
         return Utilisation({}, {}, {}, {}, {}, 0.0)
@@ -586,6 +586,10 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
     return Utilisation(util, load, {j: min(1.0, busy[j] / cap[j]) for j in rows}, per_row,
                        {j: int(r.sum()) for j, r in rows.items()},
                        fixed if per_row_cost is not None else 0.0)
+
+
+def _at(s: Stats) -> float:
+    return s.now if s.at is None else s.at
 
 
 def _fit_fixed_cost(rows: dict[int, np.ndarray], busy: dict[int, float],

@@ -170,6 +170,9 @@ class Stats:
     capacity_s: float  # seconds of capacity so far (wall time times the site's cap)
     counts: tuple[int, ...]  # rows processed so far, per partition (all stages)
     now: float
+    # When the site took the sample, on its own clock (None: ``now``). Phase lengths are
+    # differences of one site's samples, so a reply's delay on the way does not count.
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

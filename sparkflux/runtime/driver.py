@@ -160,6 +160,7 @@ class Host:
         self.move_started: dict[int, float] = {}  # move epoch -> wall time it started
         self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
         self.site_load: dict[int, dict[str, float]] = {}  # the last heartbeat's counters
+        self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -277,17 +278,18 @@ class Host:
                                                 held, int(last.get("buffered_rows_max", 0)))}
                     self._carry_out(self.controller.handle(
                         Heartbeat(site=slot, attempt=attempt, now=now)))
+                    rnd = self._collecting.pop(slot, None) if member else None
+                    if rnd is not None and "counts" in msg:
+                        self._carry_out(self.controller.handle(Stats(
+                            site=slot, attempt=attempt, round=rnd,
+                            busy_s=float(msg["busy_s"]), capacity_s=float(msg["capacity_s"]),
+                            counts=tuple(msg["counts"]), now=now, at=float(msg["at"]))))
                 elif t == "ready":
                     self._carry_out(self.controller.handle(
                         SiteReady(site=slot, attempt=attempt)))
                 elif t == "moved" and member:
                     self._carry_out(self.controller.handle(
                         Moved(site=slot, epoch=int(msg["epoch"]), now=now)))
-                elif t == "stats" and member:
-                    self._carry_out(self.controller.handle(Stats(
-                        site=slot, attempt=attempt, round=int(msg["round"]),
-                        busy_s=float(msg["busy_s"]), capacity_s=float(msg["capacity_s"]),
-                        counts=tuple(msg["counts"]), now=now)))
                 elif t == "error":
                     self._abort(f"site {slot} stopped on an error:\n{msg['error']}")
         except ConnectionLost as e:
@@ -340,10 +342,12 @@ class Host:
                 case Move():
                     self._move(a)
                 case Collect(round=rnd):
+                    # Answered from each site's next heartbeat, which carries its counters:
+                    # a request to the site would queue behind the data on its connection
+                    # (at saturation, a slowed site's next pass: 0.3-0.4 s).
                     for s in self.controller.view.members:
-                        conn = self.conns.get(s)
-                        if conn is not None and s not in self.dead:
-                            conn.send_control({"type": "collect", "round": rnd})
+                        if s not in self.dead:
+                            self._collecting[s] = rnd
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:

@@ -52,7 +52,9 @@ class SiteConfig:
     bind_host: str
     advertise_host: str
     replicas: int = 1
-    heartbeat_interval: float = 0.25
+    # Heartbeats carry the load counters too: the driver answers the policy's collect from
+    # the first one after it, so a round waits at most this long for each sample.
+    heartbeat_interval: float = 0.1
     cpu_cap: float | None = None  # --site-cpu: busy at most this fraction of wall time
 
     @property
@@ -198,6 +200,10 @@ class Site:
                     "passes": self.passes, "cpu_s": time.process_time(),
                     "buffered": (sum(b.buffered_rows() for b in self.core.prods)
                                  if self.core is not None else 0),
+                    # the policy's statistics (thesis ch. 4): capacity so far, rows per
+                    # mini-partition, sampled now on this site's clock
+                    "capacity_s": self._capacity_now(), "at": time.monotonic(),
+                    "counts": self.core.processed.tolist() if self.core is not None else [],
                 })
             except ConnectionLost:
                 self._fail("lost the driver")
@@ -408,12 +414,6 @@ class Site:
             self._send(self.core.on_move(int(msg["q"]), int(msg["r"]), int(msg["dst"]),
                                          int(msg["epoch"])))
             self.driver.send_control({"type": "moved", "epoch": int(msg["epoch"])})
-        elif kind == "collect":  # the load-balancing policy's statistics, per round
-            assert self.driver is not None
-            self.driver.send_control({
-                "type": "stats", "round": int(msg["round"]), "busy_s": self.busy_s,
-                "capacity_s": self._capacity_now(),
-                "counts": self.core.processed.tolist() if self.core is not None else []})
         elif kind == "kill":
             # A real crash on request (clusters, where the driver cannot signal the process).
             os.kill(os.getpid(), signal.SIGKILL)
