@@ -127,12 +127,12 @@ def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
     c = started()
     acts = c.handle(Tick(now=1.0))
     assert [type(a) for a in acts] == [Collect] and acts[0].round == 1
-    assert stats(c, 1, 1.0, [1.0, 0.4, 1.0, 1.0]) == []  # the baseline
+    assert stats(c, 1, 1.0, [1.0, 0.35, 1.0, 1.0]) == []  # the baseline
     assert c.handle(Tick(now=1.5)) == []  # the collection phase lasts delta = 1 s
     end = c.handle(Tick(now=2.0))
     assert [type(a) for a in end] == [Collect] and end[0].round == 2
-    assert stats(c, 1, 2.0, [1.0, 0.4, 1.0, 1.0]) == []  # a stale round: ignored
-    acts = stats(c, 2, 2.0, [1.0, 0.4, 1.0, 1.0])
+    assert stats(c, 1, 2.0, [1.0, 0.35, 1.0, 1.0]) == []  # a stale round: ignored
+    acts = stats(c, 2, 2.0, [1.0, 0.35, 1.0, 1.0])
     moves = [a for a in acts if isinstance(a, Move)]
     assert len(moves) == 1 and moves[0].src == 1 and moves[0].reason == "balance"
     # the move waits for every live site to confirm it, then catches up bottom-up
@@ -145,11 +145,11 @@ def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
 def test_a_failure_stops_load_balancing_at_once() -> None:
     c = started()
     c.handle(Tick(now=1.0))
-    stats(c, 1, 1.0, [1.0, 0.4, 1.0, 1.0])
+    stats(c, 1, 1.0, [1.0, 0.35, 1.0, 1.0])
     c.handle(Tick(now=2.0))
     c.handle(ConnectionClosed(site=2, attempt=0, reason="killed", now=2.05))
     # the end-of-phase statistics of the abandoned round plan nothing
-    assert not [a for a in stats(c, 2, 2.1, [1.0, 0.4, 1.0, 1.0]) if isinstance(a, Move)]
+    assert not [a for a in stats(c, 2, 2.1, [1.0, 0.35, 1.0, 1.0]) if isinstance(a, Move)]
     assert c.incomplete and not c._balancing()
     assert c.handle(Tick(now=5.0)) == []  # recovery mode: no rounds while replicas are missing
 

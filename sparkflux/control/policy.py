@@ -33,7 +33,11 @@ class PolicyConfig:
     th_util: float = 0.925
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
     # leaves its partition with one copy, so moving on noise alone is a risk with no gain.
-    th_busy: float = 0.6
+    # 0.75, not lower: a site's scheduler passes have a fixed cost (about 0.6 of a slowed
+    # site's capacity at 50K tuples/s under --site-cpu 0.4, whatever it hosts), so below
+    # that the policy kept moving copies off a site that was not short of capacity until it
+    # held none, and every move was a single-copy window a kill could hit.
+    th_busy: float = 0.75
     # Not in the thesis: a move must lower the pair's maximum by at least this fraction of
     # the donor's U. With a fixed cost per site, moving partitions off a site that is busy
     # mostly with that fixed part gains next to nothing, and each move costs a catch-up and a

@@ -6,6 +6,7 @@ here (DESIGN.md §6).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,8 +15,10 @@ import pyarrow as pa
 from sparkflux.model.schema import MINOR_FANOUT, SN, SNM
 
 
+@functools.lru_cache(maxsize=256)
 def empty(schema: pa.Schema) -> pa.RecordBatch:
-    """A batch of ``schema`` with no rows."""
+    """A batch of ``schema`` with no rows (one per schema: batches are immutable, and a
+    scheduler pass asks for several)."""
     return pa.RecordBatch.from_arrays(
         [pa.array([], type=f.type) for f in schema], schema=schema
     )

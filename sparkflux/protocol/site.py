@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.batch import concat, sort_by_sn
+from sparkflux.model.batch import concat, empty, sort_by_sn
 from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import Progress
 from sparkflux.model.schema import PART
@@ -362,7 +362,10 @@ class SiteCore:
         batch = rows.drop_columns([SRC])
         progress = Progress(int(f_sn.min()), int(f_wm.min()))
         for op in stage.operators:
-            batch = op.process(batch)
+            # An operator's output depends on its SN-ordered input, never on batch boundaries,
+            # so an empty batch is no input: skip the call (a pass carrying only progress
+            # costs the operators nothing then; most passes of a lightly loaded site do).
+            batch = op.process(batch) if batch.num_rows else empty(op.output_schema)
             extra, progress = op.advance(progress)
             if extra.num_rows:
                 batch = sort_by_sn(concat([batch, extra]))
