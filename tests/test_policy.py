@@ -228,6 +228,17 @@ def test_a_site_without_idle_time_receives_nothing() -> None:
     assert plan_moves(util, counts_for(t, n), t, busy={j: 1.0 for j in range(4)}) == []
 
 
+def test_a_recent_donor_receives_nothing() -> None:
+    """Site 3 gave copies away in the last rounds: though it now looks the idlest (a relieved
+    site can, for a phase), nothing moves back onto it; site 1 receives instead."""
+    t = table()
+    n = np.full(P, 100)
+    util = {0: 1.2, 1: 0.5, 2: 1.0, 3: 0.45}
+    assert {m.receiver for m in plan_moves(util, counts_for(t, n), t)} >= {3}
+    moves = plan_moves(util, counts_for(t, n), t, gave=frozenset({3}))
+    assert moves and 3 not in {m.receiver for m in moves} and 1 in {m.receiver for m in moves}
+
+
 def test_a_fixed_cost_is_fitted_and_does_not_move_with_partitions() -> None:
     """Sites whose row rates differ (after moves) show busy = F + c * rows: the fit recovers
     F and c, U_j counts the fixed part, and moving rows changes U by c only."""

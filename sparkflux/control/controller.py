@@ -470,8 +470,9 @@ class Controller:
         u = utilisation(self._base, self._samples, self.layout.table())
         util, counts, measured = u.util, u.load, u.busy
         recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
+        gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
         planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured,
-                             u.per_row)
+                             u.per_row, gave)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
                             "utilisation": {j: round(u, 3) for j, u in util.items()},
                             "busy": {j: round(u, 3) for j, u in measured.items()},

@@ -61,7 +61,8 @@ class PlannedMove:
 def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.ndarray,
                cfg: PolicyConfig | None = None, recent: frozenset[int] = frozenset(),
                busy: dict[int, float] | None = None,
-               per_row: dict[int, float] | None = None) -> list[PlannedMove]:
+               per_row: dict[int, float] | None = None,
+               gave: frozenset[int] = frozenset()) -> list[PlannedMove]:
     """One movement phase: at most one move per receiver (the thesis: per pair). Partitions in
     ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
     partition back and forth only costs (our addition to the thesis' policy). ``busy`` is
@@ -70,7 +71,9 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     saturated the placement is as good as it gets, and moving on noise there only opens
     single-copy windows). ``per_row``: what one row of demand moved changes each site's U by
     (the controller's cost model, with its fixed part); without it the thesis' estimates,
-    U proportional to the rows a site processes."""
+    U proportional to the rows a site processes. A site in ``gave`` (a donor in the last
+    rounds) receives nothing (ours: right after a move a relieved site can look idle for a
+    phase, and moving copies back onto it cost a slow catch-up there and a round of undoing)."""
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
@@ -89,7 +92,7 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         # utilised site that has not received yet this round: with one overloaded site this
         # is the thesis' pairing generalised, so that it can shed load to every peer at once.
         d = min(u, key=lambda j: (-u[j], j))
-        left = [j for j in u if j not in received and j != d
+        left = [j for j in u if j not in received and j != d and j not in gave
                 and (busy is None or busy.get(j, 0.0) <= cfg.th_util)]
         if not left:
             break
