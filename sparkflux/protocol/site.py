@@ -171,13 +171,19 @@ class SiteCore:
         """Start catching up replica r of partition q: ask every producer site to retain
         stream p -> q for it (instead of the paper's pause: this partition keeps running).
         A move's producers began retaining when they applied the move (``retained``): their
-        ``retaining`` may already be here, and nobody needs asking."""
+        ``retaining`` may already be here, and nobody needs asking. A cu-start for an
+        incarnation of (q, r) that is no longer the current one (its move was abandoned and
+        the copy re-placed since) is stale and ignored."""
+        if msg.epoch != self.epochs[msg.q, msg.r]:
+            return []
         sites = self._producer_sites(msg.stage)
         key = (msg.stage, msg.q, msg.r)
-        early = {e: got for (k, e), got in self._early.items() if k == key}
-        for e in early:
-            del self._early[(key, e)]  # older epochs: moves that were abandoned
-        waiting = set(sites) - early.get(msg.epoch, set()) if msg.retained else set(sites)
+        early: set[int] = set()
+        for k, e in [k for k in self._early if k[0] == key and k[1] <= msg.epoch]:
+            got = self._early.pop((k, e))  # older epochs: moves that were abandoned
+            if e == msg.epoch:
+                early = got
+        waiting = set(sites) - early if msg.retained else set(sites)
         self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": waiting,
                                              "epoch": msg.epoch}
         if msg.retained:
@@ -187,11 +193,12 @@ class SiteCore:
     def _retaining(self, msg: Retaining, src: int) -> list[Outgoing]:
         cu = self.catchups.get((msg.stage, msg.q))
         if cu is None or cu["epoch"] != msg.epoch:
-            if cu is None:
-                # a move's retention ahead of its cu-start (kept until that comes, which
-                # drops the ones of abandoned moves), or a reply to an abandoned retain
+            if cu is None or msg.epoch > cu["epoch"]:
+                # a move's retention ahead of its cu-start (kept until that comes; it drops
+                # those of older epochs), possibly while an abandoned catch-up of the same
+                # partition is still listed here (its failure not yet seen)
                 self._early.setdefault(((msg.stage, msg.q, msg.c), msg.epoch), set()).add(src)
-            return []
+            return []  # else the reply to the retain of an abandoned catch-up
         cu["waiting"].discard(src)
         return self._maybe_snapshot(msg.stage, msg.q)
 

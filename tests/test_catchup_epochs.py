@@ -1,0 +1,58 @@
+"""A move's catch-up after an earlier move of the same copy was abandoned (``--recovery
+survivors``: the first move's destination died and the copy is re-placed at once).
+
+Every producer retains for a moved copy when it applies the move and tells the survivor
+(``retaining``); the survivor's cu-start asks nobody. So a ``retaining`` the survivor drops,
+or a stash a stale cu-start clears, is never sent again and the catch-up waits forever. Both
+orders were found in review by driving ``SiteCore`` directly, as here.
+
+Partition 1's replica 0 lives on site 1 and replica 1 on site 2, the survivor S. Move e1 sends
+replica 0 to site 3, which dies; move e2 re-places it on site 0.
+"""
+
+from __future__ import annotations
+
+from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.protocol.messages import CuStart, Retaining, State
+from sparkflux.protocol.site import SiteCore
+from sparkflux.sim.workload import tiny_plan
+
+Q, R, S = 1, 0, 2  # the partition, the moved replica, the survivor's site
+STAGE = 1
+
+
+def survivor() -> SiteCore:
+    plan = tiny_plan()[0]
+    layout = Layout(plan.sites, plan.partitions, 2)
+    assert (layout.site_of(Q, R), layout.site_of(Q, 1 - R)) == (1, S)
+    return SiteCore(S, plan, layout)
+
+
+def states(outs: list) -> list:
+    return [o for o in outs if isinstance(o.message, State)]
+
+
+def test_a_newer_moves_retaining_is_kept_while_the_abandoned_catch_up_is_listed() -> None:
+    """X's ``retaining`` for e2 reaches S before S has seen the failure that abandoned e1."""
+    core = survivor()
+    core.on_move(Q, R, 3, 1)
+    core.on_message(DRIVER, CuStart(STAGE, Q, R, 1, retained=True))  # e1's catch-up starts
+    core.on_message(0, Retaining(STAGE, Q, R, 2))  # site 0 applied the failure and move e2
+    core.on_fail({3})  # the new copy's site died: e1 is abandoned here
+    core.on_move(Q, R, 0, 2)  # S's own retaining for e2 goes to itself
+    assert not states(core.on_message(DRIVER, CuStart(STAGE, Q, R, 2, retained=True)))
+    outs = core.on_message(1, Retaining(STAGE, Q, R, 2))  # the last producer site
+    assert [o.site for o in states(outs)] == [0]  # snapshot to e2's destination
+
+
+def test_a_stale_cu_start_neither_starts_nor_clears_the_newer_moves_replies() -> None:
+    """The cu-start of e1 is handled only after move e2 (it sat in S's inbox)."""
+    core = survivor()
+    core.on_move(Q, R, 3, 1)
+    core.on_fail({3})
+    core.on_move(Q, R, 0, 2)
+    core.on_message(0, Retaining(STAGE, Q, R, 2))
+    core.on_message(1, Retaining(STAGE, Q, R, 2))
+    assert core.on_message(DRIVER, CuStart(STAGE, Q, R, 1, retained=True)) == []  # stale
+    outs = core.on_message(DRIVER, CuStart(STAGE, Q, R, 2, retained=True))
+    assert [o.site for o in states(outs)] == [0]  # every producer had already replied
