@@ -18,8 +18,8 @@ scheduler pass has a fixed cost (the metrics' ``site_load``; the balance log's f
 ``fixed``, 0.02-0.05 CPU seconds per second per site at saturation), which a slowed site pays
 out of half the budget: with F = 0.035 the capacity left for rows is 4 x 0.065 unloaded and 3 x
 0.065 + 0.015 with site 2 at half, so about 81% of unloaded is reachable here, not 87.5%. The
-final build gave 76.5% (same stretch of input), and 78-92% in runs measured over the last
-seconds.
+last builds gave 76.5% and 86.7% (same stretch of input), earlier builds 78-92% in runs
+measured over the last seconds; after the kill 75.0% and 66.1% of unloaded.
 
 The default cap, 0.1, keeps the sites the bottleneck: busy time is the site's CPU time, and
 at 0.15 four capped sites come close to what the single-threaded driver (ingress, egress and
