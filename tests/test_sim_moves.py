@@ -4,7 +4,8 @@ A move fails one copy of a partition and catches up a new copy on another site f
 other copy. Seeds interleave moves with failures: a failure during a move (of the source,
 the destination or a bystander), a group of moves started together with one site failing
 during it, a move of a partition whose other copy then fails, recovery
-onto the surviving sites without a standby followed by another failure, and the balancing
+onto the surviving sites without a standby followed by another failure, a move's destination
+failing with no standby (the copy re-placed at once under a newer epoch), and the balancing
 policy moving load off a slow site. Each seed must satisfy the contract (output identical to
 the failure-free run, nothing lost, buffers drained) and end with two live replicas of every
 partition.
@@ -31,7 +32,7 @@ CHUNKS = 4
 def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
     """A random schedule of moves and failures (initial placement: q on q % 4, (q+1) % 4)."""
     rng = np.random.default_rng((seed, 11))
-    kind = int(rng.integers(6))
+    kind = int(rng.integers(7))
     q = int(rng.integers(PARTITIONS))
     holders = {q % SITES, (q + 1) % SITES}
     dst = int(rng.choice([s for s in range(SITES) if s not in holders]))
@@ -65,6 +66,10 @@ def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
         crash = at + int(rng.integers(0, 40))
         return FailurePlan(((victim, crash),), standbys=(crash + int(rng.integers(1, 200)),),
                            moves=tuple(group)), {}
+    if kind == 6:  # no standby: the move's destination fails during it, and the copy is
+        # re-placed on a survivor at once (a second move of the same copy, a newer epoch)
+        crash = at + int(rng.integers(0, 40))
+        return FailurePlan(((dst, crash),), moves=((at, q, dst),)), {"recovery": "survivors"}
     # the policy balances load away from a slow site (with a short collection phase)
     slow = int(rng.integers(SITES))
     return FailurePlan(slow=((slow, 3.0),)), {
