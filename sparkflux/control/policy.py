@@ -103,8 +103,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
             break
         received.add(r)
         moved = recent | {m.q for m in out}
-        m_d, m_r = _marginal(d, ud, total, avg_cost, per_row), _marginal(r, ur, total, avg_cost,
-                                                                           per_row)
+        m_d = _marginal(d, ud, total, avg_cost, per_row)
+        m_r = _marginal(r, ur, total, avg_cost, per_row)
         move = _first_reducing(d, r, ud, ur, load[d], m_d, m_r, placed, moved, cfg.th_gain)
         if move is None:
             continue

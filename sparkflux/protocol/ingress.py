@@ -104,7 +104,7 @@ class Ingress:
         self.epochs[q, r] = epoch
         if self.layout.replicas != 2:
             return []
-        self.buffer.on_retain(q, r)
+        self.on_retain(q, r, epoch)
         return [Outgoing(self.layout.site_of(q, 1 - r), Retaining(0, q, r, epoch))]
 
     def on_fail(self, dead_sites: set[int]) -> None:

@@ -146,9 +146,7 @@ class SiteCore:
         if isinstance(msg, CuStart):
             return self._cu_start(msg)
         if isinstance(msg, Retain):
-            if self.epochs[msg.q, msg.c] == msg.epoch:
-                self.prods[msg.stage - 1].on_retain(msg.q, msg.c)
-            return [Outgoing(src, Retaining(msg.stage, msg.q, msg.c, msg.epoch))]
+            return [self._retain(msg.stage, msg.q, msg.c, msg.epoch, src)]
         if isinstance(msg, Retaining):
             return self._retaining(msg, src)
         if isinstance(msg, State):
@@ -179,9 +177,9 @@ class SiteCore:
         sites = self._producer_sites(msg.stage)
         key = (msg.stage, msg.q, msg.r)
         early: set[int] = set()
-        for k, e in [k for k in self._early if k[0] == key and k[1] <= msg.epoch]:
-            got = self._early.pop((k, e))  # older epochs: moves that were abandoned
-            if e == msg.epoch:
+        for stash in [x for x in self._early if x[0] == key and x[1] <= msg.epoch]:
+            got = self._early.pop(stash)  # older epochs: moves that were abandoned
+            if stash[1] == msg.epoch:
                 early = got
         waiting = set(sites) - early if msg.retained else set(sites)
         self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": waiting,
@@ -189,6 +187,13 @@ class SiteCore:
         if msg.retained:
             return self._maybe_snapshot(msg.stage, msg.q)
         return [Outgoing(s, Retain(msg.stage, msg.q, msg.r, msg.epoch)) for s in sorted(sites)]
+
+    def _retain(self, stage: int, q: int, c: int, epoch: int, survivor: int) -> Outgoing:
+        """The producers here keep stream p -> q for the new replica (q, c), unless it is
+        for an incarnation no longer current, and tell the survivor on the data channel."""
+        if self.epochs[q, c] == epoch:
+            self.prods[stage - 1].on_retain(q, c)
+        return Outgoing(survivor, Retaining(stage, q, c, epoch))
 
     def _retaining(self, msg: Retaining, src: int) -> list[Outgoing]:
         cu = self.catchups.get((msg.stage, msg.q))
@@ -282,11 +287,11 @@ class SiteCore:
         # thesis: the overloaded site, usually one of them, is never on a move's critical
         # path). On the data channel, ``retaining`` follows everything sent to the survivor
         # before it, as the reply to a ``retain`` would.
-        survivor = self.layout.site_of(q, 1 - r) if self.layout.replicas == 2 else -1
-        if survivor >= 0 and survivor not in self.dead_sites:
-            for s in range(1, len(self.plan.stages)):
-                self.prods[s - 1].on_retain(q, r)
-                out.append(Outgoing(survivor, Retaining(s, q, r, epoch)))
+        if self.layout.replicas == 2:
+            survivor = self.layout.site_of(q, 1 - r)
+            if survivor not in self.dead_sites:
+                out += [self._retain(s, q, r, epoch, survivor)
+                        for s in range(1, len(self.plan.stages))]
         return self._local(out)
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
