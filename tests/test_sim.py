@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -277,8 +277,9 @@ def test_mutation_ack_after_processing(
     # Per instance, and weakly: an id() of a finished run's consumer can be reused.
     held: weakref.WeakKeyDictionary[ConsumerSet, list[Outgoing]] = weakref.WeakKeyDictionary()
 
-    def late_acks(self: ConsumerSet, msg: Data, src: int | None = None) -> list[Outgoing]:
-        acks = on_data(self, msg, src)
+    def late_acks(self: ConsumerSet, msg: Data, src: int | None = None,
+                  more: Sequence[Data] = ()) -> list[Outgoing]:
+        acks = on_data(self, msg, src, more)
         previous = held.get(self, [])
         held[self] = acks
         return previous

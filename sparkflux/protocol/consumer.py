@@ -19,13 +19,24 @@ egress is this class with one consumer and the last stage's partitions as produc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, SN, SNM
-from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, PSync, Rejoin, Reverse
+from sparkflux.protocol.messages import (
+    SRC,
+    Ack,
+    Data,
+    Outgoing,
+    PSync,
+    Rejoin,
+    Reverse,
+    Streams,
+)
 from sparkflux.protocol.producer import ProtocolError
 
 
@@ -68,10 +79,19 @@ class ConsumerSet:
                                          (self.parts.size,)).copy()
 
     # -- receive: acknowledge before processing ------------------------------------------------
-    def on_data(self, msg: Data, src: int | None = None) -> list[Outgoing]:
+    def on_data(self, msg: Data, src: int | None = None, more: Sequence[Data] = ()
+                ) -> list[Outgoing]:
         """``src``: the site the message came from. Streams of a producer replica that no
-        longer lives there (it was moved away) are ignored, like a failed site's."""
-        st = msg.streams
+        longer lives there (it was moved away) are ignored, like a failed site's.
+
+        ``more``: later frames of the same link, with nothing else from ``src`` between them,
+        handled as one (a site's pass takes a link's queued frames together: the stream
+        bookkeeping and the acknowledgement are paid once per link and pass, not once per
+        frame, which is most of what a slowed site with few replicas spends). Their rows are
+        checked against the progress from before the first of them."""
+        st = msg.streams if not more else Streams(
+            *(np.concatenate([getattr(f.streams, k) for f in (msg, *more)])
+              for k in ("p", "r", "q", "sn", "wm")))
         qi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
                       -1)
         ok = qi >= 0
@@ -80,39 +100,46 @@ class ConsumerSet:
         ok[ok] &= self.installed[qi[ok]]
         ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
         qi, p = qi[ok], st.p[ok]
-        before = self.progress_sn[qi, p].copy()
-        if msg.batch is not None and msg.batch.num_rows:
-            self._accept_rows(msg.batch, st, ok, before, qi, p)
+        batches = [f.batch for f in (msg, *more) if f.batch is not None and f.batch.num_rows]
+        if batches:
+            self._accept_rows(batches, qi, p)
         np.maximum.at(self.progress_sn, (qi, p), st.sn[ok])
         np.maximum.at(self.progress_wm, (qi, p), st.wm[ok])
+        if more and qi.size:  # one acknowledgement per stream
+            _, first = np.unique(qi.astype(np.int64) * self.sender.shape[1] + p,
+                                 return_index=True)
+            qi, p = qi[first], p[first]
         return self._acks(qi, p)
 
-    def _accept_rows(self, batch: pa.RecordBatch, st, ok, before, qi, p) -> None:  # noqa: ANN001
-        src = batch.column(SRC).to_numpy()
-        q = batch.column(PART).to_numpy()
-        sn = batch.column(SN).to_numpy()
+    def _accept_rows(self, batches: list[pa.RecordBatch], qi: np.ndarray, p: np.ndarray
+                     ) -> None:
         # A row is accepted when its stream p -> q is listed as coming from its current sender.
         key_ok = np.zeros((self.parts.size, self.sender.shape[1]), dtype=bool)
         key_ok[qi, p] = True
         floor = np.full(key_ok.shape, NO_PROGRESS, dtype=np.int64)
-        floor[qi, p] = before
-        rqi = np.where(q < self.index.size, self.index[np.minimum(q, self.index.size - 1)], -1)
-        keep = rqi >= 0
-        keep[keep] &= key_ok[rqi[keep], src[keep]]
-        if keep.any():
-            dup = sn[keep] <= floor[rqi[keep], src[keep]]
-            if dup.any():
-                streams = sorted(set(zip(src[keep][dup].tolist(), q[keep][dup].tolist(),
-                                         strict=True)))
-                raise ProtocolError(
-                    f"FH-Cons stage {self.stage}: duplicate input (SN at or below the stream's "
-                    f"progress) on streams (p, q) {streams[:3]}: SNs {sn[keep][dup][:3].tolist()}"
-                )
-        if keep.all():
-            self.pending.append(batch)
-        elif keep.any():
-            self.pending.append(batch.filter(pa.array(keep)))
-        self.rows_in += int(keep.sum())
+        floor[qi, p] = self.progress_sn[qi, p]
+        for batch in batches:
+            src = batch.column(SRC).to_numpy()
+            q = batch.column(PART).to_numpy()
+            sn = batch.column(SN).to_numpy()
+            rqi = np.where(q < self.index.size, self.index[np.minimum(q, self.index.size - 1)],
+                           -1)
+            keep = rqi >= 0
+            keep[keep] &= key_ok[rqi[keep], src[keep]]
+            if keep.any():
+                dup = sn[keep] <= floor[rqi[keep], src[keep]]
+                if dup.any():
+                    streams = sorted(set(zip(src[keep][dup].tolist(), q[keep][dup].tolist(),
+                                             strict=True)))
+                    raise ProtocolError(
+                        f"FH-Cons stage {self.stage}: duplicate input (SN at or below the "
+                        f"stream's progress) on streams (p, q) {streams[:3]}: SNs "
+                        f"{sn[keep][dup][:3].tolist()}")
+            if keep.all():
+                self.pending.append(batch)
+            elif keep.any():
+                self.pending.append(batch.filter(pa.array(keep)))
+            self.rows_in += int(keep.sum())
 
     def _acks(self, qi: np.ndarray, p: np.ndarray) -> list[Outgoing]:
         target = self.ack_to[qi, p]

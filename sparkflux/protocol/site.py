@@ -111,18 +111,24 @@ class SiteCore:
         end (the thesis' FluxPooler: under load, many small inputs become one vectorized
         pass). Acknowledgements still go out before processing, in order; handling a control
         message before the operators run on earlier data is an interleaving the network could
-        have produced (different roles, or a later arrival), so the protocol allows it."""
+        have produced (different roles, or a later arrival), so the protocol allows it.
+
+        A link's consecutive data frames (or acknowledgements) of one stage, with nothing
+        else from that site between them, are handled together at the first one's place
+        (``link_runs``): as if the network had delayed the other links' messages between
+        them, which it may."""
         out: list[Outgoing] = []
         first: int | None = None
         evict: set[int] = set()  # buffers acks arrived for: evicted once, not once per ack
-        for src, msg in items:
+        for src, run in link_runs(items):
             if self.stopped or src in self.dead_sites:
                 continue
+            msg = run[0]
             if isinstance(msg, Data):
-                out += self.cons[msg.stage].on_data(msg, src)
+                out += self.cons[msg.stage].on_data(msg, src, run[1:])  # type: ignore[arg-type]
                 first = msg.stage if first is None else min(first, msg.stage)
             elif isinstance(msg, Ack):
-                self.prods[msg.stage - 1].on_ack(msg, src, evict=False)
+                self.prods[msg.stage - 1].on_ack(merge_acks(run), src, evict=False)  # type: ignore[arg-type]
                 evict.add(msg.stage - 1)
             else:
                 for i in evict:  # anything else sees the buffers as one at a time would
@@ -436,8 +442,43 @@ def coalesce_acks(outs: list[Outgoing]) -> list[Outgoing]:
                 del open_at[key]
         result.append(o)
     for i, acks in merged.items():
-        result[i] = Outgoing(result[i].site, Ack(
-            acks[0].stage, p=np.concatenate([a.p for a in acks]),
-            q=np.concatenate([a.q for a in acks]), c=np.concatenate([a.c for a in acks]),
-            upto=np.concatenate([a.upto for a in acks])))
+        result[i] = Outgoing(result[i].site, merge_acks(acks))
     return result
+
+
+def merge_acks(acks: list[Ack]) -> Ack:
+    """Acknowledgements of one stage as one (they are cumulative: the receiver keeps the
+    maximum per stream)."""
+    if len(acks) == 1:
+        return acks[0]
+    return Ack(acks[0].stage, p=np.concatenate([a.p for a in acks]),
+               q=np.concatenate([a.q for a in acks]), c=np.concatenate([a.c for a in acks]),
+               upto=np.concatenate([a.upto for a in acks]))
+
+
+def link_runs(items: list[tuple[int, Message]]) -> list[tuple[int, list[Message]]]:
+    """``items`` in arrival order, with each link's data frames of one stage (and its
+    acknowledgements of one stage) gathered at the first one's place, up to the link's next
+    message of another kind.
+
+    Any other message (``reverse``, ``psync``, a catch-up step, ...) closes the link's runs:
+    it stays after everything the link sent before it and before everything after it, as
+    the protocol requires of a FIFO link. Data and acknowledgements are independent (rows for
+    this site's consumers; progress of its producers' buffers), so a link's run of one may
+    pass the other. Messages of other links that arrived between the gathered ones are
+    handled after them: an order the network could have delivered them in."""
+    runs: list[tuple[int, list[Message]]] = []
+    open_runs: dict[tuple[int, type, int], int] = {}  # (src, kind, stage) -> its run's index
+    for src, msg in items:
+        if isinstance(msg, (Data, Ack)):
+            key = (src, type(msg), msg.stage)
+            i = open_runs.get(key)
+            if i is not None:
+                runs[i][1].append(msg)
+                continue
+            open_runs[key] = len(runs)
+        else:
+            for k in [k for k in open_runs if k[0] == src]:
+                del open_runs[k]
+        runs.append((src, [msg]))
+    return runs
