@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from sparkflux.control.controller import Controller
@@ -132,14 +134,23 @@ def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
     end = c.handle(Tick(now=2.0))
     assert [type(a) for a in end] == [Collect] and end[0].round == 2
     assert stats(c, 1, 2.0, [1.0, 0.35, 1.0, 1.0]) == []  # a stale round: ignored
-    acts = stats(c, 2, 2.0, [1.0, 0.35, 1.0, 1.0])
+    # the first round moves nothing (hysteresis: no earlier round shows the same imbalance)
+    assert not [a for a in stats(c, 2, 2.0, [1.0, 0.35, 1.0, 1.0]) if isinstance(a, Move)]
+    assert c.rounds[-1]["moves"] == [] and c.delta == 0.5  # halved: nothing moved
+    acts = c.handle(Tick(now=2.0))
+    assert [type(a) for a in acts] == [Collect] and acts[0].round == 3
+    stats(c, 3, 2.0, [1.0, 0.35, 1.0, 1.0])
+    assert [type(a) for a in c.handle(Tick(now=2.5))] == [Collect]
+    acts = stats(c, 4, 2.5, [1.0, 0.35, 1.0, 1.0])
     moves = [a for a in acts if isinstance(a, Move)]
-    assert len(moves) == 1 and moves[0].src == 1 and moves[0].reason == "balance"
-    # the move waits for every live site to confirm it, then catches up bottom-up
-    for j in range(3):
-        assert c.handle(Moved(site=j, epoch=moves[0].epoch, now=2.1)) == []
-    cu = c.handle(Moved(site=3, epoch=moves[0].epoch, now=2.1))
-    assert [(a.stage, a.q) for a in cu] == [(0, moves[0].q)]
+    assert moves and {m.src for m in moves} == {1} and {m.reason for m in moves} == {"balance"}
+    assert max(Counter(m.dst for m in moves).values()) <= 2  # moves_per_receiver
+    # the group waits for every live site to confirm every move, then catches up bottom-up
+    cu: list = []
+    for m in moves:
+        for j in range(4):
+            cu += c.handle(Moved(site=j, epoch=m.epoch, now=2.6))
+    assert {(a.stage, a.q) for a in cu} == {(0, m.q) for m in moves}
 
 
 def test_a_failure_stops_load_balancing_at_once() -> None:
@@ -237,6 +248,39 @@ def test_a_recent_donor_receives_nothing() -> None:
     assert {m.receiver for m in plan_moves(util, counts_for(t, n), t)} >= {3}
     moves = plan_moves(util, counts_for(t, n), t, gave=frozenset({3}))
     assert moves and 3 not in {m.receiver for m in moves} and 1 in {m.receiver for m in moves}
+
+
+def test_a_receiver_takes_up_to_moves_per_receiver_partitions() -> None:
+    """Site 1 is far above the others and only site 3 has idle time: with the default of two
+    moves per receiver it takes two of site 1's partitions in one round, with one only one."""
+    t = table()
+    n = np.full(P, 100)
+    util = {0: 0.95, 1: 2.0, 2: 0.95, 3: 0.3}
+    busy = {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.3}
+    two = plan_moves(util, counts_for(t, n), t, busy=busy)
+    assert [(m.donor, m.receiver) for m in two] == [(1, 3), (1, 3)]
+    assert two[0].q != two[1].q
+    one = plan_moves(util, counts_for(t, n), t, PolicyConfig(moves_per_receiver=1), busy=busy)
+    assert [(m.donor, m.receiver) for m in one] == [(1, 3)]
+
+
+def test_one_noisy_phase_moves_nothing() -> None:
+    """Hysteresis: the same imbalance plans moves when the previous round showed the donor
+    loaded and the receiver idle too, and none when it did not (the round after a start or
+    a failure has no previous round: nothing moves)."""
+    t = table()
+    n = np.full(P, 100)
+    util = {0: 1.2, 1: 0.5, 2: 1.0, 3: 0.45}
+    busy = {0: 1.0, 1: 0.5, 2: 1.0, 3: 0.45}
+    assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=(util, busy))
+    assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=({}, {})) == []
+    calm = {0: 0.6, 1: 0.5, 2: 0.6, 3: 0.45}  # site 0 was not loaded a round ago
+    assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=(calm, busy)) == []
+    was_busy = {**busy, 1: 1.0, 3: 1.0}  # neither receiver had idle time a round ago
+    assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=(util, was_busy)) == []
+    only_3 = {**busy, 1: 1.0}
+    moves = plan_moves(util, counts_for(t, n), t, busy=busy, previous=(util, only_3))
+    assert moves and {m.receiver for m in moves} == {3}
 
 
 def test_a_fixed_cost_is_fitted_and_does_not_move_with_partitions() -> None:

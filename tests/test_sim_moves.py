@@ -73,7 +73,9 @@ def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
     # the policy balances load away from a slow site (with a short collection phase)
     slow = int(rng.integers(SITES))
     return FailurePlan(slow=((slow, 3.0),)), {
-        "balance": True, "policy": PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0)}
+        "balance": True,
+        # a tiny run has time for one or two rounds: no hysteresis, or nothing would move
+        "policy": PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0, hysteresis=False)}
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
@@ -117,7 +119,7 @@ def test_the_policy_moves_load_off_a_slow_site(tiny_baseline: Any) -> None:
     batches, expected, _ = tiny_baseline
     fp = FailurePlan(slow=((2, 3.0),))
     res = check(lambda: tiny_plan()[0], batches, 1, fp, expected=expected, balance=True,
-                policy=PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0))
+                policy=PolicyConfig(delta_min=50, delta_start=100, th_busy=0.0, hysteresis=False))
     assert res.moves and all(m[2] == 2 for m in res.moves)  # every move is off site 2
     assert_recovered(res, 1, fp)
 

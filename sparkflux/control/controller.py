@@ -123,6 +123,9 @@ class Controller:
         self._moving_since = 0.0
         self.now = 0.0
         self.rounds: list[dict] = []  # per round: utilisation and the moves it planned
+        # the last round's U and busy fractions (the policy's hysteresis); none after a start
+        # or a failure
+        self._previous: tuple[dict[int, float], dict[int, float]] = ({}, {})
 
     def handle(self, *events: Event) -> list[Action]:
         actions: list[Action] = []
@@ -439,6 +442,7 @@ class Controller:
         """A failure ends load balancing at once: stale statistics are ignored (round
         numbers) and planned moves are dropped; it resumes once recovery is complete."""
         self.pending_moves = [m for m in self.pending_moves if m[3] != "balance"]
+        self._previous = ({}, {})  # the sites' loads before the failure say nothing now
         if self.lb_state != "wait":
             self.round += 1
             self.lb_state = "wait"
@@ -472,7 +476,8 @@ class Controller:
         recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
         gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
         planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured,
-                             u.per_row, gave)
+                             u.per_row, gave, self._previous)
+        self._previous = (util, measured)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
                             "utilisation": {j: round(u, 3) for j, u in util.items()},
                             "busy": {j: round(u, 3) for j, u in measured.items()},

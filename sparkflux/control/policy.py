@@ -9,12 +9,14 @@ when U_d / U_r < ``th_imb`` or when U_r > ``th_util``. Otherwise the first of d'
 (by N_p descending) whose move lowers the pair's maximum (by ``th_gain`` of U_d at least: our
 addition) is moved: U'_d = U_d (1 - N_p / T_d), U'_r = U_r (1 + N_p / T_r) (the digest's
 reading of the thesis' typo), or, given the controller's cost model with a fixed part, U
-changed by N_p times each site's cost per row; rejected when U'_r > 1. At most one move per
-receiver and round; a donor may give to several receivers, its U updated after each (our
-generalisation of the pairing). In unified Flux a partition has two copies that never share a
-site, and the copy on the donor is the one failed (the receiver is caught up from the other
-copy), so a partition whose other copy is on the receiver is not a candidate. Pure: no clocks,
-no I/O.
+changed by N_p times each site's cost per row; rejected when U'_r > 1. At most
+``moves_per_receiver`` moves per receiver and round (the thesis: one per pair); a donor may
+give to several receivers, its U updated after each (our generalisation of the pairing). A
+donor must have been over ``th_busy`` in the previous round too, and a receiver idle then
+too (our hysteresis: one noisy phase moves nothing). In unified Flux a partition has two
+copies that never share a site, and the copy on the donor is the one failed (the receiver is
+caught up from the other copy), so a partition whose other copy is on the receiver is not a
+candidate. Pure: no clocks, no I/O.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ class PolicyConfig:
     # mostly with that fixed part gains next to nothing, and each move costs a catch-up and a
     # single-copy window.
     th_gain: float = 0.01
+    # Not in the thesis (one move per pair and round): a receiver may take this many
+    # partitions in one round, each planned with the estimates the earlier ones left. A
+    # slowed site that must shed a third of its copies then does so in two or three rounds,
+    # not six; every move must still lower the pair's maximum, so a receiver stops short.
+    moves_per_receiver: int = 2
+    # Not in the thesis: a donor must have been loaded, and a receiver idle, in the previous
+    # round too (see ``plan_moves``). Off, the first round after a start may move.
+    hysteresis: bool = True
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase
 
@@ -62,7 +72,9 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
                cfg: PolicyConfig | None = None, recent: frozenset[int] = frozenset(),
                busy: dict[int, float] | None = None,
                per_row: dict[int, float] | None = None,
-               gave: frozenset[int] = frozenset()) -> list[PlannedMove]:
+               gave: frozenset[int] = frozenset(),
+               previous: tuple[dict[int, float], dict[int, float]] | None = None
+               ) -> list[PlannedMove]:
     """One movement phase: at most one move per receiver (the thesis: per pair). Partitions in
     ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
     partition back and forth only costs (our addition to the thesis' policy). ``busy`` is
@@ -73,7 +85,11 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     (the controller's cost model, with its fixed part); without it the thesis' estimates,
     U proportional to the rows a site processes. A site in ``gave`` (a donor in the last
     rounds) receives nothing (ours: right after a move a relieved site can look idle for a
-    phase, and moving copies back onto it cost a slow catch-up there and a round of undoing)."""
+    phase, and moving copies back onto it cost a slow catch-up there and a round of undoing).
+    ``previous``: the last round's U and busy fractions (empty after a start or a failure);
+    a donor must have had U above ``th_busy`` then too and a receiver idle time (busy at most
+    ``th_util``), so one noisy phase (the start-up, a receiver waiting a moment for its
+    input) moves nothing (ours: hysteresis). None: no such test."""
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
@@ -86,14 +102,24 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     u = dict(util)
     load = {j: counts[j].copy() for j in util}
     placed = table.copy()
-    received: set[int] = set()
+    received: dict[int, int] = {}
+    if not cfg.hysteresis:
+        previous = None
+    if previous is not None:  # hysteresis: only sites that were donors / receivers before too
+        before_u, before_busy = previous
+        steady_donor = {j for j in util if before_u.get(j, 0.0) >= cfg.th_busy}
+        steady_receiver = {j for j in util if j in before_busy
+                           and before_busy[j] <= cfg.th_util}
     while True:
         # The most utilised site (as the moves planned so far leave it) gives to the least
         # utilised site that has not received yet this round: with one overloaded site this
         # is the thesis' pairing generalised, so that it can shed load to every peer at once.
         d = min(u, key=lambda j: (-u[j], j))
-        left = [j for j in u if j not in received and j != d and j not in gave
-                and (busy is None or busy.get(j, 0.0) <= cfg.th_util)]
+        if previous is not None and d not in steady_donor:
+            break
+        left = [j for j in u if received.get(j, 0) < cfg.moves_per_receiver and j != d
+                and j not in gave and (busy is None or busy.get(j, 0.0) <= cfg.th_util)
+                and (previous is None or j in steady_receiver)]
         if not left:
             break
         r = min(left, key=lambda j: (u[j], j))
@@ -101,7 +127,7 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         if (ud < mean or ud < cfg.th_busy or ur > cfg.th_util
                 or (ur > 0 and ud / ur < cfg.th_imb)):
             break
-        received.add(r)
+        received[r] = received.get(r, 0) + 1
         moved = recent | {m.q for m in out}
         m_d = _marginal(d, ud, total, avg_cost, per_row)
         m_r = _marginal(r, ur, total, avg_cost, per_row)
