@@ -119,6 +119,34 @@ def analyse(res: Any, a: argparse.Namespace, event_at: float | None) -> dict[str
             "rate": r.tolist(), "balance": m["balance"]}
 
 
+def run_once(spark: Any, module: Any, console: Console, name: str, args: argparse.Namespace,
+             a: argparse.Namespace, at: float | None) -> dict[str, Any] | str:
+    """One run, analysed; the error text if the run failed."""
+    console.print(f"[bold]{name}[/bold] ...")
+    try:
+        res = run_example(module, args, show_progress=False, sink=NullSink(),
+                          dead=DeadLetters(), spark=spark)
+    except RunFailed as e:  # reported with the others, not the end of the bench
+        console.print(f"  [red]failed[/red]: {e}")
+        return str(e)
+    r = analyse(res, a, at)
+    if name.startswith("kill"):  # the rate before the kill, for the 3-of-4 ratio
+        rate, t = np.asarray(r["rate"]), np.asarray(r["t"])
+        pre = rate[(t >= 2.0) & (t < at - 0.25)]  # type: ignore[operator]
+        r["before_tps"] = float(pre.mean()) if pre.size else 0.0
+    console.print(f"  steady {r['steady_tps']:,.0f} tuples/s, {r['moves']} moves, "
+                  f"settle {r['settle_s']}")
+    return r
+
+
+def spread(xs: list[float], fmt: str) -> str:
+    """Median, and the range when there is more than one run."""
+    if not xs:
+        return ""
+    med = format(float(np.median(xs)), fmt)
+    return med if len(xs) == 1 else f"{med} ({format(min(xs), fmt)}-{format(max(xs), fmt)})"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--events", type=int, default=6_000_000)
@@ -137,6 +165,9 @@ def main() -> int:
     p.add_argument("--offered", type=float, default=0.0, metavar="FRACTION",
                    help="runs 2-3 get this fraction of the unloaded rate as a paced input "
                         "(0: as fast as accepted, i.e. saturation)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run the four configurations this many times, in turn; the table "
+                        "gives medians and ranges, each ratio against its round's unloaded run")
     p.add_argument("--plot", default=None)
     p.add_argument("--json", default=None)
     a = p.parse_args()
@@ -144,62 +175,64 @@ def main() -> int:
     module = load_example(ROOT / "examples" / "netmon.py")
     spark = spark_session(default_master(5))
     slow = [f"2@{a.slow_at}=0.5"]
-    first = ("no slow site", args_for(a, [], False, []), None)
+    unloaded = "no slow site"
     later = [
         ("site 2 at half, policy off", slow, False, [], "standby", a.slow_at),
         ("site 2 at half, policy on", slow, True, [], "standby", a.slow_at),
         ("kill site 3, no standby, policy on", [], True, [f"3@{a.kill_at}"], "survivors",
          a.kill_at),
     ]
-    out: dict[str, dict[str, Any]] = {}
-    failed: dict[str, str] = {}
-    runs: list[tuple[str, argparse.Namespace, float | None]] = [first]
-    for name, args, at in runs:
-        console.print(f"[bold]{name}[/bold] ...")
-        try:
-            res = run_example(module, args, show_progress=False, sink=NullSink(),
-                              dead=DeadLetters(), spark=spark)
-        except RunFailed as e:  # reported with the others, not the end of the bench
-            failed[name] = str(e)
-            console.print(f"  [red]failed[/red]: {e}")
+    names = [unloaded] + [n for n, *_ in later]
+    ideals = dict(zip(names, (1.0, 0.875, 0.875, 0.75), strict=True))
+    rounds: list[dict[str, dict[str, Any]]] = []
+    failed: list[tuple[str, str]] = []
+    for k in range(a.repeat):
+        if a.repeat > 1:
+            console.rule(f"round {k + 1} of {a.repeat}")
+        out: dict[str, dict[str, Any]] = {}
+        r = run_once(spark, module, console, unloaded, args_for(a, [], False, []), a, None)
+        if isinstance(r, str):
+            failed.append((unloaded, r))
             continue
-        out[name] = analyse(res, a, at)
-        if name.startswith("kill"):  # the rate before the kill, for the 3-of-4 ratio
-            r, t = np.asarray(out[name]["rate"]), np.asarray(out[name]["t"])
-            pre = r[(t >= 2.0) & (t < at - 0.25)]
-            out[name]["before_tps"] = float(pre.mean()) if pre.size else 0.0
-        if name == first[0]:  # the others get the offered load, relative to this capacity
-            rate = a.offered * out[name]["steady_tps"] if a.offered else None
-            console.print(f"  offered load for the other runs: "
-                          f"{'saturation' if rate is None else f'{rate:,.0f} tuples/s'}")
-            for n, sl, bal, kill, rec, at_ in later:
-                # the kill run stays at saturation: its ideal is relative to its own rate
-                r_ = None if kill else rate
-                runs.append((n, args_for(a, sl, bal, kill, rec, rate=r_), at_))
-        console.print(f"  steady {out[name]['steady_tps']:,.0f} tuples/s, "
-                      f"{out[name]['moves']} moves, settle {out[name]['settle_s']}")
-    if first[0] not in out:
+        out[unloaded] = r
+        rate = a.offered * r["steady_tps"] if a.offered else None
+        for n, sl, bal, kill, rec, at_ in later:
+            # the kill run stays at saturation: its ideal is relative to its own rate
+            r = run_once(spark, module, console, n,
+                         args_for(a, sl, bal, kill, rec, rate=None if kill else rate), a, at_)
+            if isinstance(r, str):
+                failed.append((n, r))
+            else:
+                out[n] = r
+        rounds.append(out)
+    if not rounds:
         console.print("[red]the unloaded run failed: nothing to compare with[/red]")
         return 1
-    base = out[first[0]]["steady_tps"]
-    table = Table(title=f"load balancing, --site-cpu {a.site_cpu}, {a.events:,} events")
+    title = f"load balancing, --site-cpu {a.site_cpu}, {a.events:,} events"
+    if a.repeat > 1:
+        title += f", {len(rounds)} rounds: median (range)"
+    table = Table(title=title)
     for col in ("run", "steady tuples/s", "of unloaded", "ideal", "of pre-kill",
                 "rate settled s", "last move s", "moves"):
         table.add_column(col)
-    ideals = {"no slow site": 1.0, "site 2 at half, policy off": 0.875,
-              "site 2 at half, policy on": 0.875, "kill site 3, no standby, policy on": 0.75}
-    for name, r in out.items():
-        pre = r.get("before_tps")
-        table.add_row(name, f"{r['steady_tps']:,.0f}", f"{r['steady_tps'] / base:.1%}",
-                      f"{ideals[name]:.1%}", f"{r['steady_tps'] / pre:.1%}" if pre else "",
-                      "" if r["settle_s"] is None else f"{r['settle_s']:.2f}",
-                      "" if r["placed_s"] is None else f"{r['placed_s']:.1f}", str(r["moves"]))
+    for name in names:
+        rs = [(o[name], o[unloaded]["steady_tps"]) for o in rounds if name in o]
+        if not rs:
+            continue
+        table.add_row(
+            name, spread([r["steady_tps"] for r, _ in rs], ",.0f"),
+            spread([r["steady_tps"] / base for r, base in rs], ".1%"), f"{ideals[name]:.1%}",
+            spread([r["steady_tps"] / r["before_tps"] for r, _ in rs if r.get("before_tps")],
+                   ".1%"),
+            spread([r["settle_s"] for r, _ in rs if r["settle_s"] is not None], ".2f"),
+            spread([r["placed_s"] for r, _ in rs if r["placed_s"] is not None], ".1f"),
+            spread([float(r["moves"]) for r, _ in rs], ".0f"))
     console.print(table)
-    for name, why in failed.items():
+    for name, why in failed:
         console.print(f"[red]{name}: the run failed[/red]: {why}")
-    digests = {r["digest"] for r in out.values() if not r["dropped"]}
+    digests = {r["digest"] for o in rounds for r in o.values() if not r["dropped"]}
     console.print(f"output digests of the runs that dropped nothing equal: {len(digests) == 1};"
-                  f" dropped: { {k: r['dropped'] for k, r in out.items()} }")
+                  f" dropped: { {k: r['dropped'] for o in rounds for k, r in o.items()} }")
     if a.plot:
         import matplotlib
 
@@ -207,22 +240,27 @@ def main() -> int:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(9, 4.5))
-        for name, r in out.items():
-            roll = np.convolve(r["rate"], np.ones(8) / 8, mode="same")
-            ax.plot(r["t"], roll / 1000, label=name)  # the 2 s mean the settle time uses
+        colours = dict(zip(names, ("C0", "C1", "C2", "C3"), strict=True))
+        for k, o in enumerate(rounds):
+            for name, r in o.items():
+                roll = np.convolve(r["rate"], np.ones(8) / 8, mode="same")
+                # the 2 s mean the settle time uses; later rounds thinner
+                ax.plot(r["t"], roll / 1000, color=colours[name], lw=1.5 if k == 0 else 0.6,
+                        label=name if k == 0 else None)
         ax.axvline(a.slow_at, color="grey", ls=":", lw=1)
         ax.axvline(a.kill_at, color="red", ls=":", lw=1)
         ax.set_xlabel("seconds since the input started")
         ax.set_ylabel("input completed (K tuples/s, 2 s mean)")
         ax.legend(fontsize=8)
-        ax.set_title(f"load balancing, 4 sites at --site-cpu {a.site_cpu}")
+        ax.set_title(f"load balancing, 4 sites at --site-cpu {a.site_cpu}"
+                     + (f", {len(rounds)} rounds" if len(rounds) > 1 else ""))
         fig.tight_layout()
         fig.savefig(a.plot, dpi=110)
         console.print(f"plot written to {a.plot}")
     if a.json:
         Path(a.json).write_text(json.dumps(
-            {k: {kk: vv for kk, vv in v.items() if kk not in ("t", "rate")}
-             for k, v in out.items()}, indent=2))
+            [{k: {kk: vv for kk, vv in v.items() if kk not in ("t", "rate")}
+              for k, v in o.items()} for o in rounds], indent=2))
     return 0 if len(digests) == 1 and not failed else 1
 
 
