@@ -87,6 +87,18 @@ def test_a_duplicate_of_earlier_progress_is_still_caught() -> None:
         c.on_data(frame(1, 6), 1, [frame(1, 7, [(0, 0, 3)])])
 
 
+def test_a_row_below_an_earlier_frames_claim_in_the_same_run_is_caught() -> None:
+    """The second frame of a run repeats an SN the first one already claimed progress past:
+    a duplicate, as it would be one frame at a time."""
+    one = consumers()
+    one.on_data(frame(1, 10, [(0, 0, 9)]), 1)
+    with pytest.raises(ProtocolError, match="duplicate input"):
+        one.on_data(frame(1, 11, [(0, 0, 7)]), 1)
+    many = consumers()
+    with pytest.raises(ProtocolError, match="duplicate input"):
+        many.on_data(frame(1, 10, [(0, 0, 9)]), 1, [frame(1, 11, [(0, 0, 7)])])
+
+
 def test_link_runs_keep_every_links_order() -> None:
     """Data and acks of a link gather by kind and stage until the link sends anything else;
     that message stays between what the link sent before and after it."""

@@ -283,6 +283,19 @@ def test_one_noisy_phase_moves_nothing() -> None:
     assert moves and {m.receiver for m in moves} == {3}
 
 
+def test_a_site_that_spiked_once_does_not_stop_the_round() -> None:
+    """Hysteresis skips a donor that was not loaded a round ago, and the round goes on with
+    the next one (site 2, loaded in both rounds); a receiver gives nothing in that round."""
+    t = table()
+    n = np.full(P, 100)
+    util = {0: 1.3, 1: 0.4, 2: 1.2, 3: 0.45}
+    busy = {0: 1.0, 1: 0.4, 2: 1.0, 3: 0.45}
+    before = {0: 0.5, 1: 0.4, 2: 1.2, 3: 0.45}
+    moves = plan_moves(util, counts_for(t, n), t, busy=busy, previous=(before, busy))
+    assert moves and {m.donor for m in moves} == {2}
+    assert not {m.donor for m in moves} & {m.receiver for m in moves}
+
+
 def test_a_fixed_cost_is_fitted_and_does_not_move_with_partitions() -> None:
     """Sites whose row rates differ (after moves) show busy = F + c * rows: the fit recovers
     F and c, U_j counts the fixed part, and moving rows changes U by c only."""

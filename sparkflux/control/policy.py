@@ -75,7 +75,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
                gave: frozenset[int] = frozenset(),
                previous: tuple[dict[int, float], dict[int, float]] | None = None
                ) -> list[PlannedMove]:
-    """One movement phase: at most one move per receiver (the thesis: per pair). Partitions in
+    """One movement phase: at most ``moves_per_receiver`` moves per receiver (the thesis: one
+    per pair). Partitions in
     ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
     partition back and forth only costs (our addition to the thesis' policy). ``busy`` is
     each site's measured busy fraction of its capacity: a site without idle time (busy above
@@ -107,18 +108,23 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         previous = None
     if previous is not None:  # hysteresis: only sites that were donors / receivers before too
         before_u, before_busy = previous
-        steady_donor = {j for j in util if before_u.get(j, 0.0) >= cfg.th_busy}
+        steady_donor = {j for j in util if j in before_u and before_u[j] >= cfg.th_busy}
         steady_receiver = {j for j in util if j in before_busy
                            and before_busy[j] <= cfg.th_util}
+    gave_now: set[int] = set()
     while True:
         # The most utilised site (as the moves planned so far leave it) gives to the least
         # utilised site that has not received yet this round: with one overloaded site this
         # is the thesis' pairing generalised, so that it can shed load to every peer at once.
-        d = min(u, key=lambda j: (-u[j], j))
-        if previous is not None and d not in steady_donor:
+        # A site that received this round gives nothing in it, and a giver receives nothing.
+        donors = [j for j in u if j not in received
+                  and (previous is None or j in steady_donor)]
+        if not donors:
             break
+        d = min(donors, key=lambda j: (-u[j], j))
         left = [j for j in u if received.get(j, 0) < cfg.moves_per_receiver and j != d
-                and j not in gave and (busy is None or busy.get(j, 0.0) <= cfg.th_util)
+                and j not in gave and j not in gave_now
+                and (busy is None or busy.get(j, 0.0) <= cfg.th_util)
                 and (previous is None or j in steady_receiver)]
         if not left:
             break
@@ -132,8 +138,10 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         m_d = _marginal(d, ud, total, avg_cost, per_row)
         m_r = _marginal(r, ur, total, avg_cost, per_row)
         move = _first_reducing(d, r, ud, ur, load[d], m_d, m_r, placed, moved, cfg.th_gain)
-        if move is None:
+        if move is None:  # nothing of d's lowers the pair's maximum: r takes no more
+            received[r] = cfg.moves_per_receiver
             continue
+        gave_now.add(d)
         out.append(move)
         u[d] = ud - move.n_p * m_d
         u[r] = ur + move.n_p * m_r

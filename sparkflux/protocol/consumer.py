@@ -87,10 +87,11 @@ class ConsumerSet:
         ``more``: later frames of the same link, with nothing else from ``src`` between them,
         handled as one (a site's pass takes a link's queued frames together: the stream
         bookkeeping and the acknowledgement are paid once per link and pass, not once per
-        frame, which is most of what a slowed site with few replicas spends). Their rows are
-        checked against the progress from before the first of them."""
+        frame, which is most of what a slowed site with few replicas spends). Each frame's rows
+        are checked against the progress before it: the earlier frames' claims included."""
+        frames = (msg, *more)
         st = msg.streams if not more else Streams(
-            *(np.concatenate([getattr(f.streams, k) for f in (msg, *more)])
+            *(np.concatenate([getattr(f.streams, k) for f in frames])
               for k in ("p", "r", "q", "sn", "wm")))
         qi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
                       -1)
@@ -99,11 +100,12 @@ class ConsumerSet:
             ok &= self.producer_site[st.p, st.r] == src
         ok[ok] &= self.installed[qi[ok]]
         ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
-        qi, p = qi[ok], st.p[ok]
-        batches = [f.batch for f in (msg, *more) if f.batch is not None and f.batch.num_rows]
-        if batches:
-            self._accept_rows(batches, qi, p)
-        np.maximum.at(self.progress_sn, (qi, p), st.sn[ok])
+        frame = np.repeat(np.arange(len(frames)), [len(f.streams) for f in frames])[ok] \
+            if more else np.zeros(int(ok.sum()), dtype=np.int64)
+        qi, p, sn = qi[ok], st.p[ok], st.sn[ok]
+        if any(f.batch is not None and f.batch.num_rows for f in frames):
+            self._accept_rows(frames, qi, p, sn, frame)
+        np.maximum.at(self.progress_sn, (qi, p), sn)
         np.maximum.at(self.progress_wm, (qi, p), st.wm[ok])
         if more and qi.size:  # one acknowledgement per stream
             _, first = np.unique(qi.astype(np.int64) * self.sender.shape[1] + p,
@@ -111,14 +113,23 @@ class ConsumerSet:
             qi, p = qi[first], p[first]
         return self._acks(qi, p)
 
-    def _accept_rows(self, batches: list[pa.RecordBatch], qi: np.ndarray, p: np.ndarray
-                     ) -> None:
+    def _accept_rows(self, frames: Sequence[Data], qi: np.ndarray, p: np.ndarray,
+                     sn_claimed: np.ndarray, frame: np.ndarray) -> None:
+        """Keep the rows of streams that come from their current sender; a row at or below
+        its stream's progress (what earlier frames, of this run too, claimed) is a
+        duplicate: a protocol bug, reported."""
         # A row is accepted when its stream p -> q is listed as coming from its current sender.
         key_ok = np.zeros((self.parts.size, self.sender.shape[1]), dtype=bool)
         key_ok[qi, p] = True
         floor = np.full(key_ok.shape, NO_PROGRESS, dtype=np.int64)
         floor[qi, p] = self.progress_sn[qi, p]
-        for batch in batches:
+        for k, f in enumerate(frames):
+            if k:  # the claims of the run's earlier frames
+                done = frame == k - 1
+                np.maximum.at(floor, (qi[done], p[done]), sn_claimed[done])
+            batch = f.batch
+            if batch is None or not batch.num_rows:
+                continue
             src = batch.column(SRC).to_numpy()
             q = batch.column(PART).to_numpy()
             sn = batch.column(SN).to_numpy()
