@@ -276,6 +276,9 @@ def test_one_noisy_phase_moves_nothing() -> None:
     assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=({}, {})) == []
     calm = {0: 0.6, 1: 0.5, 2: 0.6, 3: 0.45}  # site 0 was not loaded a round ago
     assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=(calm, busy)) == []
+    # a round ago every site was as loaded: site 0 was not the busiest by th_imb
+    even = {0: 1.0, 1: 1.0, 2: 0.98, 3: 0.99}
+    assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=(even, busy)) == []
     was_busy = {**busy, 1: 1.0, 3: 1.0}  # neither receiver had idle time a round ago
     assert plan_moves(util, counts_for(t, n), t, busy=busy, previous=(util, was_busy)) == []
     only_3 = {**busy, 1: 1.0}

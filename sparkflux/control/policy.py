@@ -12,11 +12,11 @@ reading of the thesis' typo), or, given the controller's cost model with a fixed
 changed by N_p times each site's cost per row; rejected when U'_r > 1. At most
 ``moves_per_receiver`` moves per receiver and round (the thesis: one per pair); a donor may
 give to several receivers, its U updated after each (our generalisation of the pairing). A
-donor must have been over ``th_busy`` in the previous round too, and a receiver idle then
-too (our hysteresis: one noisy phase moves nothing). In unified Flux a partition has two
-copies that never share a site, and the copy on the donor is the one failed (the receiver is
-caught up from the other copy), so a partition whose other copy is on the receiver is not a
-candidate. Pure: no clocks, no I/O.
+donor must have been over ``th_busy`` and above the mean by ``th_imb`` in the previous round
+too, and a receiver idle then too (our hysteresis: one noisy phase moves nothing). In unified
+Flux a partition has two copies that never share a site, and the copy on the donor is the one
+failed (the receiver is caught up from the other copy), so a partition whose other copy is on
+the receiver is not a candidate. Pure: no clocks, no I/O.
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     rounds) receives nothing (ours: right after a move a relieved site can look idle for a
     phase, and moving copies back onto it cost a slow catch-up there and a round of undoing).
     ``previous``: the last round's U and busy fractions (empty after a start or a failure);
-    a donor must have had U above ``th_busy`` then too and a receiver idle time (busy at most
-    ``th_util``), so one noisy phase (the start-up, a receiver waiting a moment for its
-    input) moves nothing (ours: hysteresis). None: no such test."""
+    a donor must have had U above ``th_busy`` and ``th_imb`` times that round's mean then too,
+    and a receiver idle time (busy at most ``th_util``), so one noisy phase (the start-up, a
+    receiver waiting a moment for its input, a saturated dataflow whose sites take turns
+    looking the busiest) moves nothing (ours: hysteresis). None: no such test."""
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
@@ -108,7 +109,9 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         previous = None
     if previous is not None:  # hysteresis: only sites that were donors / receivers before too
         before_u, before_busy = previous
-        steady_donor = {j for j in util if j in before_u and before_u[j] >= cfg.th_busy}
+        before_mean = float(np.mean(list(before_u.values()))) if before_u else 0.0
+        steady_donor = {j for j in util if j in before_u and before_u[j] >= cfg.th_busy
+                        and before_u[j] >= cfg.th_imb * before_mean}
         steady_receiver = {j for j in util if j in before_busy
                            and before_busy[j] <= cfg.th_util}
     gave_now: set[int] = set()
