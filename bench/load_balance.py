@@ -229,17 +229,17 @@ def main() -> int:
     # three rounds), so every ratio is taken against the median of the unloaded runs.
     base = float(np.median([o[unloaded]["steady_tps"] for o in rounds]))
     for name in names:
-        rs = [(o[name], base) for o in rounds if name in o]
+        rs = [o[name] for o in rounds if name in o]
         if not rs:
             continue
         table.add_row(
-            name, spread([r["steady_tps"] for r, _ in rs], ",.0f"),
-            spread([r["steady_tps"] / base for r, base in rs], ".1%"), f"{ideals[name]:.1%}",
-            spread([r["steady_tps"] / r["before_tps"] for r, _ in rs if r.get("before_tps")],
+            name, spread([r["steady_tps"] for r in rs], ",.0f"),
+            spread([r["steady_tps"] / base for r in rs], ".1%"), f"{ideals[name]:.1%}",
+            spread([r["steady_tps"] / r["before_tps"] for r in rs if r.get("before_tps")],
                    ".1%"),
-            spread([r["settle_s"] for r, _ in rs if r["settle_s"] is not None], ".2f"),
-            spread([r["placed_s"] for r, _ in rs if r["placed_s"] is not None], ".1f"),
-            spread([float(r["moves"]) for r, _ in rs], ".0f"))
+            spread([r["settle_s"] for r in rs if r["settle_s"] is not None], ".2f"),
+            spread([r["placed_s"] for r in rs if r["placed_s"] is not None], ".1f"),
+            spread([float(r["moves"]) for r in rs], ".0f"))
     console.print(table)
     for name, why in failed:
         console.print(f"[red]{name}: the run failed[/red]: {why}")

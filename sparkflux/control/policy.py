@@ -76,9 +76,9 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
                previous: tuple[dict[int, float], dict[int, float]] | None = None
                ) -> list[PlannedMove]:
     """One movement phase: at most ``moves_per_receiver`` moves per receiver (the thesis: one
-    per pair). Partitions in
-    ``recent`` (moved in the last rounds) stay put: measurements are noisy, and moving a
-    partition back and forth only costs (our addition to the thesis' policy). ``busy`` is
+    per pair). Partitions in ``recent`` (moved in the last rounds) stay put: measurements are
+    noisy, and moving a partition back and forth only costs (our addition to the thesis'
+    policy). ``busy`` is
     each site's measured busy fraction of its capacity: a site without idle time (busy above
     ``th_util``) receives nothing whatever its estimated U (our addition: when every site is
     saturated the placement is as good as it gets, and moving on noise there only opens

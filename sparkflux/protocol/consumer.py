@@ -84,11 +84,12 @@ class ConsumerSet:
         """``src``: the site the message came from. Streams of a producer replica that no
         longer lives there (it was moved away) are ignored, like a failed site's.
 
-        ``more``: later frames of the same link, with nothing else from ``src`` between them,
-        handled as one (a site's pass takes a link's queued frames together: the stream
-        bookkeeping and the acknowledgement are paid once per link and pass, not once per
-        frame, which is most of what a slowed site with few replicas spends). Each frame's rows
-        are checked against the progress before it: the earlier frames' claims included."""
+        ``more``: later frames of the same link and stage, with nothing but acknowledgements
+        from ``src`` between them (``link_runs``), handled as one: a site's pass takes a
+        link's queued frames together, so the stream bookkeeping and the acknowledgement are
+        paid once per link and pass, not once per frame (most of what a slowed site with few
+        replicas spends). Each frame's rows are checked against the progress before it, the
+        earlier frames' claims included."""
         frames = (msg, *more)
         st = msg.streams if not more else Streams(
             *(np.concatenate([getattr(f.streams, k) for f in frames])
@@ -100,8 +101,9 @@ class ConsumerSet:
             ok &= self.producer_site[st.p, st.r] == src
         ok[ok] &= self.installed[qi[ok]]
         ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
+        # which frame each accepted stream entry came from (a single frame needs no index)
         frame = np.repeat(np.arange(len(frames)), [len(f.streams) for f in frames])[ok] \
-            if more else np.zeros(int(ok.sum()), dtype=np.int64)
+            if more else None
         qi, p, sn = qi[ok], st.p[ok], st.sn[ok]
         if any(f.batch is not None and f.batch.num_rows for f in frames):
             self._accept_rows(frames, qi, p, sn, frame)
@@ -114,7 +116,7 @@ class ConsumerSet:
         return self._acks(qi, p)
 
     def _accept_rows(self, frames: Sequence[Data], qi: np.ndarray, p: np.ndarray,
-                     sn_claimed: np.ndarray, frame: np.ndarray) -> None:
+                     sn_claimed: np.ndarray, frame: np.ndarray | None) -> None:
         """Keep the rows of streams that come from their current sender; a row at or below
         its stream's progress (what earlier frames, of this run too, claimed) is a
         duplicate: a protocol bug, reported."""
@@ -125,6 +127,7 @@ class ConsumerSet:
         floor[qi, p] = self.progress_sn[qi, p]
         for k, f in enumerate(frames):
             if k:  # the claims of the run's earlier frames
+                assert frame is not None
                 done = frame == k - 1
                 np.maximum.at(floor, (qi[done], p[done]), sn_claimed[done])
             batch = f.batch

@@ -113,9 +113,9 @@ class SiteCore:
         message before the operators run on earlier data is an interleaving the network could
         have produced (different roles, or a later arrival), so the protocol allows it.
 
-        A link's consecutive data frames (or acknowledgements) of one stage, with nothing
-        else from that site between them, are handled together at the first one's place
-        (``link_runs``): as if the network had delayed the other links' messages between
+        A link's data frames of one stage, and its acknowledgements of one stage, are each
+        handled together at the first one's place, up to the link's next message of another
+        kind (``link_runs``): as if the network had delayed the other links' messages between
         them, which it may."""
         out: list[Outgoing] = []
         first: int | None = None
