@@ -71,6 +71,7 @@ def args_for(a: argparse.Namespace, slow: list[str], balance: bool, kill: list[s
         ingress_buffer=2_000_000, window=a.window, output=None, dead_letter=None, kill=kill,
         heartbeat_timeout=10.0, spare_sites=0, site_cpu=a.site_cpu, slow=slow,
         recovery=recovery, no_balance=not balance, balance_delta_min=a.delta_min,
+        balance_window=a.window_s,
     )
 
 
@@ -166,6 +167,9 @@ def main() -> int:
     # At saturation a slowed site runs a pass every 0.3-0.4 s: phases much shorter than
     # that measure noise (the CLI's default, the thesis' 0.25 s, is for paced input).
     p.add_argument("--delta-min", type=float, default=0.5)
+    p.add_argument("--balance-window", dest="window_s", type=float, default=4.0,
+                   metavar="SECONDS", help="the policy's statistics window (sparkflux run's "
+                   "--balance-window)")
     p.add_argument("--offered", type=float, default=0.0, metavar="FRACTION",
                    help="runs 2-3 get this fraction of the unloaded rate as a paced input "
                         "(0: as fast as accepted, i.e. saturation)")

@@ -8,6 +8,8 @@ import numpy as np
 
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
+    CatchUp,
+    CatchUpDone,
     Collect,
     ConnectionClosed,
     Move,
@@ -102,9 +104,9 @@ def test_recovery_site_takes_the_least_loaded_site_without_the_other_copy() -> N
     assert recovery_site(2, 1, t, [0, 1, 2]) == 0
 
 
-def started(balance: bool = True) -> Controller:
+def started(balance: bool = True, window_s: float = 4.0) -> Controller:
     c = Controller(4, ha=True, layout=Layout(4, P, 2), stages=2, balance=balance,
-                   policy=PolicyConfig(delta_start=1.0, delta_min=0.25))
+                   policy=PolicyConfig(delta_start=1.0, delta_min=0.25, window_s=window_s))
     for s in range(4):
         c.handle(Registered(address=SiteAddress(site=s, attempt=0, host="h", port=s, pid=s),
                             now=0.0))
@@ -321,3 +323,102 @@ def test_a_fixed_cost_is_fitted_and_does_not_move_with_partitions() -> None:
     assert hosted[0] == 32
     # its demand is its partitions' (their other copies ran 4000 a second)
     assert abs(u.util[2] - (f + c * 4000 * 32) / 0.05) < 1e-9
+
+
+class Cumulative:
+    """Sites' cumulative counters as heartbeats carry them: ``advance`` runs a phase in
+    which site j had ``caps[j]`` of capacity and processed 100 rows per hosted partition
+    per second, busy ``busy`` of each second."""
+
+    def __init__(self, c: Controller, busy: float = 0.6) -> None:
+        self.c, self.now, self.busy = c, 0.0, busy
+        self.cap = [0.0] * 4
+        self.rows = np.zeros((4, P), dtype=np.int64)
+
+    def advance(self, to: float, caps: list[float]) -> None:
+        t = self.c.layout.table()
+        for j in range(4):
+            self.cap[j] += caps[j] * (to - self.now)
+            self.rows[j] += np.where((t == j).any(axis=1), int(100 * (to - self.now)), 0)
+        self.now = to
+
+    def report(self, rnd: int) -> list:
+        out = []
+        for j in range(4):
+            out += self.c.handle(Stats(site=j, attempt=0, round=rnd,
+                                       busy_s=self.busy * self.now, capacity_s=self.cap[j],
+                                       counts=tuple(int(x) for x in self.rows[j]),
+                                       now=self.now))
+        return out
+
+
+def _phase(c: Controller, s: Cumulative, rnd: int, caps: list[float]) -> tuple[int, list]:
+    """One collection phase (``c.delta`` long) from now; (its round, the actions at its end)."""
+    assert [type(a) for a in c.handle(Tick(now=s.now))] == [Collect]
+    s.report(rnd + 1)
+    s.advance(s.now + c.delta, caps)
+    c.handle(Tick(now=s.now))
+    return rnd + 2, s.report(rnd + 2)
+
+
+def _moves(acts: list) -> list[Move]:
+    return [a for a in acts if isinstance(a, Move)]
+
+
+def test_rounds_pool_their_statistics_while_the_placement_is_unchanged() -> None:
+    """A round's statistics start from the oldest baseline of the last ``window_s`` seconds
+    taken with the same placement: two noisy phases in a row are diluted, not acted on
+    (each phase alone, they move partitions)."""
+    even, noisy = [1.0, 1.0, 1.0, 1.0], [1.0, 1 / 3, 1.0, 1.0]
+    for window, moved in ((4.0, False), (0.0, True)):
+        c = started(window_s=window)
+        s = Cumulative(c)
+        s.advance(1.0, even)
+        rnd = 0
+        for _ in range(8):  # balanced phases: 1 s, then halved to delta_min (0.25 s)
+            rnd, acts = _phase(c, s, rnd, even)
+            assert not _moves(acts)
+        if window:
+            assert [r["window_s"] for r in c.rounds[:4]] == [1.0, 1.5, 1.75, 2.0]
+        # site 1 had a third of its capacity for two phases: each alone makes it three times
+        # as utilised as its peers, pooled with 3.25 s of balanced phases 1.05-1.1 times
+        rnd, acts = _phase(c, s, rnd, noisy)
+        assert not _moves(acts)  # one round is never enough (hysteresis)
+        rnd, acts = _phase(c, s, rnd, noisy)
+        assert bool(_moves(acts)) is moved
+        ratio = c.rounds[-1]["utilisation"][1] / c.rounds[-1]["utilisation"][0]
+        assert (1.05 < ratio < 1.15) if window else abs(ratio - 3.0) < 1e-6, ratio
+    # baselines older than window_s drop out
+    c = started()
+    s = Cumulative(c)
+    s.advance(1.0, even)
+    rnd = 0
+    for _ in range(30):
+        rnd, acts = _phase(c, s, rnd, even)
+    assert c.rounds[-1]["window_s"] <= c.policy.window_s + c.delta
+
+
+def test_a_move_starts_the_statistics_pool_afresh() -> None:
+    """After a move the placement differs: older baselines describe other partitions."""
+    slow = [1.0, 0.35, 1.0, 1.0]
+    c = started()
+    s = Cumulative(c)
+    s.advance(1.0, slow)
+    rnd, acts = _phase(c, s, 0, slow)
+    assert not _moves(acts)  # hysteresis: the first round
+    rnd, acts = _phase(c, s, rnd, slow)
+    assert c.rounds[-1]["window_s"] == 1.5  # pooled with the first round's baseline
+    moves = _moves(acts)
+    assert moves
+    work: list = []
+    for m in moves:
+        for j in range(4):
+            work += c.handle(Moved(site=j, epoch=m.epoch, now=s.now))
+    while work:  # the catch-ups, stage by stage, until the group is done
+        cu = work.pop(0)
+        if isinstance(cu, CatchUp):
+            work += c.handle(CatchUpDone(stage=cu.stage, q=cu.q, r=cu.r, nbytes=1, now=s.now))
+    assert not c.moving and c._balancing()
+    s.advance(max(s.now, c.lb_at), slow)
+    rnd, acts = _phase(c, s, rnd, slow)
+    assert c.rounds[-1]["window_s"] == round(c.delta, 3)  # the new placement's phase alone

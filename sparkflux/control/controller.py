@@ -119,6 +119,10 @@ class Controller:
         self.lb_at = 0.0
         self.delta = policy.delta_start
         self._base: dict[int, Stats] = {}
+        # Baselines taken while the placement was ``_pool_table``, oldest first: a round's
+        # statistics start from the oldest of the last ``policy.window_s`` seconds.
+        self._pool: list[tuple[float, dict[int, Stats]]] = []
+        self._pool_table: np.ndarray | None = None
         self._samples: dict[int, Stats] = {}
         self._moving_since = 0.0
         self.now = 0.0
@@ -443,6 +447,7 @@ class Controller:
         numbers) and planned moves are dropped; it resumes once recovery is complete."""
         self.pending_moves = [m for m in self.pending_moves if m[3] != "balance"]
         self._previous = ({}, {})  # the sites' loads before the failure say nothing now
+        self._pool = []
         if self.lb_state != "wait":
             self.round += 1
             self.lb_state = "wait"
@@ -462,12 +467,27 @@ class Controller:
         if set(self._samples) < set(self._live()):
             return []
         if self.lb_state == "baseline":
-            self._base = dict(self._samples)
+            self._base = self._pooled_base(dict(self._samples))
             self.lb_state, self.lb_at = "collect", self.now + self.delta
             return []
         if self.lb_state != "end":
             return []
         return self._movement_phase()
+
+    def _pooled_base(self, samples: dict[int, Stats]) -> dict[int, Stats]:
+        """The baseline a round's statistics start from: the oldest one taken in the last
+        ``window_s`` seconds while the placement was what it is now, from the same site
+        processes. Counters are cumulative, so a longer phase is just an older baseline;
+        a move, a failure or a recovery changes the placement and starts the pool afresh."""
+        assert self.layout is not None
+        table = self.layout.table()
+        if self._pool_table is None or not np.array_equal(table, self._pool_table):
+            self._pool, self._pool_table = [], table.copy()
+        attempts = {j: s.attempt for j, s in samples.items()}
+        self._pool = [(t, b) for t, b in self._pool if t >= self.now - self.policy.window_s
+                      and {j: s.attempt for j, s in b.items()} == attempts]
+        self._pool.append((self.now, samples))
+        return self._pool[0][1]
 
     def _movement_phase(self) -> list[Action]:
         assert self.layout is not None
@@ -479,6 +499,8 @@ class Controller:
                              u.per_row, gave, self._previous)
         self._previous = (util, measured)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
+                            "window_s": round(self.now - self._pool[0][0], 3)
+                            if self._pool else self.delta,
                             "utilisation": {j: round(u, 3) for j, u in util.items()},
                             "busy": {j: round(u, 3) for j, u in measured.items()},
                             "replicas": {j: int((self.layout.table() == j).sum())

@@ -53,6 +53,12 @@ class PolicyConfig:
     # Not in the thesis: a donor must have been loaded, and a receiver idle, in the previous
     # round too (see ``plan_moves``). Off, the first round after a start may move.
     hysteresis: bool = True
+    # Not in the thesis: while the placement stays the same, a round's statistics run from
+    # the oldest baseline of the last ``window_s`` seconds, not from its own (the phases
+    # since the last move pooled). A 0.5 s phase of a saturated site measured U anywhere
+    # from 0.8 to 1.4 for one placement, the hysteresis let two noisy phases in a row
+    # through, and the policy moved copies back onto a slowed site and off it again.
+    window_s: float = 4.0
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase
 

@@ -107,6 +107,7 @@ class RunConfig:
     recovery: str = "standby"  # --recovery: standby | survivors
     balance: bool = True  # the load-balancing policy (with --ha flux)
     delta_min: float = 0.25  # --balance-delta-min
+    window_s: float = 4.0  # --balance-window
     standby_wait: float = 5.0  # --standby-wait
     local: bool = True
 
@@ -138,7 +139,8 @@ class Host:
         self.controller = Controller(plan.sites, cfg.heartbeat_timeout, ha=self.replicas == 2,
                                      layout=self.layout, stages=len(plan.stages),
                                      recovery=cfg.recovery, balance=cfg.balance,
-                                     policy=PolicyConfig(delta_min=cfg.delta_min),
+                                     policy=PolicyConfig(delta_min=cfg.delta_min,
+                                                         window_s=cfg.window_s),
                                      standby_wait=cfg.standby_wait)
         self.ingress = Ingress(plan, self.layout)
         self.egress = Egress(plan, self.layout)
