@@ -38,9 +38,17 @@ log = logging.getLogger(__name__)
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
 INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most,
 INBOX_ROWS = 2 * 8192  # ... and rows: a control frame behind them waits one short pass
-GATHER_S = 0.05  # how long the scheduler lets input gather before a pass, at most,
-GATHER_UNCAPPED_S = 0.01  # (without --site-cpu)
+GATHER_UNCAPPED_S = 0.01  # how long the scheduler lets input gather before a pass, at most,
 GATHER_ROWS = 8192  # ... or until this many rows wait
+# Under --site-cpu: at least GATHER_S, and long enough that a pass is worth GATHER_CPU_S of
+# the site's CPU budget (GATHER_CPU_S / cap: 0.12 s at a cap of 0.1), or until
+# GATHER_ROWS_CAPPED rows wait. A pass costs about 3 ms of CPU whatever it carries; with a
+# fixed 50 ms at a cap of 0.1, a site that waited on a slowed peer ran 14 small passes a
+# second, spent 40% of its budget on them, looked as saturated as the slowed site (so the
+# policy stopped short), and sent that peer two to three times as many frames to read.
+GATHER_S = 0.05
+GATHER_CPU_S = 0.012
+GATHER_ROWS_CAPPED = 2 * 8192
 
 
 @dataclass(frozen=True)
@@ -57,11 +65,20 @@ class SiteConfig:
     heartbeat_interval: float = 0.1
     cpu_cap: float | None = None  # --site-cpu: busy at most this fraction of wall time
 
+    def gather_s(self, cap: float) -> float:
+        """How long the scheduler lets input gather at capacity ``cap`` (the current one:
+        ``--slow`` changes it): long enough under a capacity cap that a pass's fixed cost is
+        a small part of the budget and utilisation measures load, not per-pass overhead;
+        short otherwise (latency)."""
+        return max(GATHER_S, GATHER_CPU_S / cap) if self.cpu_cap else GATHER_UNCAPPED_S
+
     @property
-    def gather_s(self) -> float:
-        """How long the scheduler lets input gather: long enough under a capacity cap that
-        utilisation measures load, not per-pass overhead; short otherwise (latency)."""
-        return GATHER_S if self.cpu_cap else GATHER_UNCAPPED_S
+    def gather_rows(self) -> int:
+        return GATHER_ROWS_CAPPED if self.cpu_cap else GATHER_ROWS
+
+    @property
+    def inbox_rows(self) -> int:
+        return 2 * self.gather_rows if self.cpu_cap else INBOX_ROWS
 
 
 def schemas_of(plan: PhysicalPlan) -> dict:
@@ -214,6 +231,7 @@ class Site:
         """Read one connection: control frames are handled at once, protocol frames queue
         in the inbox (bounded, so a site that falls behind stops reading and its senders'
         skew buffers hold the rest)."""
+        inbox_rows = self.cfg.inbox_rows
         try:
             while True:
                 kind, body = await conn.recv()
@@ -222,7 +240,7 @@ class Site:
                     assert isinstance(msg, dict)
                     await self._on_control(msg)
                     continue
-                while len(self.inbox) >= INBOX_FRAMES or self._inbox_rows >= INBOX_ROWS:
+                while len(self.inbox) >= INBOX_FRAMES or self._inbox_rows >= inbox_rows:
                     self._inbox_room.clear()
                     await self._inbox_room.wait()
                 self.inbox.append((peer, msg))
@@ -244,6 +262,7 @@ class Site:
     async def _process(self) -> None:
         """The site's scheduler: everything queued is handled in one pass of the core; the
         busy time it takes is charged against the --site-cpu budget."""
+        gather_rows = self.cfg.gather_rows
         try:
             while True:
                 if not self.inbox:
@@ -252,15 +271,16 @@ class Site:
                     self._first_at = time.perf_counter()
                 # Gather for a few milliseconds so that the per-pass cost is paid once for
                 # many small frames (what a site spends beyond its real work is overhead).
-                wait = self._first_at + self.cfg.gather_s - time.perf_counter()
+                gather_s = self.cfg.gather_s(self.cap.cap if self.cap is not None else 1.0)
+                wait = self._first_at + gather_s - time.perf_counter()
                 while (wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
-                       and self._inbox_rows < GATHER_ROWS and not self._urgent):
+                       and self._inbox_rows < gather_rows and not self._urgent):
                     self._inbox_ready.clear()
                     try:
                         await asyncio.wait_for(self._inbox_ready.wait(), wait)
                     except TimeoutError:
                         break
-                    wait = self._first_at + self.cfg.gather_s - time.perf_counter()
+                    wait = self._first_at + gather_s - time.perf_counter()
                 if self._throttle_until > time.perf_counter():  # --site-cpu: over budget
                     await asyncio.sleep(self._throttle_until - time.perf_counter())
                     if self.cap is not None:
