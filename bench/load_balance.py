@@ -167,7 +167,7 @@ def main() -> int:
     # At saturation a slowed site runs a pass every 0.3-0.4 s: phases much shorter than
     # that measure noise (the CLI's default, the thesis' 0.25 s, is for paced input).
     p.add_argument("--delta-min", type=float, default=0.5)
-    p.add_argument("--balance-window", dest="window_s", type=float, default=4.0,
+    p.add_argument("--balance-window", dest="window_s", type=float, default=2.0,
                    metavar="SECONDS", help="the policy's statistics window (sparkflux run's "
                    "--balance-window)")
     p.add_argument("--offered", type=float, default=0.0, metavar="FRACTION",

@@ -113,7 +113,7 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
                    help="with --ha flux: turn the load-balancing policy off")
     p.add_argument("--balance-delta-min", type=float, default=0.25, metavar="SECONDS",
                    help="the shortest collection phase of the load-balancing policy")
-    p.add_argument("--balance-window", type=float, default=4.0, metavar="SECONDS",
+    p.add_argument("--balance-window", type=float, default=2.0, metavar="SECONDS",
                    help="how far back the load-balancing policy's statistics reach while "
                         "the placement is unchanged (0: each collection phase alone)")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
@@ -172,7 +172,7 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
                     balance=not getattr(args, "no_balance", False),
                     delta_min=_seconds("--balance-delta-min",
                                        getattr(args, "balance_delta_min", 0.25)),
-                    window_s=_window(getattr(args, "balance_window", 4.0)),
+                    window_s=_window(getattr(args, "balance_window", 2.0)),
                     standby_wait=_seconds("--standby-wait", getattr(args, "standby_wait", 5.0)))
     console.print(plan.describe())
     return run(plan, cfg, sink, dead, spark=spark,

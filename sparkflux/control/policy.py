@@ -35,11 +35,12 @@ class PolicyConfig:
     th_util: float = 0.925
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
     # leaves its partition with one copy, so moving on noise alone is a risk with no gain.
-    # 0.75, not lower: a site's scheduler passes have a fixed cost (about 0.6 of a slowed
-    # site's capacity at 50K tuples/s under --site-cpu 0.4, whatever it hosts), so below
-    # that the policy kept moving copies off a site that was not short of capacity until it
-    # held none, and every move was a single-copy window a kill could hit.
-    th_busy: float = 0.75
+    # Not lower: a site's scheduler passes have a fixed cost (a slowed site at 50K tuples/s
+    # under --site-cpu 0.4 measured 0.65 of its capacity busy with 30 of its 32 copies and
+    # 0.57 with 15), so at 0.6 the policy moved copies off it that relieved nothing, and
+    # every move was a single-copy window a kill could hit. (0.75 before the scheduler
+    # gathered in proportion to the cap, when that site measured 0.6 whatever it hosted.)
+    th_busy: float = 0.7
     # Not in the thesis: a move must lower the pair's maximum by at least this fraction of
     # the donor's U. With a fixed cost per site, moving partitions off a site that is busy
     # mostly with that fixed part gains next to nothing, and each move costs a catch-up and a
@@ -58,7 +59,7 @@ class PolicyConfig:
     # since the last move pooled). A 0.5 s phase of a saturated site measured U anywhere
     # from 0.8 to 1.4 for one placement, the hysteresis let two noisy phases in a row
     # through, and the policy moved copies back onto a slowed site and off it again.
-    window_s: float = 4.0
+    window_s: float = 2.0
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase
 

@@ -107,7 +107,7 @@ class RunConfig:
     recovery: str = "standby"  # --recovery: standby | survivors
     balance: bool = True  # the load-balancing policy (with --ha flux)
     delta_min: float = 0.25  # --balance-delta-min
-    window_s: float = 4.0  # --balance-window
+    window_s: float = 2.0  # --balance-window
     standby_wait: float = 5.0  # --standby-wait
     local: bool = True
 
