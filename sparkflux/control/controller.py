@@ -130,6 +130,9 @@ class Controller:
         # the last round's U and busy fractions (the policy's hysteresis); none after a start
         # or a failure
         self._previous: tuple[dict[int, float], dict[int, float]] = ({}, {})
+        # With the hysteresis: nothing moves before this (the first baseline after a start
+        # or a failure, plus window_s), so no decision rests on a ramp-up alone.
+        self._settled_at: float | None = None
 
     def handle(self, *events: Event) -> list[Action]:
         actions: list[Action] = []
@@ -448,6 +451,7 @@ class Controller:
         self.pending_moves = [m for m in self.pending_moves if m[3] != "balance"]
         self._previous = ({}, {})  # the sites' loads before the failure say nothing now
         self._pool = []
+        self._settled_at = None
         if self.lb_state != "wait":
             self.round += 1
             self.lb_state = "wait"
@@ -468,6 +472,8 @@ class Controller:
             return []
         if self.lb_state == "baseline":
             self._base = self._pooled_base(dict(self._samples))
+            if self._settled_at is None:
+                self._settled_at = self.now + self.policy.window_s
             self.lb_state, self.lb_at = "collect", self.now + self.delta
             return []
         if self.lb_state != "end":
@@ -497,6 +503,9 @@ class Controller:
         gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
         planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured,
                              u.per_row, gave, self._previous)
+        if self.policy.hysteresis and self._settled_at is not None \
+                and self.now < self._settled_at:
+            planned = []  # still ramping up after a start or a failure
         self._previous = (util, measured)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
                             "window_s": round(self.now - self._pool[0][0], 3)

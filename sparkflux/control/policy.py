@@ -52,7 +52,11 @@ class PolicyConfig:
     # not six; every move must still lower the pair's maximum, so a receiver stops short.
     moves_per_receiver: int = 2
     # Not in the thesis: a donor must have been loaded, and a receiver idle, in the previous
-    # round too (see ``plan_moves``). Off, the first round after a start may move.
+    # round too (see ``plan_moves``), and nothing moves in the first ``window_s`` seconds of
+    # statistics after a start or a failure (the controller): at saturation the sites ramp
+    # up unevenly, and a round 0.7 s after the start moved three copies onto the site about
+    # to be slowed; catching them up there took 6.4 s, with no balancing meanwhile. Off, the
+    # first round after a start may move.
     hysteresis: bool = True
     # Not in the thesis: while the placement stays the same, a round's statistics run from
     # the oldest baseline of the last ``window_s`` seconds, not from its own (the phases
