@@ -51,3 +51,29 @@ def test_an_idle_site_never_sleeps_and_bad_caps_are_refused() -> None:
         CpuCap(1.5)
     with pytest.raises(ValueError, match="--slow"):
         CpuCap(0.5).scale(0)
+
+
+def test_a_capped_site_gathers_until_a_pass_is_worth_its_fixed_cost() -> None:
+    """Under --site-cpu a pass waits for 12 ms of the site's budget (at least 50 ms) or 16K
+    rows; without a cap, 10 ms or 8K rows (latency)."""
+    from sparkflux.runtime.site import SiteConfig
+
+    capped = SiteConfig(site=0, attempt=0, controller_host="h", controller_port=1,
+                        bind_host="h", advertise_host="h", cpu_cap=0.1)
+    assert capped.gather_s(0.1) == pytest.approx(0.12)
+    assert capped.gather_s(0.05) == pytest.approx(0.24)  # a slowed site gathers longer
+    assert capped.gather_s(0.4) == pytest.approx(0.05)
+    assert capped.gather_rows == 16384 and capped.inbox_rows == 32768
+    free = SiteConfig(site=0, attempt=0, controller_host="h", controller_port=1,
+                      bind_host="h", advertise_host="h")
+    assert free.gather_s(1.0) == pytest.approx(0.01)
+    assert free.gather_rows == 8192 and free.inbox_rows == 16384
+
+
+def test_a_bad_balance_window_fails_fast_with_what_to_change() -> None:
+    from sparkflux.cli import _window
+    from sparkflux.operators.base import PlanError
+
+    assert _window(0.0) == 0.0 and _window(2.0) == 2.0
+    with pytest.raises(PlanError, match="--balance-window -1"):
+        _window(-1.0)
