@@ -508,8 +508,8 @@ class Controller:
             planned = []  # still ramping up after a start or a failure
         self._previous = (util, measured)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
-                            "window_s": round(self.now - self._pool[0][0], 3)
-                            if self._pool else self.delta,
+                            # (a round always has its baseline in the pool)
+                            "window_s": round(self.now - self._pool[0][0], 3),
                             "utilisation": {j: round(u, 3) for j, u in util.items()},
                             "busy": {j: round(u, 3) for j, u in measured.items()},
                             "replicas": {j: int((self.layout.table() == j).sum())

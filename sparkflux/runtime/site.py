@@ -36,8 +36,8 @@ from sparkflux.runtime.transport import READ_LIMIT, Connection, ConnectionLost, 
 
 log = logging.getLogger(__name__)
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
-INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most,
-INBOX_ROWS = 2 * 8192  # ... and rows: a control frame behind them waits one short pass
+INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
+# pass gathers, so a control frame behind them waits one short pass)
 GATHER_UNCAPPED_S = 0.01  # how long the scheduler lets input gather before a pass, at most,
 GATHER_ROWS = 8192  # ... or until this many rows wait
 # Under --site-cpu: at least GATHER_S, and long enough that a pass is worth GATHER_CPU_S of
@@ -78,7 +78,7 @@ class SiteConfig:
 
     @property
     def inbox_rows(self) -> int:
-        return 2 * self.gather_rows if self.cpu_cap else INBOX_ROWS
+        return 2 * self.gather_rows
 
 
 def schemas_of(plan: PhysicalPlan) -> dict:
