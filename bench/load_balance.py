@@ -130,6 +130,8 @@ def analyse(res: Any, a: argparse.Namespace, event_at: float | None) -> dict[str
     return {"steady_tps": steady, "settle_s": settle, "placed_s": placed,
             "reacted_s": reacted, "after_first_s": after_first,
             "move_times": [mv["started_at_s"] for mv in m["moves"]], "moves": len(m["moves"]),
+            # a move's duration is its partition's single-copy window
+            "move_s": [mv["duration"] for mv in m["moves"]],
             "digest": m["output_digest"], "utilisation": m["utilisation"],
             "dropped": m["ingress_dropped"], "kills": m["kills"], "t": t.tolist(),
             "rate": r.tolist(), "balance": m["balance"]}
@@ -243,7 +245,7 @@ def main() -> int:
     table = Table(title=title)
     for col in ("run", "steady tuples/s", "of unloaded", "ideal", "of pre-kill",
                 "first move s", "rate settled s", "settled after first move s",
-                "last move s", "moves"):
+                "last move s", "moves", "a move s"):
         table.add_column(col)
     # The unloaded rate varies as much from run to run as the others (114-157K tuples/s in
     # three rounds), so every ratio is taken against the median of the unloaded runs.
@@ -262,7 +264,8 @@ def main() -> int:
             spread([r["after_first_s"] for r in rs if r.get("after_first_s") is not None],
                    ".2f"),
             spread([r["placed_s"] for r in rs if r["placed_s"] is not None], ".1f"),
-            spread([float(r["moves"]) for r in rs], ".0f"))
+            spread([float(r["moves"]) for r in rs], ".0f"),
+            spread([d for r in rs for d in r.get("move_s", [])], ".2f"))
     console.print(table)
     for name, why in failed:
         console.print(f"[red]{name}: the run failed[/red]: {why}")

@@ -56,3 +56,20 @@ def test_a_stale_cu_start_neither_starts_nor_clears_the_newer_moves_replies() ->
     assert core.on_message(DRIVER, CuStart(STAGE, Q, R, 1, retained=True)) == []  # stale
     outs = core.on_message(DRIVER, CuStart(STAGE, Q, R, 2, retained=True))
     assert [o.site for o in states(outs)] == [0]  # every producer had already replied
+
+
+def test_the_stash_of_an_abandoned_move_goes_with_its_incarnation() -> None:
+    """e1's ``retaining`` reaches S before its move, e1 is abandoned before S's cu-start comes,
+    and the copy is re-placed (e2): the stash for e1 is dropped, e2's is kept."""
+    core = survivor()
+    core.on_message(0, Retaining(STAGE, Q, R, 1))  # ahead of move e1 here: stashed
+    assert core._early
+    core.on_move(Q, R, 3, 1)
+    core.on_message(0, Retaining(STAGE, Q, R, 2))  # site 0 already re-placed it (e2)
+    core.on_fail({3})
+    core.on_move(Q, R, 0, 2)
+    assert [k[1] for k in core._early] == [2]
+    core.on_message(1, Retaining(STAGE, Q, R, 2))
+    outs = core.on_message(DRIVER, CuStart(STAGE, Q, R, 2, retained=True))
+    assert [o.site for o in states(outs)] == [0]
+    assert not core._early

@@ -213,6 +213,13 @@ class SiteCore:
         cu["waiting"].discard(src)
         return self._maybe_snapshot(msg.stage, msg.q)
 
+    def _prune_early(self) -> None:
+        """Drop stashed ``retaining`` of incarnations older than the current one: a move
+        abandoned before its cu-start came here (its destination died) never gets one that
+        counts (it would be stale), so without this its stash stayed for the run."""
+        self._early = {k: v for k, v in self._early.items()
+                       if k[1] >= self.epochs[k[0][1], k[0][2]]}
+
     def _maybe_snapshot(self, stage: int, q: int) -> list[Outgoing]:
         """Once every producer retains for the new replica, everything the survivor has not
         received yet is kept for it: snapshot partition q and move it (StateMover)."""
@@ -264,6 +271,7 @@ class SiteCore:
         """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
         self.dead_sites.discard(site)
         self.epochs[self.layout.table() == site] = epoch
+        self._prune_early()
 
     def on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
         """Unified Flux's move (thesis ch. 5): replica r of partition q (every stage) fails
@@ -283,6 +291,7 @@ class SiteCore:
         out = self._take_over(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
+        self._prune_early()
         if dst == self.site:
             for s in range(len(self.plan.stages)):
                 self.cons[s].add(q, r)
