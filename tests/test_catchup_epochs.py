@@ -73,3 +73,28 @@ def test_the_stash_of_an_abandoned_move_goes_with_its_incarnation() -> None:
     outs = core.on_message(DRIVER, CuStart(STAGE, Q, R, 2, retained=True))
     assert [o.site for o in states(outs)] == [0]
     assert not core._early
+
+
+def test_a_state_taken_for_an_older_incarnation_is_not_installed() -> None:
+    """S snapshots for move e1 to site 3 before it learns that site 3's process died; the
+    process that takes slot 3 over (e2) gets that state first, then its own."""
+    core = survivor()
+    core.on_move(Q, R, 3, 1)
+    for site in (0, 1, 3):
+        core.on_message(site, Retaining(STAGE, Q, R, 1))
+    stale = states(core.on_message(DRIVER, CuStart(STAGE, Q, R, 1, retained=True)))
+    assert [o.site for o in stale] == [3] and stale[0].message.epoch == 1
+    core.on_fail({3})
+    core.on_avail(3, 2)  # slot 3 adopted under epoch 2
+    core.on_message(DRIVER, CuStart(STAGE, Q, R, 2, retained=False))
+    fresh: list = []
+    for site in (0, 1, 3):
+        fresh += states(core.on_message(site, Retaining(STAGE, Q, R, 2)))
+    assert [o.message.epoch for o in fresh] == [2]
+
+    new = SiteCore(3, tiny_plan()[0], core.layout.copy(), standby=True)
+    new.epochs = core.epochs.copy()
+    assert new.on_message(S, stale[0].message) == []
+    assert not new.cons[STAGE].installed[new.cons[STAGE].index[Q]]
+    assert new.on_message(S, fresh[0].message)  # installed: rejoins and `installed`
+    assert new.cons[STAGE].installed[new.cons[STAGE].index[Q]]

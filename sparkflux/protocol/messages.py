@@ -107,12 +107,14 @@ class Retaining:
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """Survivor -> the new replica's site (the StateMover's transfer): partition q of ``stage``."""
+    """Survivor -> the new replica's site (the StateMover's transfer): partition q of ``stage``,
+    taken for incarnation ``epoch`` of replica (q, r)."""
 
     stage: int
     q: int
     r: int
     snapshot: dict
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

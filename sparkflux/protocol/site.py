@@ -235,7 +235,7 @@ class SiteCore:
             "out_wm": int(self.prods[stage].progress_wm[pi]),
         }
         r = cu["r"]
-        return [Outgoing(self.layout.site_of(q, r), State(stage, q, r, snap))]
+        return [Outgoing(self.layout.site_of(q, r), State(stage, q, r, snap, cu["epoch"]))]
 
     def _fold_in(self, msg: Installed) -> list[Outgoing]:
         """The new replica is installed: tell every downstream consumer (``psync``, on the
@@ -251,6 +251,13 @@ class SiteCore:
 
     # -- catch-up: the new replica's side --------------------------------------------------------
     def _install(self, msg: State) -> list[Outgoing]:
+        """Install the survivor's snapshot as this site's new replica, unless it was taken
+        for an incarnation that is no longer current: a survivor that had not yet seen the
+        failure of the process it was catching up sent it, and it reached the process that
+        took the slot over (whose own catch-up brings the state it needs). Installed, it
+        was overwritten by that one, and the rows received in between stayed pending."""
+        if msg.epoch != self.epochs[msg.q, msg.r]:
+            return []
         s, q = msg.stage, msg.q
         snap = msg.snapshot
         dead = self._dead_replicas() if s > 0 else np.zeros((1, 1), dtype=bool)
