@@ -253,9 +253,10 @@ class SiteCore:
     def _install(self, msg: State) -> list[Outgoing]:
         """Install the survivor's snapshot as this site's new replica, unless it was taken
         for an incarnation that is no longer current: a survivor that had not yet seen the
-        failure of the process it was catching up sent it, and it reached the process that
-        took the slot over (whose own catch-up brings the state it needs). Installed, it
-        was overwritten by that one, and the rows received in between stayed pending."""
+        failure of the process it was catching up can send one, and it can reach the process
+        that took the slot over (whose own catch-up brings the state it needs). Installed,
+        it would be overwritten by that one, leaving the rows received in between pending
+        (simulator seed 294 caught one replica up twice)."""
         if msg.epoch != self.epochs[msg.q, msg.r]:
             return []
         s, q = msg.stage, msg.q
