@@ -117,14 +117,13 @@ def analyse(res: Any, a: argparse.Namespace, event_at: float | None) -> dict[str
             settle = float(t[back[0]] - event_at) if back.size else None
         else:
             settle = 0.0
-        ends = [mv["started_at_s"] + mv["duration"] for mv in m["moves"]
-                if mv["started_at_s"] >= event_at]
-        placed = (max(ends) - event_at) if ends else 0.0
-        # the thesis' 9 s (Fig 4.6) run from when the policy began rebalancing, the load
-        # felt, to steady state; 13 s from when the load was applied
-        starts = [mv["started_at_s"] for mv in m["moves"] if mv["started_at_s"] >= event_at]
-        if starts:
-            reacted = min(starts) - event_at
+        later = [mv for mv in m["moves"] if mv["started_at_s"] >= event_at]
+        placed = 0.0
+        if later:
+            placed = max(mv["started_at_s"] + mv["duration"] for mv in later) - event_at
+            # the thesis' 9 s (Fig 4.6) run from when the policy began rebalancing, the load
+            # felt, to steady state; 13 s from when the load was applied
+            reacted = min(mv["started_at_s"] for mv in later) - event_at
             if settle is not None and settle > reacted:
                 after_first = settle - reacted
     return {"steady_tps": steady, "settle_s": settle, "placed_s": placed,
@@ -259,13 +258,13 @@ def main() -> int:
             spread([r["steady_tps"] / base for r in rs], ".1%"), f"{ideals[name]:.1%}",
             spread([r["steady_tps"] / r["before_tps"] for r in rs if r.get("before_tps")],
                    ".1%"),
-            spread([r["reacted_s"] for r in rs if r.get("reacted_s") is not None], ".2f"),
+            spread([r["reacted_s"] for r in rs if r["reacted_s"] is not None], ".2f"),
             spread([r["settle_s"] for r in rs if r["settle_s"] is not None], ".2f"),
-            spread([r["after_first_s"] for r in rs if r.get("after_first_s") is not None],
+            spread([r["after_first_s"] for r in rs if r["after_first_s"] is not None],
                    ".2f"),
             spread([r["placed_s"] for r in rs if r["placed_s"] is not None], ".1f"),
             spread([float(r["moves"]) for r in rs], ".0f"),
-            spread([d for r in rs for d in r.get("move_s", [])], ".2f"))
+            spread([d for r in rs for d in r["move_s"]], ".2f"))
     console.print(table)
     for name, why in failed:
         console.print(f"[red]{name}: the run failed[/red]: {why}")
