@@ -142,15 +142,15 @@ def test_a_move_needs_no_retain_round(tiny_baseline: Any, monkeypatch: pytest.Mo
     (no ``retain``), and a slow producer site is not on its critical path. An adoption's
     catch-up, with no move before it, still asks."""
     from sparkflux.protocol.messages import Retain, Retaining
-    from sparkflux.sim.network import Network
+    from sparkflux.sim.network import DATA, Network
 
     sent: list[str] = []
     send = Network.send
 
-    def record(self: Network, src: int, dst: int, message: Any) -> None:
+    def record(self: Network, src: int, dst: int, message: Any, channel: int = DATA) -> None:
         if isinstance(message, (Retain, Retaining)):
             sent.append(type(message).__name__)
-        send(self, src, dst, message)
+        send(self, src, dst, message, channel)
 
     monkeypatch.setattr(Network, "send", record)
     batches, expected, steps = tiny_baseline

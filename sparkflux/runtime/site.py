@@ -1,14 +1,15 @@
 """A site: one long-lived Python process (one Spark task) running its mini-partition replicas.
 
-Life of a site (DESIGN.md §1): open a data server, register with the controller in the driver
-over the control connection (which also carries the ingress's and egress's traffic), receive
-the view, connect to every other site (one multiplexed connection per pair: the lower site id
-dials), report ready, then feed every frame to the sans-I/O ``SiteCore`` and send what it
-returns. ``fail`` from the controller is take-over; a site that learns it was excluded, or
-loses the driver, stops at once (fail-stop: no zombies). A site process that registers after
-the view was formed (Spark's retry of a crashed task) is a stateless standby until the run
-ends. An invariant violation or operator error is reported to the controller and stops the
-site.
+Life of a site (DESIGN.md §1): open a data server, open a control connection to the driver (the
+controller's ``move``, ``fail``, ``avail``, ``slow``, ``kill`` and ``stop``; the site's
+heartbeats and ``moved``), register over a second connection to it (which carries the ingress's
+and egress's traffic, and the set-up: view, standby, adopt), receive the view, connect to every
+other site (one multiplexed connection per pair: the lower site id dials), report ready, then
+feed every frame to the sans-I/O ``SiteCore`` and send what it returns. ``fail`` from the
+controller is take-over; a site that learns it was excluded, or loses the driver, stops at once
+(fail-stop: no zombies). A site process that registers after the view was formed (Spark's retry
+of a crashed task) is a stateless standby until the run ends. An invariant violation or operator
+error is reported to the controller and stops the site.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import signal
 import time
 import traceback
@@ -99,7 +101,8 @@ class Site:
         self.core: SiteCore | None = None
         self.schema_of = schemas_of(plan)
         self.peers: dict[int, Connection] = {}
-        self.driver: Connection | None = None
+        self.driver: Connection | None = None  # data (and set-up) connection to the driver
+        self.control: Connection | None = None  # the controller's: never behind data
         self._peers_ready = asyncio.Event()
         self._stop = asyncio.Event()
         self.busy_s = 0.0
@@ -130,12 +133,21 @@ class Site:
     async def run(self) -> dict[str, Any]:
         server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=READ_LIMIT)
         port = server.sockets[0].getsockname()[1]
-        self.driver = await connect(self.cfg.controller_host, self.cfg.controller_port, "driver")
+        # Two connections to the driver: control frames on their own, so that a ``move`` or
+        # ``fail`` is read at once even while this site has input queued that it has not read
+        # (the pump stops reading the data connection while the inbox is full). The token
+        # pairs them in the driver.
+        token = secrets.token_hex(8)
+        host, cport = self.cfg.controller_host, self.cfg.controller_port
+        self.control = await connect(host, cport, "driver (control)")
+        self.control.send_control({"type": "control", "token": token})
+        self.driver = await connect(host, cport, "driver")
         self.driver.send_control({
             "type": "register", "site": self.id, "attempt": self.cfg.attempt,
-            "host": self.cfg.advertise_host, "port": port, "pid": os.getpid(),
+            "host": self.cfg.advertise_host, "port": port, "pid": os.getpid(), "token": token,
         })
         tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
+                 asyncio.create_task(self._pump(self.control, DRIVER)),
                  asyncio.create_task(self._heartbeat()),
                  asyncio.create_task(self._flusher()),
                  asyncio.create_task(self._process())]
@@ -144,7 +156,7 @@ class Site:
         finally:
             for t in tasks:
                 t.cancel()
-            for c in [*self.peers.values(), self.driver]:
+            for c in [*self.peers.values(), self.driver, self.control]:
                 c.close()
             server.close()
         if self.error:
@@ -206,11 +218,11 @@ class Site:
             conn.close()
 
     async def _heartbeat(self) -> None:
-        assert self.driver is not None
+        assert self.control is not None
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
             try:
-                self.driver.send_control({
+                self.control.send_control({
                     "type": "hb", "site": self.id, "pid": os.getpid(),
                     "attempt": self.cfg.attempt, "busy_s": self.busy_s,
                     "slept_s": self.cap.slept if self.cap else 0.0,
@@ -430,10 +442,10 @@ class Site:
                 self.cap = CpuCap(1.0)
             self.cap.scale(float(msg["factor"]))
         elif kind == "move":  # unified Flux: one copy of a partition moves (or is re-placed)
-            assert self.core is not None and self.driver is not None
+            assert self.core is not None and self.control is not None
             self._send(self.core.on_move(int(msg["q"]), int(msg["r"]), int(msg["dst"]),
                                          int(msg["epoch"])))
-            self.driver.send_control({"type": "moved", "epoch": int(msg["epoch"])})
+            self.control.send_control({"type": "moved", "epoch": int(msg["epoch"])})
         elif kind == "kill":
             # A real crash on request (clusters, where the driver cannot signal the process).
             os.kill(os.getpid(), signal.SIGKILL)
@@ -455,9 +467,10 @@ class Site:
     def _report_error(self, tb: str) -> None:
         self.error = f"site {self.id} failed:\n{tb}"
         try:
-            if self.driver is not None:
-                self.driver.send_control({"type": "error", "site": self.id,
-                                          "attempt": self.cfg.attempt, "error": tb})
+            conn = self.control or self.driver
+            if conn is not None:
+                conn.send_control({"type": "error", "site": self.id,
+                                   "attempt": self.cfg.attempt, "error": tb})
         except ConnectionLost:
             pass
         self._stop.set()

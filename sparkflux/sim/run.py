@@ -3,15 +3,16 @@
 ``simulate(seed, ...)`` builds the real ``SiteCore``s, ``Ingress``, ``Egress`` and
 ``Controller`` for a plan and drives them with a seeded scheduler: the ingress admits input
 batches, links deliver messages in FIFO order with random interleaving, and sites crash at
-random points (losing a random suffix of their unsent output). The controller learns of a
-crash (connection loss) after a random delay and installs a new view; each live site gets its
-``fail`` on the driver's link (FIFO with the ingress's data, as in the runtime), the ingress
-and egress at once. A run ends when the input is exhausted and the network is quiet.
+random points (losing a random suffix of their unsent output). The controller learns of a crash
+(connection loss) after a random delay and installs a new view; each live site gets its ``fail``
+on the driver's control channel (unordered with the ingress's data, as in the runtime: ``move``,
+``avail`` and ``collect`` go there too, and ``moved`` and the statistics come back on it), the
+ingress and egress at once. A run ends when the input is exhausted and the network is quiet.
 
 ``check(seed, ...)`` compares the run with the failure-free run of the same input: the egress
 output must be identical row for row and in order, the egress must have seen the end of the
-stream, and every surviving buffer must have drained. A failing seed raises ``Violation``
-naming the seed, so ``simulate(seed)`` reproduces it.
+stream, and every surviving buffer must have drained. A failing seed raises ``Violation`` naming
+the seed, so ``simulate(seed)`` reproduces it.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from sparkflux.protocol.messages import (
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore
 from sparkflux.runtime.frames import FRAME_HEADER, PROTO, decode, encode
-from sparkflux.sim.network import Network
+from sparkflux.sim.network import CONTROL, Network
 
 
 class Violation(AssertionError):
@@ -168,7 +169,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 except (ProtocolError, PartitionLost) as e:
                     raise Violation(f"seed {seed}: {e}") from e
                 for s in a.view.members:
-                    net.send(DRIVER, s, ("fail", frozenset(a.dead)))
+                    net.send(DRIVER, s, ("fail", frozenset(a.dead)), CONTROL)
                 for k in list(hellos):
                     maybe_ready(k)
             elif isinstance(a, Adopt):
@@ -184,7 +185,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 hellos[k] = set()
                 for s in a.view.members:
                     if s != k:
-                        net.send(DRIVER, s, ("avail", k, controller.epoch))
+                        net.send(DRIVER, s, ("avail", k, controller.epoch), CONTROL)
                 maybe_ready(k)
             elif isinstance(a, CatchUp):
                 net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r, a.epoch, a.retained))
@@ -201,12 +202,12 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                     raise Violation(f"seed {seed}: {e}") from e
                 for s in controller.view.members:
                     if s not in controller.dead:
-                        net.send(DRIVER, s, ("move", a.q, a.r, a.dst, a.epoch))
+                        net.send(DRIVER, s, ("move", a.q, a.r, a.dst, a.epoch), CONTROL)
                 emit(DRIVER, retaining)
             elif isinstance(a, Collect):
                 for s in controller.view.members:
                     if s not in controller.dead:
-                        net.send(DRIVER, s, ("collect", a.round))
+                        net.send(DRIVER, s, ("collect", a.round), CONTROL)
             elif isinstance(a, Abort):
                 raise Violation(f"seed {seed}: controller gave up: {a.reason}")
             elif isinstance(a, Standby):
@@ -300,7 +301,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 emit(dst, sites[dst].on_fail(set(msg[1])))
             elif isinstance(msg, tuple) and msg[0] == "move":
                 emit(dst, sites[dst].on_move(*msg[1:]))
-                net.send(dst, DRIVER, ("moved", dst, msg[4]))
+                net.send(dst, DRIVER, ("moved", dst, msg[4]), CONTROL)
             elif isinstance(msg, tuple) and msg[0] == "collect":
                 # A synthetic load: every row costs the same; a slow site has its capacity
                 # divided by its factor.
@@ -309,7 +310,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 net.send(dst, DRIVER, ("stats", Stats(
                     site=dst, attempt=attempt[dst], round=msg[1],
                     busy_s=float(sum(counts)), capacity_s=float(step) * 4 / slow.get(dst, 1.0),
-                    counts=counts, now=float(step))))
+                    counts=counts, now=float(step))), CONTROL)
             elif isinstance(msg, tuple) and msg[0] == "avail":
                 sites[dst].on_avail(msg[1], msg[2])
                 net.send(dst, msg[1], ("hello", dst))
