@@ -131,6 +131,9 @@ def analyse(res: Any, a: argparse.Namespace, event_at: float | None) -> dict[str
             "move_times": [mv["started_at_s"] for mv in m["moves"]], "moves": len(m["moves"]),
             # a move's duration is its partition's single-copy window
             "move_s": [mv["duration"] for mv in m["moves"]],
+            # until every site had applied it; a group's moves share it, so once per group
+            "confirm_s": sorted({(mv["started_at_s"], mv["confirmed_s"])
+                                 for mv in m["moves"]}),
             "digest": m["output_digest"], "utilisation": m["utilisation"],
             "dropped": m["ingress_dropped"], "kills": m["kills"], "t": t.tolist(),
             "rate": r.tolist(), "balance": m["balance"]}
@@ -244,7 +247,7 @@ def main() -> int:
     table = Table(title=title)
     for col in ("run", "steady tuples/s", "of unloaded", "ideal", "of pre-kill",
                 "first move s", "rate settled s", "settled after first move s",
-                "last move s", "moves", "a move s"):
+                "last move s", "moves", "a move s", "confirmed s"):
         table.add_column(col)
     # The unloaded rate varies as much from run to run as the others (114-157K tuples/s in
     # three rounds), so every ratio is taken against the median of the unloaded runs.
@@ -264,7 +267,8 @@ def main() -> int:
                    ".2f"),
             spread([r["placed_s"] for r in rs if r["placed_s"] is not None], ".1f"),
             spread([float(r["moves"]) for r in rs], ".0f"),
-            spread([d for r in rs for d in r["move_s"]], ".2f"))
+            spread([d for r in rs for d in r["move_s"]], ".2f"),
+            spread([c for r in rs for _, c in r["confirm_s"]], ".3f"))
     console.print(table)
     for name, why in failed:
         console.print(f"[red]{name}: the run failed[/red]: {why}")

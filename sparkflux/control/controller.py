@@ -389,6 +389,8 @@ class Controller:
         self._unconfirmed = {x for x in self._unconfirmed if x[0] not in self.dead}
         if self._unconfirmed:
             return []
+        for m in self.moving.values():  # how long the sites took to apply the group
+            m.setdefault("confirmed", self.now)
         self._catching_up = True
         return self._next_catch_up()
 

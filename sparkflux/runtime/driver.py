@@ -709,7 +709,9 @@ class Host:
         return {"partition": mv["q"], "replica": mv["r"], "from": mv["src"], "to": mv["dst"],
                 "reason": mv["reason"], "bytes": mv["bytes"],
                 "started_at_s": round(start - t0, 3),
-                "duration": round(mv["end"] - mv["start"], 4)}
+                "duration": round(mv["end"] - mv["start"], 4),
+                # until every live site had applied it (``moved``); catch-up follows
+                "confirmed_s": round(mv.get("confirmed", mv["end"]) - mv["start"], 4)}
 
     def _recovery_report(self, c: dict[str, Any]) -> dict[str, Any]:
         """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""
