@@ -259,6 +259,9 @@ class Host:
             log.warning("site %d registered without a control connection", addr.site)
             conn.close()
             return
+        except asyncio.CancelledError:
+            conn.close()  # the run is over
+            return
         ctl.peer = f"site {addr.site} (control)"
         self.control_of[conn], self.data_of[ctl] = ctl, conn
         actions = self.controller.handle(Registered(address=addr, now=time.monotonic()))
@@ -268,6 +271,7 @@ class Host:
                                "reason": "not a member of the view"})
             conn.close()
             ctl.close()
+            self._registered[token].set()  # its reader stops: the data side never registered
             return
         self.identity[conn] = (addr.site, addr.attempt, addr.pid)
         self._registered[token].set()
@@ -289,11 +293,14 @@ class Host:
             conn.close()  # a second control connection for one token: not ours
             return
         fut.set_result(conn)
-        await self._registered[token].wait()
         try:
+            await self._registered[token].wait()
+            if self.data_of.get(conn) not in self.identity:
+                conn.close()  # excluded at registration
+                return
             await self._pump(conn)
         except asyncio.CancelledError:
-            conn.close()
+            conn.close()  # the run is over (possibly before this site registered)
 
     def _ctl(self, slot: int) -> Connection | None:
         """The control connection of the process in ``slot``."""
