@@ -393,7 +393,14 @@ class Host:
                 case CatchUp(stage=stage, q=q, r=r, survivor=survivor, epoch=epoch,
                              retained=retained):
                     self._catch_up_started[(stage, q)] = time.time()
-                    self._send([Outgoing(survivor, CuStart(stage, q, r, epoch, retained))])
+                    # on the control connection: the survivor's input queue does not delay
+                    # it (its order with data does not matter: ``retaining`` marks the cut)
+                    ctl = self._ctl(survivor) if survivor not in self.dead else None
+                    if ctl is not None:
+                        try:
+                            ctl.send(CuStart(stage, q, r, epoch, retained))
+                        except ConnectionLost:
+                            pass  # the view change will follow
                 case Recovered(slot=slot):
                     self.recovered.append({"site": slot, "time": time.time()})
                     self.stats.phase = "running"

@@ -29,7 +29,7 @@ import numpy as np
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.protocol.messages import Ack, CuDone, Data, Outgoing, State
+from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Outgoing, State
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.runtime.capacity import CpuCap
 from sparkflux.runtime.frames import CONTROL, decode, encode
@@ -147,7 +147,7 @@ class Site:
             "host": self.cfg.advertise_host, "port": port, "pid": os.getpid(), "token": token,
         })
         tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
-                 asyncio.create_task(self._pump(self.control, DRIVER)),
+                 asyncio.create_task(self._pump(self.control, DRIVER, bounded=False)),
                  asyncio.create_task(self._heartbeat()),
                  asyncio.create_task(self._flusher()),
                  asyncio.create_task(self._process())]
@@ -200,7 +200,7 @@ class Site:
         if hello["type"] == "state-hello":  # the StateMover's connection: state only
             conn.peer = f"state mover of site {j}"
             try:
-                await self._pump(conn, j)
+                await self._pump(conn, j, bounded=False)
             except asyncio.CancelledError:
                 conn.close()
             return
@@ -239,10 +239,11 @@ class Site:
                 return
 
     # -- the loop ----------------------------------------------------------------------------
-    async def _pump(self, conn: Connection, peer: int) -> None:
+    async def _pump(self, conn: Connection, peer: int, bounded: bool = True) -> None:
         """Read one connection: control frames are handled at once, protocol frames queue
         in the inbox (bounded, so a site that falls behind stops reading and its senders'
-        skew buffers hold the rest)."""
+        skew buffers hold the rest; not for the driver's control connection, whose few
+        protocol frames, ``cu-start``, must not wait for room)."""
         inbox_rows = self.cfg.inbox_rows
         try:
             while True:
@@ -252,7 +253,8 @@ class Site:
                     assert isinstance(msg, dict)
                     await self._on_control(msg)
                     continue
-                while len(self.inbox) >= INBOX_FRAMES or self._inbox_rows >= inbox_rows:
+                while bounded and (len(self.inbox) >= INBOX_FRAMES
+                                   or self._inbox_rows >= inbox_rows):
                     self._inbox_room.clear()
                     await self._inbox_room.wait()
                 self.inbox.append((peer, msg))
@@ -341,18 +343,22 @@ class Site:
                 key = (msg.stage, msg.q)
                 msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop(key, 0),
                              self.state_move_s.pop(key, 0.0))
-            if isinstance(msg, State):  # moved outside the data path (the StateMover)
+            if isinstance(msg, (State, Installed)):  # outside the data path (the StateMover)
                 pieces = [bytes(p) if isinstance(p, memoryview) else p for p in encode(msg)]
-                self.state_bytes[(msg.stage, msg.q)] = sum(
-                    p.nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
-                asyncio.get_running_loop().create_task(
-                    self._move_state(o.site, pieces, (msg.stage, msg.q)))
+                key = None
+                if isinstance(msg, State):
+                    key = (msg.stage, msg.q)
+                    self.state_bytes[key] = sum(
+                        p.nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
+                asyncio.get_running_loop().create_task(self._move_state(o.site, pieces, key))
                 continue
             self.outbox.send(o.site, msg)  # a lost peer: the view change will follow
 
-    async def _move_state(self, site: int, pieces: list, key: tuple[int, int]) -> None:
+    async def _move_state(self, site: int, pieces: list, key: tuple[int, int] | None) -> None:
         """The StateMover: a partition's state goes over its own connection to the new
-        replica's site, so it never queues ahead of data frames (thesis Fig. 3.9)."""
+        replica's site, so it never queues ahead of data frames (thesis Fig. 3.9), nor
+        behind them; the new replica's ``installed`` comes back the same way (``key`` None),
+        not behind the input queued for the survivor."""
         addr = self.addresses.get(site)
         if addr is None:  # a bug: the catch-up would wait for this state forever
             self._report_error(f"the StateMover has no address for site {site}")
@@ -366,7 +372,8 @@ class Site:
             t = time.perf_counter()
             conn._write(pieces)
             await conn.drain()
-            self.state_move_s[key] = time.perf_counter() - t
+            if key is not None:
+                self.state_move_s[key] = time.perf_counter() - t
         except ConnectionLost as e:
             log.info("site %d: state move to site %d failed: %s", self.id, site, e)
 

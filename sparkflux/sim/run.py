@@ -6,8 +6,10 @@ batches, links deliver messages in FIFO order with random interleaving, and site
 random points (losing a random suffix of their unsent output). The controller learns of a crash
 (connection loss) after a random delay and installs a new view; each live site gets its ``fail``
 on the driver's control channel (unordered with the ingress's data, as in the runtime: ``move``,
-``avail`` and ``collect`` go there too, and ``moved`` and the statistics come back on it), the
-ingress and egress at once. A run ends when the input is exhausted and the network is quiet.
+``avail``, ``collect`` and ``cu-start`` go there too, and ``moved`` and the statistics come back
+on it), the ingress and egress at once. Between sites, a snapshot and its ``installed`` reply
+travel on a channel of their own too (the runtime's StateMover connections). A run ends when the
+input is exhausted and the network is quiet.
 
 ``check(seed, ...)`` compares the run with the failure-free run of the same input: the egress
 output must be identical row for row and in order, the egress must have seen the end of the
@@ -57,6 +59,7 @@ from sparkflux.protocol.messages import (
     CuDone,
     CuStart,
     Data,
+    Installed,
     Outgoing,
     PSync,
     Rejoin,
@@ -67,7 +70,7 @@ from sparkflux.protocol.messages import (
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore
 from sparkflux.runtime.frames import FRAME_HEADER, PROTO, decode, encode
-from sparkflux.sim.network import CONTROL, Network
+from sparkflux.sim.network import CONTROL, DATA, Network
 
 
 class Violation(AssertionError):
@@ -148,7 +151,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
 
     def emit(src: int, outs: list[Outgoing]) -> None:
         for o in outs:
-            net.send(src, o.site, o.message)
+            # the runtime's StateMover connection (one per direction and pair of sites)
+            # carries a snapshot one way and ``installed`` back, apart from the data
+            side = isinstance(o.message, (State, Installed))
+            net.send(src, o.site, o.message, CONTROL if side else DATA)
 
     ready_sent: set[tuple[int, int]] = set()
 
@@ -188,7 +194,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                         net.send(DRIVER, s, ("avail", k, controller.epoch), CONTROL)
                 maybe_ready(k)
             elif isinstance(a, CatchUp):
-                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r, a.epoch, a.retained))
+                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r, a.epoch, a.retained),
+                         CONTROL)
             elif isinstance(a, Recovered):
                 recovered.append(a.slot)
                 if len(recovered) == 1:
