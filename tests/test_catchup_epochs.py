@@ -7,13 +7,14 @@ or a stash a stale cu-start clears, is never sent again and the catch-up waits f
 orders were found in review by driving ``SiteCore`` directly, as here.
 
 Partition 1's replica 0 lives on site 1 and replica 1 on site 2, the survivor S. Move e1 sends
-replica 0 to site 3, which dies; move e2 re-places it on site 0.
+replica 0 to site 3, which dies; move e2 re-places it on site 0. Also: a snapshot, a cu-start
+and an ``installed`` that arrive for an incarnation other than the current one.
 """
 
 from __future__ import annotations
 
 from sparkflux.dataflow.placement import DRIVER, Layout
-from sparkflux.protocol.messages import CuStart, Retaining, State
+from sparkflux.protocol.messages import CuDone, CuStart, Installed, Retaining, State
 from sparkflux.protocol.site import SiteCore
 from sparkflux.sim.workload import tiny_plan
 
@@ -98,3 +99,31 @@ def test_a_state_taken_for_an_older_incarnation_is_not_installed() -> None:
     assert not new.cons[STAGE].installed[new.cons[STAGE].index[Q]]
     assert new.on_message(S, fresh[0].message)  # installed: rejoins and `installed`
     assert new.cons[STAGE].installed[new.cons[STAGE].index[Q]]
+
+
+def test_a_cu_start_for_a_copy_whose_site_failed_since_asks_nobody_to_retain() -> None:
+    """A standby's cu-start (not retained) reaches S after the ``fail`` of that standby's
+    site (the site handles control frames at once and queues cu-start): retaining for a
+    dead copy would keep every producer's rows for nobody."""
+    core = survivor()
+    core.on_fail({1})  # replica 0's site died: a standby adopts it (epoch 1) ...
+    core.on_avail(1, 1)
+    core.on_fail({1})  # ... and dies in turn before S handles its cu-start
+    assert core.on_message(DRIVER, CuStart(STAGE, Q, R, 1, retained=False)) == []
+    assert (STAGE, Q) not in core.catchups
+
+
+def test_an_installed_of_an_older_incarnation_does_not_fold_in_the_current_one() -> None:
+    """Move e1's destination, site 3, hangs and is declared failed; a standby adopts slot 3
+    (epoch 2) and its catch-up starts. The old process wakes, installs e1's snapshot and
+    says so over its StateMover connection, which nobody closed: from slot 3, no longer
+    dead. Folding in on that would end the new process's catch-up before it has any state."""
+    core = survivor()
+    core.on_move(Q, R, 3, 1)
+    core.on_fail({3})
+    core.on_avail(3, 2)
+    assert core.on_message(DRIVER, CuStart(STAGE, Q, R, 2, retained=False))  # retain asks
+    assert core.on_message(3, Installed(STAGE, Q, R, 1)) == []  # the zombie's: ignored
+    assert (STAGE, Q) in core.catchups
+    outs = core.on_message(3, Installed(STAGE, Q, R, 2))
+    assert any(isinstance(o.message, CuDone) for o in outs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,6 +40,16 @@ def host(netmon: Any) -> Any:
     thread.join(10)
 
 
+async def on_host(host: Host, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on the host's loop (its buffers are the host thread's to touch)."""
+    assert host._loop is not None
+
+    async def call() -> Any:
+        return fn()
+
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), host._loop))
+
+
 async def next_control(conn: Connection, schema_of: dict) -> dict[str, Any]:
     while True:
         kind, body = await conn.recv()
@@ -48,10 +59,11 @@ async def next_control(conn: Connection, schema_of: dict) -> dict[str, Any]:
             return msg
 
 
-async def fake_sites(host: Host) -> tuple[dict[str, Any], int]:
+async def fake_sites(host: Host) -> tuple[dict[str, Any], int, int]:
     """Register SITES fake sites, let the ingress fill their data connections, then have
-    the host slow site 0: return the frame site 0's control connection got, and how many
-    input bytes were still unread on its data connection (not read at all, in fact)."""
+    the host slow site 0: return the frame site 0's control connection got, how many input
+    bytes were still unread on its data connection (not read at all, in fact), and how many
+    rows the host still held for the sites."""
     assert host.port is not None and host._loop is not None
     schema_of = schemas_of(host.plan)
     data: list[Connection] = []
@@ -70,19 +82,77 @@ async def fake_sites(host: Host) -> tuple[dict[str, Any], int]:
         data[s].send_control({"type": "ready", "site": s, "attempt": 0})
     # Input for both sites now queues in the host's skew buffer, the sockets and the
     # StreamReader buffers: nobody reads it. Wait for that to happen (the host's own count).
-    while host.outbox.held_rows() == 0:
+    deadline = asyncio.get_running_loop().time() + 20.0
+    while await on_host(host, host.outbox.held_rows) == 0:
+        assert asyncio.get_running_loop().time() < deadline, "the host never held input"
         await asyncio.sleep(0.05)
-    host._loop.call_soon_threadsafe(host._slow, 0, 0.5)
+    await on_host(host, lambda: host._slow(0, 0.5))
     frame = await asyncio.wait_for(next_control(control[0], schema_of), 10.0)
     unread = len(data[0].reader._buffer)  # type: ignore[attr-defined]
+    held = await on_host(host, host.outbox.held_rows)
     for c in [*data, *control]:
         c.close()
-    return frame, unread
+    return frame, unread, held
 
 
 def test_a_control_frame_overtakes_input_the_site_has_not_read(host: Host) -> None:
-    frame, unread = asyncio.run(fake_sites(host))
+    frame, unread, held = asyncio.run(fake_sites(host))
     assert frame == {"type": "slow", "factor": 0.5}
     assert unread > 0  # the data connection had input waiting in front of where it would be
-    assert host.outbox.held_rows() > 0  # ... and more of it held in the host's skew buffer
+    assert held > 0  # ... and more of it held in the host's skew buffer
 
+
+
+def test_a_site_handles_a_fail_that_overtook_its_view(netmon: Any) -> None:
+    """The view comes on the data connection, ``fail`` on the control connection: a site
+    that reads the ``fail`` first must hold it until it has its core, not stop on it."""
+    import argparse
+
+    from sparkflux.runtime.site import Site, SiteConfig
+
+    args = argparse.Namespace(events=1000, batch_size=512, seed=7, cpu_work=False,
+                              bad_every=0, skew=False)
+    plan = compile_plan(netmon.build(netmon.options(args)), 4, 2)
+    schema_of = schemas_of(plan)
+
+    async def driver() -> tuple[list[str], dict[str, Any]]:
+        accepted: asyncio.Queue[tuple[Connection, dict[str, Any]]] = asyncio.Queue()
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn = Connection(reader, writer, "site")
+            kind, body = await conn.recv()
+            hello = decode(kind, body, schema_of)
+            assert isinstance(hello, dict)
+            await accepted.put((conn, hello))
+
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        site = Site(SiteConfig(site=0, attempt=0, controller_host="127.0.0.1",
+                               controller_port=port, bind_host="127.0.0.1",
+                               advertise_host="127.0.0.1", replicas=2,
+                               heartbeat_interval=0.05), plan)
+        running = asyncio.create_task(site.run())
+        conns = dict([(h["type"], c) for c, h in [await accepted.get(), await accepted.get()]])
+        ctl, data = conns["control"], conns["register"]
+        # site 1 failed before site 0 even got the view: its ``fail`` comes first
+        ctl.send_control({"type": "fail", "dead": [1]})
+        await asyncio.sleep(0.2)  # the site has read it by now (its heartbeats flow)
+        data.send_control({"type": "view", "number": 1, "members": {
+            0: {"host": "127.0.0.1", "port": 1, "attempt": 0}}})
+        seen: list[str] = []
+        while "ready" not in seen:
+            seen.append((await next_control(data, schema_of))["type"])
+        while True:  # heartbeats on the control connection; an error report would be here
+            msg = await asyncio.wait_for(next_control(ctl, schema_of), 5.0)
+            seen.append(msg["type"])
+            if msg["type"] == "hb" and site.core is not None and 1 in site.core.dead_sites:
+                break
+            assert msg["type"] != "error", msg
+        for c in (ctl, data):
+            c.send_control({"type": "stop", "reason": "test over"})
+        summary = await asyncio.wait_for(running, 10.0)
+        server.close()
+        return seen, summary
+
+    seen, summary = asyncio.run(driver())
+    assert "error" not in seen and summary["site"] == 0 and summary["excluded"] is None

@@ -119,11 +119,13 @@ class State:
 
 @dataclass(frozen=True, slots=True)
 class Installed:
-    """New replica -> survivor: state installed and input streams rejoined."""
+    """New replica -> survivor: state installed and input streams rejoined, for the
+    incarnation ``epoch`` of the replica (a late one from an earlier incarnation is ignored)."""
 
     stage: int
     q: int
     r: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

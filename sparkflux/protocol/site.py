@@ -178,8 +178,9 @@ class SiteCore:
         ``retaining`` may already be here, and nobody needs asking. A cu-start for an
         incarnation of (q, r) that is no longer the current one (its move was abandoned and
         the copy re-placed since) is stale and ignored."""
-        if msg.epoch != self.epochs[msg.q, msg.r]:
-            return []
+        if (msg.epoch != self.epochs[msg.q, msg.r]
+                or self.layout.site_of(msg.q, msg.r) in self.dead_sites):
+            return []  # a stale incarnation, or its site failed since (``fail`` came first)
         sites = self._producer_sites(msg.stage)
         key = (msg.stage, msg.q, msg.r)
         early: set[int] = set()
@@ -240,9 +241,10 @@ class SiteCore:
     def _fold_in(self, msg: Installed) -> list[Outgoing]:
         """The new replica is installed: tell every downstream consumer (``psync``, on the
         data channel after everything sent so far) and report ``cu-done``."""
-        cu = self.catchups.pop((msg.stage, msg.q), None)
-        if cu is None:
-            return []
+        cu = self.catchups.get((msg.stage, msg.q))
+        if cu is None or cu["epoch"] != msg.epoch or cu["r"] != msg.r:
+            return []  # none, or the reply of an earlier incarnation (a process since gone)
+        del self.catchups[(msg.stage, msg.q)]
         last = msg.stage == len(self.plan.stages) - 1
         sites = {DRIVER} if last else set(range(self.layout.sites)) - self.dead_sites
         out = [Outgoing(s, PSync(msg.stage + 1, msg.q, msg.r)) for s in sorted(sites)]
@@ -270,7 +272,7 @@ class SiteCore:
             np.ones((1, 1), dtype=bool)
         self.prods[s].install(q, snap["out_sn"], snap["out_wm"], alive)
         survivor = self.layout.site_of(q, 1 - msg.r)
-        return out + [Outgoing(survivor, Installed(s, q, msg.r))] + self._drive(s)
+        return out + [Outgoing(survivor, Installed(s, q, msg.r, msg.epoch))] + self._drive(s)
 
     def _dead_replicas(self) -> np.ndarray:
         return np.isin(self.layout.table(), list(self.dead_sites))

@@ -211,12 +211,11 @@ class Host:
             ticker.cancel()
             flusher.cancel()
             for conn in [*self.conns.values(), *self.standbys]:
-                ctl = self.control_of.get(conn, conn)
-                try:
-                    ctl.send_control({"type": "stop", "reason": "run finished"})
-                    await asyncio.wait_for(ctl.drain(), 5.0)
-                except (TimeoutError, ConnectionLost):
-                    pass
+                for c in self._stop_process(conn, {"type": "stop", "reason": "run finished"}):
+                    try:
+                        await asyncio.wait_for(c.drain(), 5.0)
+                    except (TimeoutError, ConnectionLost):
+                        pass
             server.close()
             self.sink.close()
             self.dead_letters.close()
@@ -224,8 +223,11 @@ class Host:
 
     def stop(self, reason: str) -> None:
         """Abort from another thread (e.g. the Spark job died)."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._abort, reason)
+        if self._loop is not None and not self.done.is_set():
+            try:
+                self._loop.call_soon_threadsafe(self._abort, reason)
+            except RuntimeError:
+                pass  # the loop has just closed: the run is over anyway
 
     # -- control plane -----------------------------------------------------------------------
     def _control_conn(self, token: str) -> asyncio.Future[Connection]:
@@ -267,8 +269,8 @@ class Host:
         actions = self.controller.handle(Registered(address=addr, now=time.monotonic()))
         if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
                for a in actions):
-            conn.send_control({"type": "stop", "excluded": True,
-                               "reason": "not a member of the view"})
+            self._stop_process(conn, {"type": "stop", "excluded": True,
+                                      "reason": "not a member of the view"})
             conn.close()
             ctl.close()
             self._registered[token].set()  # its reader stops: the data side never registered
@@ -294,7 +296,11 @@ class Host:
             return
         fut.set_result(conn)
         try:
-            await self._registered[token].wait()
+            try:  # the site registers right after it opened this; it may die in between
+                await asyncio.wait_for(self._registered[token].wait(), 30.0)
+            except TimeoutError:
+                conn.close()
+                return
             if self.data_of.get(conn) not in self.identity:
                 conn.close()  # excluded at registration
                 return
@@ -306,6 +312,28 @@ class Host:
         """The control connection of the process in ``slot``."""
         data = self.conns.get(slot)
         return None if data is None else self.control_of.get(data, data)
+
+    def _tell(self, slot: int, message: dict[str, Any]) -> None:
+        """A control frame to the process in ``slot``; one whose connection is gone is
+        dropped (that site's own reader reports its failure, not the caller's)."""
+        conn = self._ctl(slot)
+        if conn is not None and slot not in self.dead:
+            try:
+                conn.send_control(message)
+            except ConnectionLost:
+                pass
+
+    def _stop_process(self, data: Connection, message: dict[str, Any]) -> list[Connection]:
+        """``stop`` on both of a process's connections, so that whichever the site reads
+        first, it reads ``stop`` before that connection's end (not "lost the driver")."""
+        sent = []
+        for c in dict.fromkeys([self.control_of.get(data, data), data]):
+            try:
+                c.send_control(message)
+                sent.append(c)
+            except ConnectionLost:
+                pass
+        return sent
 
     async def _pump(self, conn: Connection) -> None:
         """Frames from one of a site process's two connections; its identity (slot,
@@ -416,9 +444,10 @@ class Host:
                         if s not in self.dead:
                             self._collecting[s] = rnd
                 case StopSite(site=site, reason=reason):
-                    conn = self._ctl(site)
+                    conn = self.conns.get(site)
                     if conn is not None:
-                        conn.send_control({"type": "stop", "excluded": True, "reason": reason})
+                        self._stop_process(conn, {"type": "stop", "excluded": True,
+                                                  "reason": reason})
                 case Abort(reason=reason):
                     self._abort(reason)
 
@@ -446,10 +475,9 @@ class Host:
                            "dead": sorted(self.dead), "epochs": self.ingress.epochs.tolist(),
                            "table": self.controller.layout.table().tolist()})
         for s in view.members:
-            ctl = self._ctl(s) if s != slot else None
-            if ctl is not None:
-                ctl.send_control({"type": "avail", "slot": slot, "epoch": epoch,
-                                  "host": address.host, "port": address.port})
+            if s != slot:
+                self._tell(s, {"type": "avail", "slot": slot, "epoch": epoch,
+                               "host": address.host, "port": address.port})
 
     def _move(self, m: Move) -> None:
         """Unified Flux's move: the ingress and egress take over from the moved copy here,
@@ -465,10 +493,7 @@ class Host:
             self._abort(str(e))
             return
         for s in self.controller.view.members:
-            conn = self._ctl(s)
-            if conn is not None and s not in self.dead:
-                conn.send_control({"type": "move", "q": m.q, "r": m.r, "dst": m.dst,
-                                   "epoch": m.epoch})
+            self._tell(s, {"type": "move", "q": m.q, "r": m.r, "dst": m.dst, "epoch": m.epoch})
         self._send(retaining)  # on the data channel, behind the rows sent to the survivor
 
     def _take_over(self, dead: set[int], live: list[int]) -> None:
@@ -486,12 +511,7 @@ class Host:
                 conn.close()
                 self.control_of.get(conn, conn).close()
         for s in live:
-            conn = self._ctl(s)
-            if conn is not None:
-                try:
-                    conn.send_control({"type": "fail", "dead": sorted(self.dead)})
-                except ConnectionLost:
-                    pass
+            self._tell(s, {"type": "fail", "dead": sorted(self.dead)})
         try:
             self.ingress.on_fail(self.dead)
             self._send(self.egress.on_fail(self.dead))
@@ -640,9 +660,7 @@ class Host:
             except ProcessLookupError:
                 pass
         else:
-            ctl = self._ctl(site)
-            if ctl is not None:
-                ctl.send_control({"type": "kill"})
+            self._tell(site, {"type": "kill"})
 
     def _kills_after_recovery(self) -> None:
         """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
@@ -655,10 +673,9 @@ class Host:
 
     def _slow(self, site: int, factor: float) -> None:
         """``--slow``: from now on the site gets ``factor`` times its capacity."""
-        conn = self._ctl(site)
-        if conn is not None:
+        if self._ctl(site) is not None:
             self.slowed.append({"site": site, "factor": factor, "time": time.time()})
-            conn.send_control({"type": "slow", "factor": factor})
+            self._tell(site, {"type": "slow", "factor": factor})
 
     def _hang(self, site: int, duration: float) -> None:
         """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only

@@ -1,15 +1,15 @@
 """A site: one long-lived Python process (one Spark task) running its mini-partition replicas.
 
 Life of a site (DESIGN.md §1): open a data server, open a control connection to the driver (the
-controller's ``move``, ``fail``, ``avail``, ``slow``, ``kill`` and ``stop``; the site's
-heartbeats and ``moved``), register over a second connection to it (which carries the ingress's
-and egress's traffic, and the set-up: view, standby, adopt), receive the view, connect to every
-other site (one multiplexed connection per pair: the lower site id dials), report ready, then
-feed every frame to the sans-I/O ``SiteCore`` and send what it returns. ``fail`` from the
-controller is take-over; a site that learns it was excluded, or loses the driver, stops at once
-(fail-stop: no zombies). A site process that registers after the view was formed (Spark's retry
-of a crashed task) is a stateless standby until the run ends. An invariant violation or operator
-error is reported to the controller and stops the site.
+controller's ``move``, ``fail``, ``avail``, ``slow``, ``kill``, ``stop`` and ``cu-start``; the
+site's heartbeats and ``moved``), register over a second connection to it (which carries the
+ingress's and egress's traffic, and the set-up: view, standby, adopt), receive the view, connect
+to every other site (one multiplexed connection per pair: the lower site id dials), report
+ready, then feed every frame to the sans-I/O ``SiteCore`` and send what it returns. ``fail``
+from the controller is take-over; a site that learns it was excluded, or loses the driver, stops
+at once (fail-stop: no zombies). A site process that registers after the view was formed
+(Spark's retry of a crashed task) is a stateless standby until the run ends. An invariant
+violation or operator error is reported to the controller and stops the site.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ GATHER_ROWS = 8192  # ... or until this many rows wait
 GATHER_S = 0.05
 GATHER_CPU_S = 0.012
 GATHER_ROWS_CAPPED = 2 * 8192
+# Control frames a site handles before it has its core (see ``Site._set_up``).
+UNGATED = frozenset({"stop", "kill", "slow", "standby"})
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ class Site:
         self.driver: Connection | None = None  # data (and set-up) connection to the driver
         self.control: Connection | None = None  # the controller's: never behind data
         self._peers_ready = asyncio.Event()
+        # Set once the site has its core (the view, or a standby's adoption): those come on
+        # the data connection, so the control connection's ``fail``, ``move``, ``avail`` or
+        # ``cu-start`` may arrive first and must wait for it.
+        self._set_up = asyncio.Event()
         self._stop = asyncio.Event()
         self.busy_s = 0.0
         self.passes = 0  # scheduler passes run (busy_s / passes: the cost of a pass)
@@ -128,6 +134,8 @@ class Site:
         self._members: set[int] = set()
         self.addresses: dict[int, tuple[str, int]] = {}  # site slot -> (host, data port)
         self.state_conns: dict[tuple[str, int], Connection] = {}
+        self._state_dialing: dict[tuple[str, int], asyncio.Lock] = {}
+        self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -147,7 +155,7 @@ class Site:
             "host": self.cfg.advertise_host, "port": port, "pid": os.getpid(), "token": token,
         })
         tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
-                 asyncio.create_task(self._pump(self.control, DRIVER, bounded=False)),
+                 asyncio.create_task(self._pump(self.control, DRIVER, control=True)),
                  asyncio.create_task(self._heartbeat()),
                  asyncio.create_task(self._flusher()),
                  asyncio.create_task(self._process())]
@@ -173,6 +181,7 @@ class Site:
 
     async def _install_view(self, members: dict[int, dict]) -> None:
         self.core = SiteCore(self.id, self.plan, self.layout)
+        self._set_up.set()
         self.addresses = {j: (m["host"], m["port"]) for j, m in members.items()}
         for j, m in sorted(members.items()):
             if j > self.id:
@@ -199,8 +208,9 @@ class Site:
         j = int(hello["site"])
         if hello["type"] == "state-hello":  # the StateMover's connection: state only
             conn.peer = f"state mover of site {j}"
+            self.state_in.setdefault(j, []).append(conn)
             try:
-                await self._pump(conn, j, bounded=False)
+                await self._pump(conn, j, side=True)
             except asyncio.CancelledError:
                 conn.close()
             return
@@ -239,20 +249,30 @@ class Site:
                 return
 
     # -- the loop ----------------------------------------------------------------------------
-    async def _pump(self, conn: Connection, peer: int, bounded: bool = True) -> None:
+    async def _pump(self, conn: Connection, peer: int, control: bool = False,
+                    side: bool = False) -> None:
         """Read one connection: control frames are handled at once, protocol frames queue
         in the inbox (bounded, so a site that falls behind stops reading and its senders'
-        skew buffers hold the rest; not for the driver's control connection, whose few
-        protocol frames, ``cu-start``, must not wait for room)."""
+        skew buffers hold the rest). Not bounded: the driver's ``control`` connection (its
+        few protocol frames, ``cu-start``, must not wait for room; and it waits for the
+        site's set-up) and a peer's StateMover connection (``side``: snapshots and
+        ``installed`` only)."""
         inbox_rows = self.cfg.inbox_rows
+        bounded = not (control or side)
         try:
             while True:
                 kind, body = await conn.recv()
                 msg = decode(kind, body, self.schema_of)
+                if control and not self._set_up.is_set() and not (
+                        isinstance(msg, dict) and msg.get("type") in UNGATED):
+                    await self._set_up.wait()
                 if kind == CONTROL:
                     assert isinstance(msg, dict)
                     await self._on_control(msg)
                     continue
+                if side and not isinstance(msg, (State, Installed)):
+                    raise RuntimeError(f"site {peer}'s StateMover sent a "
+                                       f"{type(msg).__name__}")
                 while bounded and (len(self.inbox) >= INBOX_FRAMES
                                    or self._inbox_rows >= inbox_rows):
                     self._inbox_room.clear()
@@ -364,11 +384,13 @@ class Site:
             self._report_error(f"the StateMover has no address for site {site}")
             return
         try:
-            conn = self.state_conns.get(addr)
-            if conn is None or conn.closed:
-                conn = await connect(addr[0], addr[1], f"state mover to site {site}")
-                conn.send_control({"type": "state-hello", "site": self.id})
-                self.state_conns[addr] = conn
+            # one connection per destination (two tasks of one pass must not both dial)
+            async with self._state_dialing.setdefault(addr, asyncio.Lock()):
+                conn = self.state_conns.get(addr)
+                if conn is None or conn.closed:
+                    conn = await connect(addr[0], addr[1], f"state mover to site {site}")
+                    conn.send_control({"type": "state-hello", "site": self.id})
+                    self.state_conns[addr] = conn
             t = time.perf_counter()
             conn._write(pieces)
             await conn.drain()
@@ -416,6 +438,8 @@ class Site:
                 c = self.peers.pop(s, None)
                 if c is not None:
                     c.close()
+                for c in self.state_in.pop(s, []):  # a zombie's late state or installed
+                    c.close()
             self._send(self.core.on_fail(dead))
             self._maybe_ready()
             if self.core.stopped:
@@ -437,6 +461,7 @@ class Site:
             self.core = SiteCore(self.id, self.plan, layout, standby=True)
             self.core.dead_sites = set(msg["dead"])
             self.core.epochs = np.asarray(msg["epochs"], dtype=np.int64)
+            self._set_up.set()
             self._members = set(msg["members"])
             self.addresses = {int(j): (h, int(port))
                               for j, (h, port) in msg.get("addresses", {}).items()}
