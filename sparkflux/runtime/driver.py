@@ -149,10 +149,10 @@ class Host:
         self.stats = LiveStats(total=_total(plan))
         self.conns: dict[int, Connection] = {}  # slot -> its process's data connection
         # A site process's control connection (``move``, ``fail``, ``avail``, ``slow``,
-        # ``kill``, ``stop`` out; heartbeats and ``moved`` in), keyed by its data connection,
-        # and back: a control frame to a slowed site must not wait behind the input queued on
-        # its data connection, which it reads only as fast as it processes (a move's
-        # confirmation took 0.3-0.4 s there, against 20-40 ms on the other sites).
+        # ``kill``, ``stop``, ``cu-start`` out; heartbeats, ``moved``, errors in), keyed by
+        # its data connection, and back: a control frame to a slowed site must not wait
+        # behind the input queued on its data connection, which it reads only as fast as it
+        # processes (a move's confirmation took 0.3-0.4 s there, 20-40 ms on the others).
         self.control_of: dict[Connection, Connection] = {}
         self.data_of: dict[Connection, Connection] = {}
         self._controls: dict[str, asyncio.Future[Connection]] = {}  # pairing token -> conn
