@@ -3,7 +3,8 @@
 A link is a FIFO queue per ordered pair of nodes and channel (TCP's guarantee per
 connection, DESIGN.md §4). Channel ``DATA`` is the pair's data connection; channel
 ``CONTROL`` is the driver's control connection to a site, which the runtime keeps apart so
-that a ``move`` or a ``fail`` never waits behind input the site has not read yet: nothing
+that a ``move`` or a ``fail`` never waits behind input the site has not read yet, or between
+two sites the StateMover's connection (a snapshot one way, ``installed`` back): nothing
 orders the two channels. The scheduler picks, with the seed's random generator, which
 non-empty link delivers its head next, so every interleaving the real network allows can
 occur, and a seed replays exactly.
