@@ -242,7 +242,7 @@ class SiteCore:
         """The new replica is installed: tell every downstream consumer (``psync``, on the
         data channel after everything sent so far) and report ``cu-done``."""
         cu = self.catchups.get((msg.stage, msg.q))
-        if cu is None or cu["epoch"] != msg.epoch or cu["r"] != msg.r:
+        if cu is None or cu["epoch"] != msg.epoch:
             return []  # none, or the reply of an earlier incarnation (a process since gone)
         del self.catchups[(msg.stage, msg.q)]
         last = msg.stage == len(self.plan.stages) - 1

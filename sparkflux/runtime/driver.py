@@ -313,13 +313,17 @@ class Host:
         data = self.conns.get(slot)
         return None if data is None else self.control_of.get(data, data)
 
-    def _tell(self, slot: int, message: dict[str, Any]) -> None:
-        """A control frame to the process in ``slot``; one whose connection is gone is
-        dropped (that site's own reader reports its failure, not the caller's)."""
+    def _tell(self, slot: int, message: dict[str, Any] | CuStart) -> None:
+        """A control frame (or ``cu-start``) to the process in ``slot``; one whose
+        connection is gone is dropped (that site's own reader reports its failure, not the
+        caller's)."""
         conn = self._ctl(slot)
         if conn is not None and slot not in self.dead:
             try:
-                conn.send_control(message)
+                if isinstance(message, dict):
+                    conn.send_control(message)
+                else:
+                    conn.send(message)
             except ConnectionLost:
                 pass
 
@@ -423,12 +427,7 @@ class Host:
                     self._catch_up_started[(stage, q)] = time.time()
                     # on the control connection: the survivor's input queue does not delay
                     # it (its order with data does not matter: ``retaining`` marks the cut)
-                    ctl = self._ctl(survivor) if survivor not in self.dead else None
-                    if ctl is not None:
-                        try:
-                            ctl.send(CuStart(stage, q, r, epoch, retained))
-                        except ConnectionLost:
-                            pass  # the view change will follow
+                    self._tell(survivor, CuStart(stage, q, r, epoch, retained))
                 case Recovered(slot=slot):
                     self.recovered.append({"site": slot, "time": time.time()})
                     self.stats.phase = "running"
