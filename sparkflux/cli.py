@@ -97,8 +97,20 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--slow", action="append", default=[], metavar="SITE@SECONDS=FACTOR",
                    help="from that moment the site gets FACTOR times its capacity")
     p.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
-                   help="SIGKILL a site's process this many seconds after the input starts; "
-                        "SITE@recovered+SECONDS: that long after the first recovery completes")
+                   help="SIGKILL a site's process this many seconds after the input starts "
+                        "(a slot with no live process then: its next one, when it adopts the "
+                        "slot); SITE@recovered+SECONDS: that long after the first recovery "
+                        "completes; SITE@adopted+SECONDS: that long after the slot's next "
+                        "process adopts it")
+    p.add_argument("--hang", action="append", default=[], metavar="SITE@SECONDS=DURATION",
+                   help="freeze a site's process (SIGSTOP) at SECONDS for DURATION seconds, "
+                        "then let it go on (SIGCONT): a hung site, found by its heartbeat")
+    p.add_argument("--tls", action="store_true",
+                   help="TLS on every connection of the run (a certificate made for the run); "
+                        "connections are authenticated with the run's secret either way")
+    p.add_argument("--max-frame-mb", type=float, default=None, metavar="MB",
+                   help="the largest frame a data or control connection accepts (default 256; "
+                        "a larger frame closes the connection as a protocol error)")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw output rate and latency over time, kills marked (Fig. 3.16)")
     p.add_argument("--heartbeat-timeout", type=float, default=10.0,
@@ -164,6 +176,10 @@ def run_example(module: Any, args: argparse.Namespace, show_progress: bool = Tru
     cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
                     ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
                     window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
+                    adopted_kills=parse_adopted_kills(getattr(args, "kill", []), args.sites),
+                    hangs=parse_hangs(getattr(args, "hang", []), args.sites),
+                    tls=getattr(args, "tls", False),
+                    max_frame_mb=getattr(args, "max_frame_mb", None),
                     heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0),
                     spares=getattr(args, "spare_sites", 0),
                     site_cpu=_site_cpu(getattr(args, "site_cpu", None)),
@@ -186,6 +202,8 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
     it comes back with a negative time: -(1 + SECONDS)."""
     out = []
     for spec in specs:
+        if "@adopted+" in spec:
+            continue  # parse_adopted_kills
         try:
             site_s, at_s = spec.split("@")
             site = int(site_s)
@@ -196,11 +214,48 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
                 continue
             at = float(at_s)
         except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3) or "
-                            f"SITE@recovered+SECONDS") from None
+            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3), "
+                            f"SITE@recovered+SECONDS or SITE@adopted+SECONDS") from None
         if not 0 <= site < sites or at < 0:
             raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
         out.append((site, at))
+    return tuple(out)
+
+
+def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
+    """``SITE@adopted+SECONDS`` options: kill the slot's next process that long after it
+    adopts the slot (a standby killed right after its adoption)."""
+    out = []
+    for spec in specs:
+        if "@adopted+" not in spec:
+            continue
+        try:
+            site_s, delay_s = spec.split("@adopted+")
+            site, delay = int(site_s), float(delay_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write SITE@adopted+SECONDS, e.g. "
+                            f"--kill 1@adopted+0.2") from None
+        if not 0 <= site < sites or delay < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
+        out.append((site, delay))
+    return tuple(out)
+
+
+def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
+    """``SITE@SECONDS=DURATION`` options, checked."""
+    out = []
+    for spec in specs:
+        try:
+            where, dur_s = spec.split("=")
+            site_s, at_s = where.split("@")
+            site, at, duration = int(site_s), float(at_s), float(dur_s)
+        except ValueError:
+            raise PlanError(f"--hang {spec!r}: write SITE@SECONDS=DURATION, e.g. "
+                            f"--hang 1@3=8") from None
+        if not 0 <= site < sites or at < 0 or duration <= 0:
+            raise PlanError(f"--hang {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+                            f"duration > 0")
+        out.append((site, at, duration))
     return tuple(out)
 
 

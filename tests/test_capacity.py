@@ -56,16 +56,19 @@ def test_an_idle_site_never_sleeps_and_bad_caps_are_refused() -> None:
 def test_a_capped_site_gathers_until_a_pass_is_worth_its_fixed_cost() -> None:
     """Under --site-cpu a pass waits for 12 ms of the site's budget (at least 50 ms) or 16K
     rows; without a cap, 10 ms or 8K rows (latency)."""
+    from sparkflux.runtime.security import Security
     from sparkflux.runtime.site import SiteConfig
 
+    SEC = Security(secret=b"s" * 32)  # noqa: N806
+
     capped = SiteConfig(site=0, attempt=0, controller_host="h", controller_port=1,
-                        bind_host="h", advertise_host="h", cpu_cap=0.1)
+                        bind_host="h", advertise_host="h", security=SEC, cpu_cap=0.1)
     assert capped.gather_s(0.1) == pytest.approx(0.12)
     assert capped.gather_s(0.05) == pytest.approx(0.24)  # a slowed site gathers longer
     assert capped.gather_s(0.4) == pytest.approx(0.05)
     assert capped.gather_rows == 16384 and capped.inbox_rows == 32768
     free = SiteConfig(site=0, attempt=0, controller_host="h", controller_port=1,
-                      bind_host="h", advertise_host="h")
+                      bind_host="h", advertise_host="h", security=SEC)
     assert free.gather_s(1.0) == pytest.approx(0.01)
     assert free.gather_rows == 8192 and free.inbox_rows == 16384
 

@@ -15,12 +15,17 @@ import pytest
 
 from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.runtime.driver import Host, RunConfig
-from sparkflux.runtime.frames import CONTROL, decode
+from sparkflux.protocol import control_messages as cm
+from sparkflux.runtime import handshake
+from sparkflux.runtime.handshake import Claim, Gate
+from sparkflux.runtime.security import Security
 from sparkflux.runtime.sinks import DeadLetters, NullSink
 from sparkflux.runtime.site import schemas_of
-from sparkflux.runtime.transport import Connection, connect
+from sparkflux.runtime.transport import Connection, connect, serve
 
 SITES = 2
+SEC = Security(secret=b"k" * 32)
+DRIVER = (-1, 0)
 
 
 @pytest.fixture
@@ -31,7 +36,7 @@ def host(netmon: Any) -> Any:
                               bad_every=0, skew=False)
     plan = compile_plan(netmon.build(netmon.options(args)), 8, SITES)
     h = Host(plan, RunConfig(sites=SITES, partitions=8, ha="flux", window=200_000,
-                             heartbeat_timeout=60.0), NullSink(), DeadLetters())
+                             heartbeat_timeout=60.0, security=SEC), NullSink(), DeadLetters())
     thread = threading.Thread(target=h.serve_forever, daemon=True)
     thread.start()
     assert h.ready.wait(10) and h.port is not None
@@ -50,12 +55,10 @@ async def on_host(host: Host, fn: Callable[[], Any]) -> Any:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), host._loop))
 
 
-async def next_control(conn: Connection, schema_of: dict) -> dict[str, Any]:
+async def next_control(conn: Connection, schema_of: dict) -> Any:
     while True:
-        kind, body = await conn.recv()
-        if kind == CONTROL:
-            msg = decode(kind, body, schema_of)
-            assert isinstance(msg, dict)
+        msg = await conn.recv_message(schema_of)
+        if isinstance(msg, cm.CONTROL_TYPES):
             return msg
 
 
@@ -69,17 +72,19 @@ async def fake_sites(host: Host) -> tuple[dict[str, Any], int, int]:
     data: list[Connection] = []
     control: list[Connection] = []
     for s in range(SITES):
-        ctl = await connect("127.0.0.1", host.port, "driver (control)")
-        ctl.send_control({"type": "control", "token": f"token-{s}"})
-        d = await connect("127.0.0.1", host.port, "driver")
-        d.send_control({"type": "register", "site": s, "attempt": 0, "host": "127.0.0.1",
-                        "port": 1, "pid": 100 + s, "token": f"token-{s}"})
+        ctl = await connect("127.0.0.1", host.port, "driver (control)", SEC,
+                            Claim(handshake.CONTROL, s, 0), DRIVER)
+        ctl.send(cm.OpenControl(token=f"token-{s}"))
+        d = await connect("127.0.0.1", host.port, "driver", SEC, Claim(handshake.DATA, s, 0),
+                          DRIVER)
+        d.send(cm.Register(site=s, attempt=0, host="127.0.0.1", port=1, pid=100 + s,
+                           token=f"token-{s}"))
         control.append(ctl)
         data.append(d)
     for s in range(SITES):  # the view comes on the data connection, ahead of any input
         view = await next_control(data[s], schema_of)
-        assert view["type"] == "view"
-        data[s].send_control({"type": "ready", "site": s, "attempt": 0})
+        assert isinstance(view, cm.View)
+        data[s].send(cm.Ready(site=s, attempt=0))
     # Input for both sites now queues in the host's skew buffer, the sockets and the
     # StreamReader buffers: nobody reads it. Wait for that to happen (the host's own count).
     deadline = asyncio.get_running_loop().time() + 20.0
@@ -97,7 +102,7 @@ async def fake_sites(host: Host) -> tuple[dict[str, Any], int, int]:
 
 def test_a_control_frame_overtakes_input_the_site_has_not_read(host: Host) -> None:
     frame, unread, held = asyncio.run(fake_sites(host))
-    assert frame == {"type": "slow", "factor": 0.5}
+    assert frame == cm.Slow(factor=0.5)
     assert unread > 0  # the data connection had input waiting in front of where it would be
     assert held > 0  # ... and more of it held in the host's skew buffer
 
@@ -118,41 +123,45 @@ def test_a_site_handles_a_fail_that_overtook_its_view(netmon: Any) -> None:
     async def driver() -> tuple[list[str], dict[str, Any]]:
         accepted: asyncio.Queue[tuple[Connection, dict[str, Any]]] = asyncio.Queue()
 
+        gate = Gate(SEC.secret, lambda: DRIVER, 5.0, 8)
+
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            conn = Connection(reader, writer, "site")
-            kind, body = await conn.recv()
-            hello = decode(kind, body, schema_of)
-            assert isinstance(hello, dict)
+            accepted_conn = await serve(reader, writer, gate, SEC)
+            assert accepted_conn is not None
+            conn, _claim = accepted_conn
+            hello = await conn.recv_message(schema_of)
             await accepted.put((conn, hello))
 
         server = await asyncio.start_server(accept, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         site = Site(SiteConfig(site=0, attempt=0, controller_host="127.0.0.1",
                                controller_port=port, bind_host="127.0.0.1",
-                               advertise_host="127.0.0.1", replicas=2,
+                               advertise_host="127.0.0.1", security=SEC, replicas=2,
                                heartbeat_interval=0.05), plan)
         running = asyncio.create_task(site.run())
-        conns = dict([(h["type"], c) for c, h in [await accepted.get(), await accepted.get()]])
-        ctl, data = conns["control"], conns["register"]
+        conns = dict([(type(h).__name__, c)
+                      for c, h in [await accepted.get(), await accepted.get()]])
+        ctl, data = conns["OpenControl"], conns["Register"]
         # site 1 failed before site 0 even got the view: its ``fail`` comes first
-        ctl.send_control({"type": "fail", "dead": [1]})
+        ctl.send(cm.Fail(dead=(1,)))
         await asyncio.sleep(0.2)  # the site has read it by now (its heartbeats flow)
-        data.send_control({"type": "view", "number": 1, "members": {
-            0: {"host": "127.0.0.1", "port": 1, "attempt": 0}}})
+        data.send(cm.View(number=1, members={
+            0: cm.Member(host="127.0.0.1", port=1, attempt=0, registered=0)}))
         seen: list[str] = []
-        while "ready" not in seen:
-            seen.append((await next_control(data, schema_of))["type"])
+        while "Ready" not in seen:
+            seen.append(type(await next_control(data, schema_of)).__name__)
         while True:  # heartbeats on the control connection; an error report would be here
             msg = await asyncio.wait_for(next_control(ctl, schema_of), 5.0)
-            seen.append(msg["type"])
-            if msg["type"] == "hb" and site.core is not None and 1 in site.core.dead_sites:
+            seen.append(type(msg).__name__)
+            if isinstance(msg, cm.Heartbeat) and site.core is not None \
+                    and 1 in site.core.dead_sites:
                 break
-            assert msg["type"] != "error", msg
+            assert not isinstance(msg, cm.SiteError), msg
         for c in (ctl, data):
-            c.send_control({"type": "stop", "reason": "test over"})
+            c.send(cm.Stop(reason="test over"))
         summary = await asyncio.wait_for(running, 10.0)
         server.close()
         return seen, summary
 
     seen, summary = asyncio.run(driver())
-    assert "error" not in seen and summary["site"] == 0 and summary["excluded"] is None
+    assert "SiteError" not in seen and summary["site"] == 0 and summary["excluded"] is None

@@ -1,60 +1,177 @@
-"""The wire format: every message survives encode -> decode unchanged."""
+"""The wire format: every message survives encode -> decode with every field equal, and
+nothing that is not a valid frame is ever turned into an object (no pickle on the wire)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import pickle
+import struct
+from typing import Any
+
+import msgpack
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import (
     Ack,
     CuDone,
+    CuStart,
     Data,
+    Installed,
+    PSync,
     Rejoin,
+    Retain,
+    Retaining,
     Reverse,
     State,
     Streams,
 )
-from sparkflux.runtime.frames import FRAME_HEADER, decode, encode, encode_control
+from sparkflux.runtime.codec import REGISTRY, EncodeError
+from sparkflux.runtime.frames import FRAME_HEADER, MSG, FrameError, decode, encode
 
 SCHEMA = pa.schema([("v", pa.int64()), ("_src", pa.int32())])
 
 
 def roundtrip(msg: object) -> object:
-    pieces = encode(msg)  # type: ignore[arg-type]
-    raw = b"".join(bytes(p) for p in pieces)
+    raw = b"".join(bytes(p) for p in encode(msg))
     size, kind = FRAME_HEADER.unpack_from(raw, 0)
     assert size == len(raw) - 4
     return decode(kind, raw[FRAME_HEADER.size:], {3: SCHEMA})
 
 
-def test_data_ack_reverse_roundtrip() -> None:
-    st = Streams(p=np.array([1, 2], np.int32), r=np.array([0, 1], np.int8),
-                 q=np.array([5, 5], np.int32), sn=np.array([10, 20]), wm=np.array([-1, 7]))
-    batch = pa.RecordBatch.from_pydict({"v": [1, 2, 3], "_src": [1, 1, 2]}, schema=SCHEMA)
-    d = roundtrip(Data(3, st, batch))
-    assert isinstance(d, Data) and d.batch is not None and d.batch.equals(batch)
-    assert d.streams.q.tolist() == [5, 5] and d.streams.wm.tolist() == [-1, 7]
-    a = roundtrip(Ack(3, p=np.array([1], np.int32), q=np.array([4], np.int32),
-                      c=np.array([1], np.int8), upto=np.array([99])))
-    assert isinstance(a, Ack) and a.upto.tolist() == [99] and a.c.tolist() == [1]
-    r = roundtrip(Reverse(3, p=np.array([2], np.int32), r=np.array([1], np.int8),
-                          q=np.array([0], np.int32), c=np.array([0], np.int8),
-                          floor=np.array([41])))
-    assert isinstance(r, Reverse) and r.floor.tolist() == [41] and r.r.tolist() == [1]
+def same(a: Any, b: Any) -> bool:
+    """Deep equality over dataclasses, dicts, lists, numpy arrays (dtype too) and Arrow."""
+    if dataclasses.is_dataclass(a):
+        return type(a) is type(b) and all(
+            same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and \
+            bool(np.array_equal(a, b))
+    if isinstance(a, (pa.Table, pa.RecordBatch)):
+        return type(a) is type(b) and a.schema == b.schema and a.equals(b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    return type(a) is type(b) and a == b
 
 
-def test_catch_up_messages_roundtrip() -> None:
-    snap = {"ops": [{"k": np.arange(3)}], "cons": {"pending": None}}
-    s = roundtrip(State(1, 4, 0, snap))
-    assert isinstance(s, State) and s.q == 4 and s.snapshot["ops"][0]["k"].tolist() == [0, 1, 2]
-    j = roundtrip(Rejoin(1, p=np.array([3], np.int32), r=np.array([0], np.int8),
-                         q=np.array([4], np.int32), c=np.array([1], np.int8),
-                         floor=np.array([7]), send=np.array([True]), wait=np.array([False])))
-    assert isinstance(j, Rejoin) and j.send.tolist() == [True]
-    assert roundtrip(CuDone(0, 2, 1, 123)) == CuDone(0, 2, 1, 123)
+def i32(*v: int) -> np.ndarray:
+    return np.array(v, np.int32)
 
 
-def test_control_frames() -> None:
-    raw = b"".join(encode_control({"type": "hb", "site": 2}))
-    size, kind = FRAME_HEADER.unpack_from(raw, 0)
-    assert decode(kind, raw[FRAME_HEADER.size:], {}) == {"type": "hb", "site": 2}
+def i8(*v: int) -> np.ndarray:
+    return np.array(v, np.int8)
+
+
+def i64(*v: int) -> np.ndarray:
+    return np.array(v, np.int64)
+
+
+BATCH = pa.RecordBatch.from_pydict({"v": [1, 2, 3], "_src": [1, 1, 2]}, schema=SCHEMA)
+TABLE = pa.table({"k": ["a", "b"], "x": [1.5, None]})
+SNAPSHOT = {
+    "cons": {"progress_sn": i64(3, 4), "progress_wm": i64(-1, 7), "released_sn": 2,
+             "released_wm": -1, "pending": BATCH},
+    "ops": [None, {"code": i64(5, 6), "sub": i64(0, 0), "keys": TABLE,
+                   "cols": {"n": i64(1, 2), "last": np.arange(6.0).reshape(2, 3)}},
+            {"horizon": 9, "rows": TABLE, "side": i8(0, 1)}],
+    "out_sn": 12, "out_wm": 40,
+}
+EXAMPLES: list[Any] = [
+    Data(3, Streams(i32(1, 2), i8(0, 1), i32(5, 5), i64(10, 20), i64(-1, 7)), BATCH),
+    Data(3, Streams(i32(1), i8(0), i32(5), i64(10), i64(-1)), None),
+    Ack(3, p=i32(1), q=i32(4), c=i8(1), upto=i64(99)),
+    Reverse(3, p=i32(2), r=i8(1), q=i32(0), c=i8(0), floor=i64(41)),
+    CuStart(1, 4, 0, 7, True),
+    Retain(1, 4, 1, 3),
+    Retaining(1, 4, 1, 3),
+    State(1, 4, 0, SNAPSHOT, 5),
+    Installed(1, 4, 0, 5),
+    PSync(2, 4, 1),
+    Rejoin(1, p=i32(3), r=i8(0), q=i32(4), c=i8(1), floor=i64(7), send=np.array([True]),
+           wait=np.array([False])),
+    CuDone(0, 2, 1, 123, 0.25),
+    cm.OpenControl(token="abc"),
+    cm.Register(site=1, attempt=2, host="10.0.0.1", port=4000, pid=77, token="abc"),
+    cm.Ready(site=1, attempt=2),
+    cm.Heartbeat(site=1, attempt=0, pid=3, busy_s=1.5, slept_s=0.0, passes=3, cpu_s=2.0,
+                 buffered=10, capacity_s=4.0, at=12.5, counts=i64(1, 2, 3), refused=4),
+    cm.Moved(epoch=9),
+    cm.SiteError(site=2, attempt=1, error="Traceback ..."),
+    cm.Unreachable(site=0, peer=2, peer_attempt=1, reason="timed out"),
+    cm.View(number=1, members={0: cm.Member(host="h", port=1, attempt=0, registered=0),
+                               1: cm.Member(host="g", port=2, attempt=3, registered=5)}),
+    cm.Standby(),
+    cm.Adopt(slot=1, members={0: cm.Member(host="h", port=1, attempt=0, registered=0)},
+             dead=(2, 3), epochs=np.zeros((4, 2), np.int64), table=np.arange(8).reshape(4, 2)),
+    cm.Avail(slot=1, epoch=2, host="h", port=9, attempt=1, registered=4),
+    cm.Fail(dead=(1,)),
+    cm.Move(q=3, r=1, dst=2, epoch=8),
+    cm.Slow(factor=0.5),
+    cm.Kill(),
+    cm.Stop(reason="run finished", excluded=True),
+]
+
+
+@pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_every_field_survives(msg: Any) -> None:
+    assert same(msg, roundtrip(msg))
+
+
+def test_every_registered_message_has_an_example() -> None:
+    assert {type(m) for m in EXAMPLES} >= set(REGISTRY) - {cm.Member}
+
+
+def _msg_frame(items: Any, buffers: list[bytes] = ()) -> bytes:  # type: ignore[assignment]
+    body = msgpack.packb(items, use_bin_type=True)
+    sizes = np.array([len(body), *(len(b) for b in buffers)], dtype="<u8")
+    return struct.pack("<I", len(buffers)) + sizes.tobytes() + body + b"".join(buffers)
+
+
+class _Boom:
+    def __reduce__(self) -> tuple:
+        return (os.system, ("touch /tmp/sparkflux-pwned",))
+
+
+@pytest.mark.parametrize("body", [
+    b"",
+    os.urandom(64),
+    pickle.dumps(_Boom()),  # what the old wire would have executed
+    _msg_frame([999, 1]),  # unknown tag
+    _msg_frame([1, 1, 2]),  # CuStart with too few fields
+    _msg_frame([1, "x", 2, 3, 4, True]),  # a string where an int belongs
+    _msg_frame([1, 1, 2, 3, 4, msgpack.ExtType(1, msgpack.packb(["|O", [1], 0]))],
+               [b"\0" * 8]),  # an object array
+    _msg_frame([1, 1, 2, 3, 4, msgpack.ExtType(9, b"")]),  # unknown extension
+    _msg_frame([1, 1, 2, 3, 4, 5], [b"trailing"]),  # sizes that do not add up
+], ids=["empty", "random", "pickle", "tag", "arity", "type", "object-array", "ext", "sizes"])
+def test_a_malformed_message_is_a_frame_error(body: bytes) -> None:
+    if os.path.exists("/tmp/sparkflux-pwned"):
+        os.unlink("/tmp/sparkflux-pwned")
+    with pytest.raises(FrameError):
+        decode(MSG, body, {})
+    assert not os.path.exists("/tmp/sparkflux-pwned")
+
+
+@pytest.mark.parametrize("kind,body", [
+    (1, struct.pack("<hii", 7, 0, 0)),  # data for a stage that does not exist
+    (1, struct.pack("<hii", 3, 1000, 0)),  # more stream entries than bytes
+    (1, struct.pack("<hii", 3, 0, 5) + b"\0" * 16),  # rows that are not Arrow IPC
+    (3, struct.pack("<hi", 3, -1)),  # a negative count
+    (4, struct.pack("<hi", 3, 2) + b"\0" * 10),  # short arrays
+    (99, b"x"),  # unknown kind
+])
+def test_a_malformed_binary_frame_is_a_frame_error(kind: int, body: bytes) -> None:
+    with pytest.raises(FrameError):
+        decode(kind, body, {3: SCHEMA})
+
+
+def test_state_that_needs_pickle_is_refused_on_the_sending_site() -> None:
+    with pytest.raises(EncodeError, match="plain values"):
+        encode(State(1, 0, 0, {"ops": [object()]}))
+    with pytest.raises(EncodeError, match="dtype object"):
+        encode(State(1, 0, 0, {"ops": [np.array(["a", None], dtype=object)]}))

@@ -4,7 +4,9 @@
 background thread (the control server all sites dial), launches the sites as a Spark job,
 feeds the source through the ingress, delivers the egress output to the sink, and returns the
 run's metrics. The main thread only displays progress. Any site failure under ``--ha none``
-aborts the run with a ``RunFailed`` that says what happened.
+aborts the run with a ``RunFailed`` that says what happened. Every connection is authenticated
+with the run's secret before a frame of it is read (``handshake.py``); the host counts what it
+refuses (``refused_connections`` in the metrics, with the sites' own counts).
 """
 
 from __future__ import annotations
@@ -50,12 +52,15 @@ from sparkflux.control.events import (
     StopSite,
     Tick,
 )
+from sparkflux.control import events as control_events
 from sparkflux.control.policy import PolicyConfig
+from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.batch import concat
 from sparkflux.model.digest import Digest
 from sparkflux.model.validate import Rejected, validate
+from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
@@ -71,12 +76,14 @@ from sparkflux.protocol.messages import (
     Retaining,
 )
 from sparkflux.protocol.producer import ProtocolError
-from sparkflux.runtime.frames import CONTROL, decode
+from sparkflux.runtime import handshake
+from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
+from sparkflux.runtime.security import SECRET_CONF, Security, make_security, resolve_secret
 from sparkflux.runtime.sinks import DeadLetters, Sink
 from sparkflux.runtime.site import schemas_of
-from sparkflux.runtime.transport import READ_LIMIT, Connection, ConnectionLost
+from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start_server
 
 log = logging.getLogger(__name__)
 INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
@@ -110,6 +117,11 @@ class RunConfig:
     window_s: float = 2.0  # --balance-window
     standby_wait: float = 5.0  # --standby-wait
     local: bool = True
+    security: Security | None = None  # None: made by ``run`` (the user's secret or a fresh one)
+    tls: bool = False  # --tls (when ``run`` makes the security settings)
+    max_frame_mb: float | None = None  # --max-frame-mb
+    # kills of a slot with no live process at that moment: (site, seconds after adoption)
+    adopted_kills: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -132,6 +144,11 @@ class Host:
                  dead_letters: DeadLetters) -> None:
         self.plan = plan
         self.cfg = cfg
+        import secrets
+
+        self.security = cfg.security or make_security(secrets.token_bytes(32))
+        self.gate = Gate(self.security.secret, lambda: (DRIVER_ID, 0),
+                         self.security.handshake_timeout, self.security.max_pending)
         self.sink = sink
         self.dead_letters = dead_letters
         self.replicas = 2 if cfg.ha == "flux" else 1
@@ -156,6 +173,9 @@ class Host:
         self.control_of: dict[Connection, Connection] = {}
         self.data_of: dict[Connection, Connection] = {}
         self._controls: dict[str, asyncio.Future[Connection]] = {}  # pairing token -> conn
+        self._claims: dict[Connection, Claim] = {}  # what each connection authenticated as
+        self.registered_as: dict[Connection, int] = {}  # the slot a process registered for
+        self._tasks: set[asyncio.Task] = set()
         self._registered: dict[str, asyncio.Event] = {}
         # The ingress's DTSB: input for a site that cannot take it waits here, in one pool.
         self.outbox = Outbox(self.conns.get, INGRESS_POOL_ROWS)
@@ -163,6 +183,7 @@ class Host:
         self.dead: set[int] = set()
         self.standbys: list[Connection] = []
         self.identity: dict[Connection, tuple[int, int, int]] = {}  # slot, attempt, pid
+        self._kill_on_adopt: dict[int, list[float]] = {}  # slot -> delays after adoption
         self._catch_up_started: dict[tuple[int, int], float] = {}
         self.catch_ups: list[dict[str, Any]] = []
         self.recovered: list[dict[str, Any]] = []
@@ -172,6 +193,7 @@ class Host:
         self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
         self.site_load: dict[int, dict[str, float]] = {}  # the last heartbeat's counters
         self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
+        self.site_refused: dict[tuple[int, int], int] = {}  # (slot, attempt) -> refused
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -196,7 +218,7 @@ class Host:
         self._start_ingress = asyncio.Event()
         self._progressed = asyncio.Event()
         self._finished = asyncio.Event()
-        server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=READ_LIMIT)
+        server = await start_server(self._accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
         self.sink.open(self.plan.output_schema)
         self.digest.update(pa.RecordBatch.from_pylist([], schema=self.plan.output_schema))
@@ -211,7 +233,7 @@ class Host:
             ticker.cancel()
             flusher.cancel()
             for conn in [*self.conns.values(), *self.standbys]:
-                for c in self._stop_process(conn, {"type": "stop", "reason": "run finished"}):
+                for c in self._stop_process(conn, cm.Stop(reason="run finished")):
                     try:
                         await asyncio.wait_for(c.drain(), 5.0)
                     except (TimeoutError, ConnectionLost):
@@ -236,25 +258,53 @@ class Host:
             self._registered[token] = asyncio.Event()
         return self._controls[token]
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(reader, writer, "site ?")
+    def _refuse(self, conn: Connection, reason: str, detail: str) -> None:
+        log.warning("refused a connection (%s): %s", conn.peer, detail)
+        self.gate.refuse(reason, conn.writer)
+        conn.close()
+
+    async def _first(self, conn: Connection) -> Any:
+        """The first frame of an authenticated connection, within the handshake's deadline
+        (None: it sent nothing valid in time; the connection is closed and counted)."""
         try:
-            kind, body = await conn.recv()
-        except ConnectionLost:
+            return await asyncio.wait_for(conn.recv_message(self.schema_of),
+                                          self.security.handshake_timeout)
+        except (TimeoutError, ConnectionLost) as e:
+            self._refuse(conn, "no valid first frame", str(e) or "timed out")
+            return None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted = await serve(reader, writer, self.gate, self.security)
+        if accepted is None:
             return
-        msg = decode(kind, body, self.schema_of) if kind == CONTROL else None
-        if isinstance(msg, dict) and msg.get("type") == "control":
-            await self._accept_control(conn, str(msg["token"]))
+        conn, claim = accepted
+        if claim.channel not in (handshake.DATA, handshake.CONTROL):
+            self._refuse(conn, "wrong channel", "the driver takes data and control "
+                         "connections only")
             return
-        if not isinstance(msg, dict) or msg.get("type") != "register":
-            conn.close()
+        msg = await self._first(conn)
+        if msg is None:
             return
-        addr = SiteAddress(site=int(msg["site"]), attempt=int(msg["attempt"]), host=msg["host"],
-                           port=int(msg["port"]), pid=int(msg["pid"]))
+        if claim.channel == handshake.CONTROL:
+            if not isinstance(msg, cm.OpenControl):
+                self._refuse(conn, "no valid first frame", f"control connection opened with "
+                             f"{type(msg).__name__}")
+                return
+            self._claims[conn] = claim
+            await self._accept_control(conn, msg.token)
+            return
+        if not isinstance(msg, cm.Register) or (msg.site, msg.attempt) != (claim.site,
+                                                                          claim.attempt):
+            self._refuse(conn, "registration does not match the handshake",
+                         f"data connection of site {claim.site} attempt {claim.attempt} "
+                         f"opened with {msg!r}")
+            return
+        addr = SiteAddress(site=msg.site, attempt=msg.attempt, host=msg.host, port=msg.port,
+                           pid=msg.pid)
         conn.peer = f"site {addr.site}"
         # The site opened its control connection before it registered; the two accepts may
         # still run in either order here.
-        token = str(msg["token"])
+        token = msg.token
         try:
             ctl = await asyncio.wait_for(asyncio.shield(self._control_conn(token)), 30.0)
         except TimeoutError:
@@ -264,21 +314,28 @@ class Host:
         except asyncio.CancelledError:
             conn.close()  # the run is over
             return
+        if self._claims.get(ctl) != Claim(handshake.CONTROL, addr.site, addr.attempt):
+            self._refuse(conn, "registration does not match the handshake",
+                         f"site {addr.site} attempt {addr.attempt} paired with a control "
+                         f"connection of another process")
+            ctl.close()
+            self._registered[token].set()
+            return
         ctl.peer = f"site {addr.site} (control)"
         self.control_of[conn], self.data_of[ctl] = ctl, conn
         actions = self.controller.handle(Registered(address=addr, now=time.monotonic()))
         if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
                for a in actions):
-            self._stop_process(conn, {"type": "stop", "excluded": True,
-                                      "reason": "not a member of the view"})
+            self._stop_process(conn, cm.Stop(excluded=True, reason="not a member of the view"))
             conn.close()
             ctl.close()
             self._registered[token].set()  # its reader stops: the data side never registered
             return
         self.identity[conn] = (addr.site, addr.attempt, addr.pid)
+        self.registered_as[conn] = addr.site
         self._registered[token].set()
         if any(isinstance(a, Standby) for a in actions):
-            conn.send_control({"type": "standby"})
+            conn.send(cm.Standby())
             self.standbys.append(conn)
         else:
             self.conns[addr.site] = conn
@@ -313,27 +370,24 @@ class Host:
         data = self.conns.get(slot)
         return None if data is None else self.control_of.get(data, data)
 
-    def _tell(self, slot: int, message: dict[str, Any] | CuStart) -> None:
+    def _tell(self, slot: int, message: cm.ControlMessage | CuStart) -> None:
         """A control frame (or ``cu-start``) to the process in ``slot``; one whose
         connection is gone is dropped (that site's own reader reports its failure, not the
         caller's)."""
         conn = self._ctl(slot)
         if conn is not None and slot not in self.dead:
             try:
-                if isinstance(message, dict):
-                    conn.send_control(message)
-                else:
-                    conn.send(message)
+                conn.send(message)
             except ConnectionLost:
                 pass
 
-    def _stop_process(self, data: Connection, message: dict[str, Any]) -> list[Connection]:
+    def _stop_process(self, data: Connection, message: cm.Stop) -> list[Connection]:
         """``stop`` on both of a process's connections, so that whichever the site reads
         first, it reads ``stop`` before that connection's end (not "lost the driver")."""
         sent = []
         for c in dict.fromkeys([self.control_of.get(data, data), data]):
             try:
-                c.send_control(message)
+                c.send(message)
                 sent.append(c)
             except ConnectionLost:
                 pass
@@ -345,45 +399,47 @@ class Host:
         data = self.data_of.get(conn, conn)
         try:
             while True:
-                kind, body = await conn.recv()
-                msg = decode(kind, body, self.schema_of)
+                msg = await conn.recv_message(self.schema_of)
                 slot, attempt, _ = self.identity[data]
                 member = self.conns.get(slot) is data
-                if kind != CONTROL:
+                if not isinstance(msg, cm.CONTROL_TYPES):
                     if member and slot not in self.dead:
-                        self._on_site_message(msg, slot)  # type: ignore[arg-type]
+                        self._on_site_message(msg, slot)
                     continue
-                assert isinstance(msg, dict)
-                t = msg.get("type")
                 now = time.monotonic()
-                if t == "hb":
+                if isinstance(msg, cm.Heartbeat):
                     self.utilisation.setdefault(slot, []).append((
-                        time.time(), float(msg.get("busy_s", 0.0)),
-                        float(msg.get("slept_s", 0.0))))
+                        time.time(), msg.busy_s, msg.slept_s))
                     last = self.site_load.get(slot, {})
-                    held = int(msg.get("buffered", 0))
-                    self.site_load[slot] = {"busy_s": round(float(msg.get("busy_s", 0.0)), 3),
-                                            "passes": int(msg.get("passes", 0)),
-                                            "cpu_s": round(float(msg.get("cpu_s", 0.0)), 3),
-                                            "buffered_rows": held,  # FH-Prod, last heartbeat
+                    self.site_load[slot] = {"busy_s": round(msg.busy_s, 3),
+                                            "passes": msg.passes,
+                                            "cpu_s": round(msg.cpu_s, 3),
+                                            "buffered_rows": msg.buffered,  # FH-Prod
                                             "buffered_rows_max": max(
-                                                held, int(last.get("buffered_rows_max", 0)))}
+                                                msg.buffered,
+                                                int(last.get("buffered_rows_max", 0)))}
+                    self.site_refused[(slot, attempt)] = msg.refused
                     self._carry_out(self.controller.handle(
                         Heartbeat(site=slot, attempt=attempt, now=now)))
                     rnd = self._collecting.pop(slot, None) if member else None
-                    if rnd is not None and "counts" in msg:
+                    if rnd is not None and msg.counts.size:
                         self._carry_out(self.controller.handle(Stats(
-                            site=slot, attempt=attempt, round=rnd,
-                            busy_s=float(msg["busy_s"]), capacity_s=float(msg["capacity_s"]),
-                            counts=tuple(msg["counts"]), now=now, at=float(msg["at"]))))
-                elif t == "ready":
+                            site=slot, attempt=attempt, round=rnd, busy_s=msg.busy_s,
+                            capacity_s=msg.capacity_s, counts=tuple(msg.counts.tolist()),
+                            now=now, at=msg.at)))
+                elif isinstance(msg, cm.Ready):
                     self._carry_out(self.controller.handle(
                         SiteReady(site=slot, attempt=attempt)))
-                elif t == "moved" and member:
+                elif isinstance(msg, cm.Moved) and member:
                     self._carry_out(self.controller.handle(
-                        Moved(site=slot, epoch=int(msg["epoch"]), now=now)))
-                elif t == "error":
-                    self._abort(f"site {slot} stopped on an error:\n{msg['error']}")
+                        Moved(site=slot, epoch=msg.epoch, now=now)))
+                elif isinstance(msg, cm.Unreachable) and member:
+                    log.warning("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
+                    self._carry_out(self.controller.handle(control_events.Suspected(
+                        site=msg.peer, attempt=msg.peer_attempt, by=slot,
+                        reason=msg.reason, now=now)))
+                elif isinstance(msg, cm.SiteError):
+                    self._abort(f"site {slot} stopped on an error:\n{msg.error}")
         except ConnectionLost as e:
             slot, attempt, _ = self.identity[data]
             if self.conns.get(slot) is not data:
@@ -407,11 +463,10 @@ class Host:
         for a in actions:
             match a:
                 case InstallView(view=view):
-                    members = {s: {"host": m.host, "port": m.port, "attempt": m.attempt}
-                               for s, m in view.members.items()}
+                    members = {s: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
+                                            registered=s) for s, m in view.members.items()}
                     for s in view.members:
-                        self.conns[s].send_control({"type": "view", "number": view.number,
-                                                    "members": members})
+                        self.conns[s].send(cm.View(number=view.number, members=members))
                     self.stats.phase = "connecting sites"
                 case StartIngress():
                     assert self._start_ingress is not None
@@ -445,8 +500,7 @@ class Host:
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
-                        self._stop_process(conn, {"type": "stop", "excluded": True,
-                                                  "reason": reason})
+                        self._stop_process(conn, cm.Stop(excluded=True, reason=reason))
                 case Abort(reason=reason):
                     self._abort(reason)
 
@@ -456,7 +510,8 @@ class Host:
         if conn is None:
             return
         self.standbys.remove(conn)
-        self.adoptions.append({"slot": slot, "registered_as": self.identity[conn][0],
+        registered = self.registered_as.get(conn, self.identity[conn][0])
+        self.adoptions.append({"slot": slot, "registered_as": registered,
                                "attempt": address.attempt, "pid": address.pid,
                                "time": time.time()})
         self.identity[conn] = (slot, address.attempt, address.pid)
@@ -466,17 +521,30 @@ class Host:
         epoch = self.controller.epoch
         self.ingress.on_avail(slot, epoch)
         assert self.controller.layout is not None
-        conn.send_control({"type": "adopt", "slot": slot, "members": sorted(view.members),
-                           # where the StateMover reaches each member (a catch-up from this
-                           # site, e.g. a later move's, dials the new copy's site)
-                           "addresses": {str(j): [m.host, m.port]
-                                         for j, m in view.members.items()},
-                           "dead": sorted(self.dead), "epochs": self.ingress.epochs.tolist(),
-                           "table": self.controller.layout.table().tolist()})
+        # where each member is reached and by which process (a catch-up from this site, e.g.
+        # a later move's, dials the new copy's site; the members dial this one)
+        members = {j: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
+                                registered=self._registered_of(j, registered, slot))
+                   for j, m in view.members.items()}
+        conn.send(cm.Adopt(slot=slot, members=members, dead=tuple(sorted(self.dead)),
+                           epochs=self.ingress.epochs.copy(),
+                           table=self.controller.layout.table().copy()))
         for s in view.members:
             if s != slot:
-                self._tell(s, {"type": "avail", "slot": slot, "epoch": epoch,
-                               "host": address.host, "port": address.port})
+                self._tell(s, cm.Avail(slot=slot, epoch=epoch, host=address.host,
+                                       port=address.port, attempt=address.attempt,
+                                       registered=registered))
+        for delay in self._kill_on_adopt.pop(slot, []):
+            log.warning("site %d was adopted: killing it in %.2fs as asked", slot, delay)
+            assert self._loop is not None
+            self._loop.call_later(delay, self._kill, slot,
+                                  time.time() + delay - (self.metrics.start or time.time()))
+
+    def _registered_of(self, j: int, registered: int, slot: int) -> int:
+        if j == slot:
+            return registered
+        conn = self.conns.get(j)
+        return self.registered_as.get(conn, j) if conn is not None else j
 
     def _move(self, m: Move) -> None:
         """Unified Flux's move: the ingress and egress take over from the moved copy here,
@@ -492,7 +560,7 @@ class Host:
             self._abort(str(e))
             return
         for s in self.controller.view.members:
-            self._tell(s, {"type": "move", "q": m.q, "r": m.r, "dst": m.dst, "epoch": m.epoch})
+            self._tell(s, cm.Move(q=m.q, r=m.r, dst=m.dst, epoch=m.epoch))
         self._send(retaining)  # on the data channel, behind the rows sent to the survivor
 
     def _take_over(self, dead: set[int], live: list[int]) -> None:
@@ -510,7 +578,7 @@ class Host:
                 conn.close()
                 self.control_of.get(conn, conn).close()
         for s in live:
-            self._tell(s, {"type": "fail", "dead": sorted(self.dead)})
+            self._tell(s, cm.Fail(dead=tuple(sorted(self.dead))))
         try:
             self.ingress.on_fail(self.dead)
             self._send(self.egress.on_fail(self.dead))
@@ -589,6 +657,7 @@ class Host:
             asyncio.get_running_loop().call_later(after, self._slow, site, factor)
         for site, after, duration in self.cfg.hangs:
             asyncio.get_running_loop().call_later(after, self._hang, site, duration)
+        self._arm_adopted_kills()
         source = _SourceFeed(self.plan)
         if self.cfg.rate:
             buffer = _PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
@@ -646,9 +715,16 @@ class Host:
             stage=msg.stage, q=msg.q, r=msg.r, nbytes=msg.nbytes, now=time.monotonic())))
 
     def _kill(self, site: int, after: float) -> None:
-        """Crash a site's process with SIGKILL (``--kill SITE@SECONDS``)."""
+        """Crash a site's process with SIGKILL (``--kill SITE@SECONDS``). A slot with no live
+        process at that moment (it failed, and no standby has adopted it yet) is killed once
+        its next process has adopted it, right away, and the log says so."""
+        if self._finished is None or self._finished.is_set():
+            return
         member = self.controller.view.members.get(site)
-        if member is None or self._finished is None or self._finished.is_set():
+        if member is None or site in self.dead:
+            log.warning("--kill %d@%.2f: site %d has no live process now; killing its next "
+                        "process when it adopts the slot", site, after, site)
+            self._kill_on_adopt.setdefault(site, []).append(0.0)
             return
         self.kills.append({"site": site, "at_s": after, "pid": member.pid,
                            "time": time.time()})
@@ -659,7 +735,7 @@ class Host:
             except ProcessLookupError:
                 pass
         else:
-            self._tell(site, {"type": "kill"})
+            self._tell(site, cm.Kill())
 
     def _kills_after_recovery(self) -> None:
         """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
@@ -670,11 +746,16 @@ class Host:
                 delay = -spec - 1.0
                 loop.call_later(delay, self._kill, site, time.time() + delay - start)
 
+    def _arm_adopted_kills(self) -> None:
+        """``--kill SITE@adopted+SECONDS``: that long after the slot's next adoption."""
+        for site, delay in self.cfg.adopted_kills:
+            self._kill_on_adopt.setdefault(site, []).append(delay)
+
     def _slow(self, site: int, factor: float) -> None:
         """``--slow``: from now on the site gets ``factor`` times its capacity."""
         if self._ctl(site) is not None:
             self.slowed.append({"site": site, "factor": factor, "time": time.time()})
-            self._tell(site, {"type": "slow", "factor": factor})
+            self._tell(site, cm.Slow(factor=factor))
 
     def _hang(self, site: int, duration: float) -> None:
         """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only
@@ -712,6 +793,10 @@ class Host:
             "balance": [{**r, "at_s": round(r["at"] - self._mono_start, 3)}
                         for r in self.controller.rounds],
             "utilisation": self._utilisation(),
+            # connections closed before or right after authentication, never decoded
+            "refused_connections": {"driver": self.gate.total_refused,
+                                    "sites": sum(self.site_refused.values()),
+                                    "driver_reasons": dict(self.gate.refused)},
             # per site (its last process): busy seconds in passes, passes run, process CPU
             "site_load": {str(k): v for k, v in sorted(self.site_load.items())},
         }
@@ -909,21 +994,30 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     )
 
     master = cfg.master or default_master(cfg.sites + cfg.spares)
-    bind = cfg.bind_host if is_local(master) else "0.0.0.0"
-    cfg = replace(cfg, local=is_local(master))
+    if spark is None:
+        spark = spark_session(master)
+    conf = spark.sparkContext.getConf()
+    if cfg.security is None:
+        secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
+        log.info("run secret: %s", origin)
+        cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
+    if is_local(master):
+        bind = advertise = cfg.bind_host
+    else:  # listen where the executors are told to connect, not on every interface
+        advertise = conf.get("spark.driver.host", "127.0.0.1")
+        bind = conf.get("spark.driver.bindAddress", None) or advertise
+    cfg = replace(cfg, local=is_local(master), bind_host=bind)
     host = Host(plan, cfg, sink, dead_letters)
     thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
     thread.start()
     host.ready.wait(30)
     if host.port is None:
-        raise RunFailed("the driver host did not start")
-    if spark is None:
-        spark = spark_session(master)
-    advertise = bind if is_local(master) else spark.sparkContext.getConf().get(
-        "spark.driver.host", "127.0.0.1")
-    job = launch_sites(spark, plan, (advertise, host.port), bind,
-                       bind if is_local(master) else "", plan.sites + cfg.spares,
-                       host.replicas, cfg.site_cpu)
+        raise RunFailed(f"the driver host did not start (could it listen on {bind}?)")
+    # Sites on a cluster bind to, and advertise, their address towards the driver ("").
+    site_bind = bind if is_local(master) else ""
+    assert cfg.security is not None
+    job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind,
+                       plan.sites + cfg.spares, host.replicas, cfg.security, cfg.site_cpu)
     deadline = time.monotonic() + cfg.start_timeout
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()

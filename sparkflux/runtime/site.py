@@ -7,7 +7,11 @@ ingress's and egress's traffic, and the set-up: view, standby, adopt), receive t
 to every other site (one multiplexed connection per pair: the lower site id dials), report
 ready, then feed every frame to the sans-I/O ``SiteCore`` and send what it returns. ``fail``
 from the controller is take-over; a site that learns it was excluded, or loses the driver, stops
-at once (fail-stop: no zombies). A site process that registers after the view was formed
+at once (fail-stop: no zombies). Every connection, in or out, is authenticated with the run's
+secret and bound to the slot and incarnation it claims (``handshake.py``); an incoming link
+that claims a slot this site knows to be held by another incarnation, or already linked, is
+refused. A peer that cannot be dialled is reported to the controller (``Unreachable``) as a
+suspected failure; the site itself goes on. A site process that registers after the view was formed
 (Spark's retry of a crashed task) is a stateless standby until the run ends. An invariant
 violation or operator error is reported to the controller and stops the site.
 """
@@ -29,12 +33,16 @@ import numpy as np
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Outgoing, State
 from sparkflux.protocol.site import SiteCore, wire_schema
+from sparkflux.runtime import handshake
 from sparkflux.runtime.capacity import CpuCap
-from sparkflux.runtime.frames import CONTROL, decode, encode
+from sparkflux.runtime.frames import encode
+from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
-from sparkflux.runtime.transport import READ_LIMIT, Connection, ConnectionLost, connect
+from sparkflux.runtime.security import Security
+from sparkflux.runtime.transport import Connection, ConnectionLost, connect, serve, start_server
 
 log = logging.getLogger(__name__)
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
@@ -51,8 +59,10 @@ GATHER_ROWS = 8192  # ... or until this many rows wait
 GATHER_S = 0.05
 GATHER_CPU_S = 0.012
 GATHER_ROWS_CAPPED = 2 * 8192
-# Control frames a site handles before it has its core (see ``Site._set_up``).
-UNGATED = frozenset({"stop", "kill", "slow", "standby"})
+DIAL_TIMEOUT_S = 10.0  # a peer not reached within this is reported as unreachable
+# An incoming link may come before this site has heard of the incarnation that dials it (the
+# view, an adoption or an ``avail`` still on its way): it waits this long for that news.
+CLAIM_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,7 @@ class SiteConfig:
     controller_port: int
     bind_host: str
     advertise_host: str
+    security: Security
     replicas: int = 1
     # Heartbeats carry the load counters too: the driver answers the policy's collect from
     # the first one after it, so a round waits at most this long for each sample.
@@ -136,10 +147,27 @@ class Site:
         self.state_conns: dict[tuple[str, int], Connection] = {}
         self._state_dialing: dict[tuple[str, int], asyncio.Lock] = {}
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
+        # slot -> (the slot its process registered for, its Spark attempt): who must answer
+        # when this site dials the slot, and who may dial in claiming it
+        self.identities: dict[int, tuple[int, int]] = {}
+        self._known = asyncio.Event()  # set whenever ``identities`` or the core changes
+        self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
+                         cfg.security.handshake_timeout, cfg.security.max_pending)
+        self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _claim(self, channel: int) -> Claim:
+        return Claim(channel, self.id, self.cfg.attempt)
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
-        server = await asyncio.start_server(self._accept, self.cfg.bind_host, 0, limit=READ_LIMIT)
+        sec = self.cfg.security
+        server = await start_server(self._accept, self.cfg.bind_host, sec)
         port = server.sockets[0].getsockname()[1]
         # Two connections to the driver: control frames on their own, so that a ``move`` or
         # ``fail`` is read at once even while this site has input queued that it has not read
@@ -147,13 +175,15 @@ class Site:
         # pairs them in the driver.
         token = secrets.token_hex(8)
         host, cport = self.cfg.controller_host, self.cfg.controller_port
-        self.control = await connect(host, cport, "driver (control)")
-        self.control.send_control({"type": "control", "token": token})
-        self.driver = await connect(host, cport, "driver")
-        self.driver.send_control({
-            "type": "register", "site": self.id, "attempt": self.cfg.attempt,
-            "host": self.cfg.advertise_host, "port": port, "pid": os.getpid(), "token": token,
-        })
+        driver = (DRIVER, 0)
+        self.control = await connect(host, cport, "driver (control)", sec,
+                                     self._claim(handshake.CONTROL), driver)
+        self.control.send(cm.OpenControl(token=token))
+        self.driver = await connect(host, cport, "driver", sec, self._claim(handshake.DATA),
+                                    driver)
+        self.driver.send(cm.Register(site=self.id, attempt=self.cfg.attempt,
+                                     host=self.cfg.advertise_host, port=port, pid=os.getpid(),
+                                     token=token))
         tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
                  asyncio.create_task(self._pump(self.control, DRIVER, control=True)),
                  asyncio.create_task(self._heartbeat()),
@@ -176,37 +206,97 @@ class Site:
         return {
             "site": self.id, "attempt": self.cfg.attempt, "pid": os.getpid(),
             "role": self.role, "excluded": self.excluded, "busy_s": round(self.busy_s, 3),
+            "refused": dict(self.gate.refused),
             "rows_in": [c.rows_in for c in core.cons] if core else [],
         }
 
-    async def _install_view(self, members: dict[int, dict]) -> None:
+    def _learn(self, members: dict[int, cm.Member]) -> None:
+        for j, m in members.items():
+            self.addresses[j] = (m.host, m.port)
+            self.identities[j] = (m.registered, m.attempt)
+        self._known.set()
+
+    async def _install_view(self, msg: cm.View) -> None:
         self.core = SiteCore(self.id, self.plan, self.layout)
+        self._learn(msg.members)
         self._set_up.set()
-        self.addresses = {j: (m["host"], m["port"]) for j, m in members.items()}
-        for j, m in sorted(members.items()):
+        for j in sorted(msg.members):
             if j > self.id:
-                conn = await connect(m["host"], m["port"], f"site {j}")
-                conn.send_control({"type": "hello", "site": self.id})
-                self.peers[j] = conn
-                asyncio.create_task(self._pump(conn, j))
-        while len(self.peers) < len(members) - 1:
+                self._spawn(self._dial_peer(j))
+        while not (set(msg.members) - {self.id} - self.core.dead_sites) <= set(self.peers):
             self._peers_ready.clear()
             await self._peers_ready.wait()
         assert self.driver is not None
-        self.driver.send_control({"type": "ready", "site": self.id, "attempt": self.cfg.attempt})
+        self.driver.send(cm.Ready(site=self.id, attempt=self.cfg.attempt))
+
+    async def _dial_peer(self, j: int) -> None:
+        """Connect to slot ``j``'s current process in a task of its own, never on a reader:
+        a peer that cannot be reached within ``DIAL_TIMEOUT_S`` is reported to the controller
+        as a suspected failure (which decides, and tells everybody with ``fail``)."""
+        host, port = self.addresses[j]
+        expect = self.identities[j]
+        try:
+            conn = await connect(host, port, f"site {j}", self.cfg.security,
+                                 self._claim(handshake.PEER), expect, DIAL_TIMEOUT_S)
+        except ConnectionLost as e:
+            if self.identities.get(j) != expect or self._stop.is_set():
+                return  # the slot has a new process by now, or the run is over
+            log.warning("site %d: %s", self.id, e)
+            self._report(cm.Unreachable(site=self.id, peer=j, peer_attempt=expect[1],
+                                        reason=str(e)))
+            return
+        if self.identities.get(j) != expect or (
+                self.core is not None and j in self.core.dead_sites):
+            conn.close()  # it failed, or was replaced, while we dialled
+            return
+        self.peers[j] = conn
+        self._peers_ready.set()
+        self._spawn(self._pump(conn, j))
+
+    async def _admissible(self, claim: Claim) -> tuple[str, str] | None:
+        """Why a link that authenticated with ``claim`` must still be refused, or None: its
+        slot must be a member this site knows to be held by that very incarnation, not dead,
+        and (for the dataflow link) not already linked. Returns (what is counted, detail)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLAIM_WAIT_S
+        while True:
+            j = claim.site
+            known = self.identities.get(j)
+            if self.core is not None and known is not None:
+                if j in self.core.dead_sites:
+                    return "claimed a dead site", f"site {j} is dead in this site's view"
+                if known[1] == claim.attempt:
+                    if claim.channel == handshake.PEER and j in self.peers \
+                            and not self.peers[j].closed:
+                        return "claimed a linked site", f"site {j} is already linked"
+                    return None
+                if known[1] > claim.attempt:
+                    return ("claimed a replaced incarnation",
+                            f"site {j} attempt {claim.attempt} was replaced")
+            if loop.time() >= deadline:
+                return ("claimed an unknown incarnation",
+                        f"site {j} attempt {claim.attempt} is not a member this site knows")
+            self._known.clear()
+            try:
+                await asyncio.wait_for(self._known.wait(), deadline - loop.time())
+            except TimeoutError:
+                pass
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(reader, writer, "site ?")
-        try:
-            kind, body = await conn.recv()
-        except ConnectionLost:
+        accepted = await serve(reader, writer, self.gate, self.cfg.security)
+        if accepted is None:
             return
-        hello = decode(kind, body, self.schema_of) if kind == CONTROL else None
-        if not isinstance(hello, dict) or hello.get("type") not in ("hello", "state-hello"):
-            conn.close()
+        conn, claim = accepted
+        j = claim.site
+        why = (await self._admissible(claim) if claim.channel in (handshake.PEER,
+                                                                  handshake.STATE)
+               else ("wrong channel", "sites accept only peer and state connections"))
+        if why is not None:
+            log.warning("site %d refused a %s connection: %s", self.id,
+                        handshake.CHANNELS[claim.channel], why[1])
+            self.gate.refuse(why[0], writer)
             return
-        j = int(hello["site"])
-        if hello["type"] == "state-hello":  # the StateMover's connection: state only
+        if claim.channel == handshake.STATE:  # the StateMover's connection: state only
             conn.peer = f"state mover of site {j}"
             self.state_in.setdefault(j, []).append(conn)
             try:
@@ -215,9 +305,6 @@ class Site:
                 conn.close()
             return
         conn.peer = f"site {j}"
-        old = self.peers.get(j)
-        if old is not None and old is not conn:
-            old.close()
         self.peers[j] = conn
         self._peers_ready.set()
         self._hellos.add(j)
@@ -227,23 +314,31 @@ class Site:
         except asyncio.CancelledError:
             conn.close()
 
+    def _report(self, msg: cm.ControlMessage) -> None:
+        """A report to the controller on the control connection (lost: the site stops)."""
+        try:
+            assert self.control is not None
+            self.control.send(msg)
+        except ConnectionLost:
+            self._fail("lost the driver")
+
     async def _heartbeat(self) -> None:
         assert self.control is not None
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
             try:
-                self.control.send_control({
-                    "type": "hb", "site": self.id, "pid": os.getpid(),
-                    "attempt": self.cfg.attempt, "busy_s": self.busy_s,
-                    "slept_s": self.cap.slept if self.cap else 0.0,
-                    "passes": self.passes, "cpu_s": time.process_time(),
-                    "buffered": (sum(b.buffered_rows() for b in self.core.prods)
-                                 if self.core is not None else 0),
+                self.control.send(cm.Heartbeat(
+                    site=self.id, pid=os.getpid(), attempt=self.cfg.attempt,
+                    busy_s=self.busy_s, slept_s=self.cap.slept if self.cap else 0.0,
+                    passes=self.passes, cpu_s=time.process_time(),
+                    buffered=(sum(b.buffered_rows() for b in self.core.prods)
+                              if self.core is not None else 0),
                     # the policy's statistics (thesis ch. 4): capacity so far, rows per
                     # mini-partition, sampled now on this site's clock
-                    "capacity_s": self._capacity_now(), "at": time.monotonic(),
-                    "counts": self.core.processed.tolist() if self.core is not None else [],
-                })
+                    capacity_s=self._capacity_now(), at=time.monotonic(),
+                    counts=(self.core.processed.copy() if self.core is not None
+                            else np.zeros(0, dtype=np.int64)),
+                    refused=self.gate.total_refused))
             except ConnectionLost:
                 self._fail("lost the driver")
                 return
@@ -261,13 +356,14 @@ class Site:
         bounded = not (control or side)
         try:
             while True:
-                kind, body = await conn.recv()
-                msg = decode(kind, body, self.schema_of)
-                if control and not self._set_up.is_set() and not (
-                        isinstance(msg, dict) and msg.get("type") in UNGATED):
+                msg = await conn.recv_message(self.schema_of)
+                is_control = isinstance(msg, cm.CONTROL_TYPES)
+                if is_control and peer != DRIVER:
+                    raise ConnectionLost(f"site {peer} sent a control message "
+                                         f"({type(msg).__name__}): protocol error")
+                if control and not self._set_up.is_set() and not isinstance(msg, cm.UNGATED):
                     await self._set_up.wait()
-                if kind == CONTROL:
-                    assert isinstance(msg, dict)
+                if is_control:
                     await self._on_control(msg)
                     continue
                 if side and not isinstance(msg, (State, Installed)):
@@ -283,6 +379,7 @@ class Site:
                     self._urgent = True
                 self._inbox_ready.set()
         except ConnectionLost as e:
+            conn.close()
             if not self._stop.is_set():
                 if peer == DRIVER:
                     self._fail(f"lost the driver ({e}); stopping (fail-stop)")
@@ -370,7 +467,7 @@ class Site:
                     key = (msg.stage, msg.q)
                     self.state_bytes[key] = sum(
                         p.nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
-                asyncio.get_running_loop().create_task(self._move_state(o.site, pieces, key))
+                self._spawn(self._move_state(o.site, pieces, key))
                 continue
             self.outbox.send(o.site, msg)  # a lost peer: the view change will follow
 
@@ -380,7 +477,8 @@ class Site:
         behind them; the new replica's ``installed`` comes back the same way (``key`` None),
         not behind the input queued for the survivor."""
         addr = self.addresses.get(site)
-        if addr is None:  # a bug: the catch-up would wait for this state forever
+        expect = self.identities.get(site)
+        if addr is None or expect is None:  # a bug: the catch-up would wait forever
             self._report_error(f"the StateMover has no address for site {site}")
             return
         try:
@@ -388,8 +486,9 @@ class Site:
             async with self._state_dialing.setdefault(addr, asyncio.Lock()):
                 conn = self.state_conns.get(addr)
                 if conn is None or conn.closed:
-                    conn = await connect(addr[0], addr[1], f"state mover to site {site}")
-                    conn.send_control({"type": "state-hello", "site": self.id})
+                    conn = await connect(addr[0], addr[1], f"state mover to site {site}",
+                                         self.cfg.security, self._claim(handshake.STATE),
+                                         expect, DIAL_TIMEOUT_S)
                     self.state_conns[addr] = conn
             t = time.perf_counter()
             conn._write(pieces)
@@ -408,31 +507,29 @@ class Site:
         if live <= self._hellos:
             self._ready_sent = True
             assert self.driver is not None
-            self.driver.send_control({"type": "ready", "site": self.id,
-                                      "attempt": self.cfg.attempt})
+            self.driver.send(cm.Ready(site=self.id, attempt=self.cfg.attempt))
 
-    async def _avail(self, msg: dict[str, Any]) -> None:
-        """A standby adopted site slot ``slot``: dial it (after forgetting it was dead)."""
+    def _avail(self, msg: cm.Avail) -> None:
+        """``avail``: a standby adopted site slot ``slot``: forget it was dead and dial it, in
+        a task of its own (this reader goes on with the next control frame at once)."""
         assert self.core is not None
-        slot = int(msg["slot"])
-        self.core.on_avail(slot, int(msg.get("epoch", 0)))
-        self.addresses[slot] = (msg["host"], int(msg["port"]))
+        slot = msg.slot
+        self.core.on_avail(slot, msg.epoch)
+        self.addresses[slot] = (msg.host, msg.port)
+        self.identities[slot] = (msg.registered, msg.attempt)
+        self._known.set()
         self.outbox.drop(slot)  # frames held for the failed incarnation
         old = self.peers.pop(slot, None)
         if old is not None:
             old.close()
-        conn = await connect(msg["host"], msg["port"], f"site {slot}")
-        conn.send_control({"type": "hello", "site": self.id})
-        self.peers[slot] = conn
-        asyncio.create_task(self._pump(conn, slot))
+        self._spawn(self._dial_peer(slot))
 
-    async def _on_control(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if kind == "view":
-            await self._install_view(msg["members"])
-        elif kind == "fail":
+    async def _on_control(self, msg: cm.ControlMessage) -> None:
+        if isinstance(msg, cm.View):
+            await self._install_view(msg)
+        elif isinstance(msg, cm.Fail):
             assert self.core is not None
-            dead = set(msg["dead"])
+            dead = set(msg.dead)
             for s in dead:
                 self.outbox.drop(s)
                 c = self.peers.pop(s, None)
@@ -441,51 +538,53 @@ class Site:
                 for c in self.state_in.pop(s, []):  # a zombie's late state or installed
                     c.close()
             self._send(self.core.on_fail(dead))
+            self._known.set()
+            self._peers_ready.set()
             self._maybe_ready()
             if self.core.stopped:
                 self.excluded = self.core.stopped
                 self._stop.set()
-        elif kind == "standby":
+        elif isinstance(msg, cm.Standby):
             self.role = "standby"
             log.info("site %d (attempt %d) is a standby", self.id, self.cfg.attempt)
-        elif kind == "adopt":
+        elif isinstance(msg, cm.Adopt):
             # This standby becomes site slot ``slot``: empty replicas, filled by catch-up.
-            self.id = int(msg["slot"])
+            self.id = msg.slot
             self.role = "adopted"
             try:  # a standby started at low priority; its catch-up must not be starved
                 os.setpriority(os.PRIO_PROCESS, 0, 0)
             except (PermissionError, OSError):
                 log.info("site %d could not restore its priority", self.id)
             layout = self.layout.copy()
-            layout.load(msg["table"])  # the placement as the moves so far have left it
+            layout.load(msg.table)  # the placement as the moves so far have left it
             self.core = SiteCore(self.id, self.plan, layout, standby=True)
-            self.core.dead_sites = set(msg["dead"])
-            self.core.epochs = np.asarray(msg["epochs"], dtype=np.int64)
+            self.core.dead_sites = set(msg.dead)
+            self.core.epochs = np.asarray(msg.epochs, dtype=np.int64)
+            self._members = set(msg.members)
+            self._learn(msg.members)
             self._set_up.set()
-            self._members = set(msg["members"])
-            self.addresses = {int(j): (h, int(port))
-                              for j, (h, port) in msg.get("addresses", {}).items()}
             self._maybe_ready()
-        elif kind == "avail":
-            await self._avail(msg)
-        elif kind == "slow":  # --slow SITE@SECONDS=FACTOR
+        elif isinstance(msg, cm.Avail):
+            self._avail(msg)
+        elif isinstance(msg, cm.Slow):  # --slow SITE@SECONDS=FACTOR
             self._capacity_now()
             if self.cap is None:
                 self.cap = CpuCap(1.0)
-            self.cap.scale(float(msg["factor"]))
-        elif kind == "move":  # unified Flux: one copy of a partition moves (or is re-placed)
-            assert self.core is not None and self.control is not None
-            self._send(self.core.on_move(int(msg["q"]), int(msg["r"]), int(msg["dst"]),
-                                         int(msg["epoch"])))
-            self.control.send_control({"type": "moved", "epoch": int(msg["epoch"])})
-        elif kind == "kill":
+            self.cap.scale(msg.factor)
+        elif isinstance(msg, cm.Move):  # unified Flux: a copy of a partition moves
+            assert self.core is not None
+            self._send(self.core.on_move(msg.q, msg.r, msg.dst, msg.epoch))
+            self._report(cm.Moved(epoch=msg.epoch))
+        elif isinstance(msg, cm.Kill):
             # A real crash on request (clusters, where the driver cannot signal the process).
             os.kill(os.getpid(), signal.SIGKILL)
-        elif kind == "stop":
-            if msg.get("excluded"):
+        elif isinstance(msg, cm.Stop):
+            if msg.excluded:
                 # Not an error of this task: Spark must not retry it (no zombies either).
-                self.excluded = str(msg.get("reason"))
+                self.excluded = msg.reason
             self._stop.set()
+        else:
+            raise ConnectionLost(f"the driver sent a {type(msg).__name__}: protocol error")
 
     def _capacity_now(self) -> float:
         """Seconds of capacity this site has had so far: wall time times its cap (so that
@@ -501,8 +600,7 @@ class Site:
         try:
             conn = self.control or self.driver
             if conn is not None:
-                conn.send_control({"type": "error", "site": self.id,
-                                   "attempt": self.cfg.attempt, "error": tb})
+                conn.send(cm.SiteError(site=self.id, attempt=self.cfg.attempt, error=tb))
         except ConnectionLost:
             pass
         self._stop.set()

@@ -1,21 +1,28 @@
-"""Framed TCP connections over asyncio streams.
+"""Framed, authenticated TCP connections over asyncio streams.
 
-Every transport failure (reset, EOF, a truncated frame) surfaces as one ``ConnectionLost``
-for the caller (distributed's ``CommClosedError`` habit): the protocol layer sees "peer lost",
-never a zoo of socket errors. Writes never block the event loop: ``send`` queues the frame
-(flow control is end to end, in the ingress window, and the skew buffer of ``outbox`` keeps
-data out of a blocked connection), so two sites that send to each other cannot deadlock on
-full socket buffers.
+Every connection starts with the run's mutual handshake (``handshake.py``; inside TLS when the
+run has it) before a frame is read, and every frame is checked against a size limit before its
+body is read. Every transport failure (reset, EOF, a truncated or malformed frame, a frame over
+the limit) surfaces as one ``ConnectionLost`` for the caller (distributed's
+``CommClosedError`` habit): the protocol layer sees "peer lost", never a zoo of socket errors.
+Writes never block the event loop: ``send`` queues the frame (flow control is end to end, in
+the ingress window, and the skew buffer of ``outbox`` keeps data out of a blocked connection),
+so two sites that send to each other cannot deadlock on full socket buffers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from typing import Any
 
-from sparkflux.protocol.messages import Message
-from sparkflux.runtime.frames import FRAME_HEADER, KINDS, encode, encode_control
+import pyarrow as pa
+
+from sparkflux.runtime import handshake
+from sparkflux.runtime.frames import FRAME_HEADER, FrameError, decode, encode, frame_size
+from sparkflux.runtime.handshake import Claim, Gate, HandshakeFailed
+from sparkflux.runtime.security import TLS_NAME, Security
 
 SOCKET_BUFFER = 1 << 15
 # asyncio's reader buffers up to twice this before it stops reading the socket: keep it
@@ -28,13 +35,14 @@ class ConnectionLost(Exception):
 
 
 class Connection:
-    """One framed, multiplexed connection to a peer."""
+    """One framed, multiplexed connection to an authenticated peer."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 peer: str = "?") -> None:
+                 peer: str = "?", max_frame: int = 1 << 28) -> None:
         self.reader = reader
         self.writer = writer
         self.peer = peer
+        self.max_frame = max_frame
         self.closed = False
         sock = writer.get_extra_info("socket")
         if sock is not None:
@@ -45,37 +53,52 @@ class Connection:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         self.bytes_sent = 0
 
-    async def recv(self) -> tuple[int, bytes]:
-        """The next frame as (kind, body); raises ConnectionLost at EOF or on error."""
+    def _lost(self, why: str, cause: BaseException | None = None) -> ConnectionLost:
+        self.close()
+        e = ConnectionLost(f"connection to {self.peer} {why}")
+        e.__cause__ = cause
+        return e
+
+    async def recv(self) -> tuple[int, memoryview]:
+        """The next frame as (kind, body); raises ConnectionLost at EOF, on error, and for a
+        frame over the size limit (its body is never read)."""
         try:
             head = await self.reader.readexactly(FRAME_HEADER.size)
             size, kind = FRAME_HEADER.unpack(head)
+            if not 1 <= size <= self.max_frame:
+                raise self._lost(f"sent a frame of {size} bytes (limit {self.max_frame}): "
+                                 f"protocol error")
             body = await self.reader.readexactly(size - 1)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
-            self.closed = True
-            raise ConnectionLost(f"connection to {self.peer} lost: {e!r}") from e
-        if kind not in KINDS:
-            self.closed = True
-            raise ConnectionLost(f"connection to {self.peer}: unknown frame kind {kind}")
-        return kind, body
+            raise self._lost(f"lost: {e!r}", e) from e
+        return kind, memoryview(body)
+
+    async def recv_message(self, schema_of: dict[int, pa.Schema]) -> Any:
+        """The next frame, decoded; a frame that does not parse closes the connection."""
+        kind, body = await self.recv()
+        try:
+            return decode(kind, body, schema_of)
+        except FrameError as e:
+            raise self._lost(f"sent a malformed frame ({e}): protocol error", e) from e
 
     def _write(self, pieces: list) -> None:
         if self.closed or self.writer.is_closing():
             raise ConnectionLost(f"connection to {self.peer} is closed")
         self.writer.writelines(pieces)
-        self.bytes_sent += sum(p.nbytes if isinstance(p, memoryview) else len(p)
-                               for p in pieces)
+        self.bytes_sent += frame_size(pieces)
 
-    def send(self, msg: Message) -> None:
+    def send(self, msg: Any) -> None:
         self._write(encode(msg))
-
-    def send_control(self, message: dict[str, Any]) -> None:
-        self._write(encode_control(message))
 
     def buffered(self) -> int:
         """Bytes queued in the transport but not yet handed to the kernel."""
         t = self.writer.transport
-        return t.get_write_buffer_size() if t is not None else 0
+        if t is None or self.closed or t.is_closing():
+            return 0
+        try:
+            return t.get_write_buffer_size()
+        except AttributeError:  # a TLS transport whose socket has just gone
+            return 0
 
     async def drain(self) -> None:
         try:
@@ -92,18 +115,56 @@ class Connection:
             pass
 
 
-async def connect(host: str, port: int, peer: str, timeout: float = 30.0) -> Connection:
-    """Connect with jittered back-off until ``timeout`` (the peer may still be starting)."""
+def frame_limit(security: Security, channel: int) -> int:
+    return security.max_state_frame if channel == handshake.STATE else security.max_frame
+
+
+async def connect(host: str, port: int, peer: str, security: Security, claim: Claim,
+                  expect: tuple[int, int] | None = None, timeout: float = 30.0
+                  ) -> Connection:
+    """Dial, authenticate, and return the connection. Retries with jittered back-off until
+    ``timeout`` while the peer is unreachable or closes during the handshake (still starting,
+    or its door full); a peer that fails authentication is never retried."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     delay = 0.05
     while True:
+        writer = None
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT)
-            return Connection(reader, writer, peer)
-        except OSError as e:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, limit=READ_LIMIT, ssl=security.client_ssl(),
+                server_hostname=TLS_NAME if security.tls else None),
+                max(0.1, deadline - loop.time()))
+            await handshake.dial(reader, writer, security.secret, claim, expect,
+                                 security.handshake_timeout)
+            return Connection(reader, writer, peer, frame_limit(security, claim.channel))
+        except HandshakeFailed as e:
+            if writer is not None:
+                writer.close()
+            raise ConnectionLost(f"cannot connect to {peer} at {host}:{port}: {e}") from e
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+            if writer is not None:
+                writer.close()
             if loop.time() + delay > deadline:
-                raise ConnectionLost(f"cannot connect to {peer} at {host}:{port}: {e}") from e
-            await asyncio.sleep(delay)
+                raise ConnectionLost(f"cannot connect to {peer} at {host}:{port} within "
+                                     f"{timeout:.0f}s: {e!r}") from e
+            await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 1.0)
 
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate,
+                security: Security) -> tuple[Connection, Claim] | None:
+    """An accepted connection once its dialler has authenticated (None: closed, counted)."""
+    claim = await gate.admit(reader, writer)
+    if claim is None:
+        return None
+    label = f"{handshake.CHANNELS[claim.channel]} connection of site {claim.site}"
+    return Connection(reader, writer, label, frame_limit(security, claim.channel)), claim
+
+
+async def start_server(client_connected: Any, host: str, security: Security
+                       ) -> asyncio.Server:
+    return await asyncio.start_server(client_connected, host, 0, limit=READ_LIMIT,
+                                      ssl=security.server_ssl(),
+                                      ssl_handshake_timeout=security.handshake_timeout
+                                      if security.tls else None)

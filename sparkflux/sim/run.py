@@ -69,7 +69,7 @@ from sparkflux.protocol.messages import (
 )
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore
-from sparkflux.runtime.frames import FRAME_HEADER, PROTO, decode, encode
+from sparkflux.runtime.frames import FRAME_HEADER, MSG, decode, encode
 from sparkflux.sim.network import CONTROL, DATA, Network
 
 
@@ -352,10 +352,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
 
 
 def _as_moved(msg: Any) -> Any:
-    """A ``State`` as the runtime moves it: pickled with out-of-band buffers."""
+    """A ``State`` as the runtime moves it: through the typed wire encoding (its arrays and
+    Arrow tables out of band), so every operator's state is checked to survive it."""
     if isinstance(msg, State):
         body = b"".join(bytes(p) for p in encode(msg))[FRAME_HEADER.size:]
-        return decode(PROTO, body, {})
+        return decode(MSG, body, {})
     return msg
 
 

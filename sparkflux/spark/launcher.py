@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.runtime.security import Security
 from sparkflux.spark.site_task import make_site_task
 
 log = logging.getLogger(__name__)
@@ -72,15 +73,19 @@ class SiteJob:
 
 
 def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bind_host: str,
-                 advertise_host: str, tasks: int, replicas: int = 1,
+                 advertise_host: str, tasks: int, replicas: int, security: Security,
                  cpu_cap: float | None = None) -> SiteJob:
-    """Start ``tasks`` site tasks in a background thread and return at once."""
+    """Start ``tasks`` site tasks in a background thread and return at once. The run's
+    ``security`` (its secret, and TLS material if on) travels inside the task closure, as the
+    plan does: Spark's own channel to the executors carries it (``spark.authenticate`` and
+    ``spark.network.crypto.enabled`` protect that channel on a cluster)."""
     from pyspark import cloudpickle
 
     site_plan = _site_plan(plan)
     blob = cloudpickle.dumps(site_plan)
     host, port = controller
-    site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas, cpu_cap)
+    site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas, security,
+                               cpu_cap)
 
     sc = spark.sparkContext
     job = SiteJob(thread=threading.Thread(target=lambda: None))

@@ -16,8 +16,11 @@ STANDBY_NICE = 10
 
 
 def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_host: str,
-                   replicas: int, cpu_cap: float | None = None
+                   replicas: int, security: Any, cpu_cap: float | None = None
                    ) -> Callable[[int, Any], Iterator[dict[str, Any]]]:
+    """The site task; ``bind_host`` "" (a cluster): the site listens on, and advertises, its
+    own address towards the driver, not every interface."""
+
     def site_task(index: int, _rows: Any) -> Iterator[dict[str, Any]]:
         from pyspark import TaskContext
 
@@ -29,9 +32,22 @@ def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_
 
         from sparkflux.runtime.site import SiteConfig, run_site
 
+        bind, advertise = bind_host, advertise_host
+        if not bind:
+            bind = advertise = local_address_towards(host, port)
         cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
-                         controller_port=port, bind_host=bind_host,
-                         advertise_host=advertise_host, replicas=replicas, cpu_cap=cpu_cap)
+                         controller_port=port, bind_host=bind, advertise_host=advertise,
+                         security=security, replicas=replicas, cpu_cap=cpu_cap)
         yield run_site(cfg, cloudpickle.loads(blob))
 
     return site_task
+
+
+def local_address_towards(host: str, port: int) -> str:
+    """This machine's address on the route to ``host`` (no packet is sent: a UDP socket's
+    ``connect`` only picks the route)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, port))
+        return str(s.getsockname()[0])

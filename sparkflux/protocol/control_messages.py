@@ -1,0 +1,198 @@
+"""The control plane's messages between the driver and the sites, as typed frozen records.
+
+The controller's orders (``fail``, ``avail``, ``move`` of the thesis, and the run's set-up and
+shutdown) and the sites' reports (registration, readiness, heartbeats, move confirmations,
+errors, unreachable peers). They are plain values only (ints, floats, strings, numpy arrays,
+dicts and lists of those), so the wire can encode them with a schema and decode them without
+running code (``runtime/codec.py``). The catch-up messages of ``messages.py`` travel the same
+way.
+
+Which connection carries what (DESIGN.md §1, README "two connections"): the site's control
+connection carries ``OpenControl`` first, then the controller's ``Fail``, ``Avail``, ``Move``,
+``Slow``, ``Kill``, ``Stop`` and ``cu-start`` out and ``Heartbeat``, ``Moved``, ``SiteError``
+and ``Unreachable`` back; the data connection carries ``Register`` first, then ``View``,
+``Standby``, ``Adopt`` (frames that must precede any input), ``Ready`` and ``Stop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+# -- site -> driver ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenControl:
+    """First frame of a site's control connection: the token that pairs it with the data
+    connection the same process registers on."""
+
+    token: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Register:
+    """First frame of a site's data connection: who it is and where peers reach it."""
+
+    site: int
+    attempt: int
+    host: str
+    port: int
+    pid: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ready:
+    """The site is connected to every live member (view 1, or after its adoption)."""
+
+    site: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    """Liveness, ten a second, with the load policy's counters (thesis ch. 4) sampled on the
+    site's own clock, and the connections its server refused so far."""
+
+    site: int
+    attempt: int
+    pid: int
+    busy_s: float
+    slept_s: float
+    passes: int
+    cpu_s: float
+    buffered: int
+    capacity_s: float
+    at: float
+    counts: np.ndarray = field(default_factory=_empty)
+    refused: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Moved:
+    """The site has applied move ``epoch``."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiteError:
+    """The site stopped on an error (fail-stop); ``error`` is its traceback."""
+
+    site: int
+    attempt: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unreachable:
+    """Site ``site`` could not connect to the process in slot ``peer`` (incarnation
+    ``peer_attempt``) within its deadline: a suspected failure for the controller to judge,
+    never a reason for the reporting site to stop."""
+
+    site: int
+    peer: int
+    peer_attempt: int
+    reason: str
+
+
+# -- driver -> site ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member:
+    """A view member: where its data server listens, and which process holds the slot."""
+
+    host: str
+    port: int
+    attempt: int
+    registered: int  # the slot the process registered for (a spare's is beyond the sites)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class View:
+    """View 1: every member and its address; the site connects to the others."""
+
+    number: int
+    members: dict[int, Member]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Standby:
+    """The site registered after view 1: it waits, stateless, to adopt a failed slot."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Adopt:
+    """The standby becomes slot ``slot`` with empty replicas, filled by catch-up: the
+    members, where each is reached, which slots are dead, every replica's epoch (the paper's
+    version numbers) and the placement table as moves have left it."""
+
+    slot: int
+    members: dict[int, Member]
+    dead: tuple[int, ...]
+    epochs: np.ndarray
+    table: np.ndarray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Avail:
+    """``avail``: a new process (incarnation ``epoch``, Spark attempt ``attempt``) holds slot
+    ``slot``; connect to it."""
+
+    slot: int
+    epoch: int
+    host: str
+    port: int
+    attempt: int
+    registered: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fail:
+    """``fail``: the view's dead slots (take-over for every replica they held)."""
+
+    dead: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """Unified Flux's move: replica ``r`` of partition ``q`` goes to site ``dst``."""
+
+    q: int
+    r: int
+    dst: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Slow:
+    """``--slow``: from now on the site gets ``factor`` times its capacity."""
+
+    factor: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kill:
+    """``--kill`` on a cluster: the site crashes itself (SIGKILL)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stop:
+    """The run is over for this process; ``excluded``: it was thrown out of the view (not an
+    error of the task: Spark must not retry it)."""
+
+    reason: str
+    excluded: bool = False
+
+
+ControlMessage = (OpenControl | Register | Ready | Heartbeat | Moved | SiteError | Unreachable
+                  | View | Standby | Adopt | Avail | Fail | Move | Slow | Kill | Stop)
+
+CONTROL_TYPES = (OpenControl, Register, Ready, Heartbeat, Moved, SiteError, Unreachable, View,
+                 Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop)
+# Control frames a site handles before it has its core (see ``runtime.site.Site``).
+UNGATED = (Stop, Kill, Slow, Standby)
