@@ -65,7 +65,7 @@ def test_moves_after_a_restarted_site_adopted_its_slot(netmon: Any, spark: Any) 
     process must know where every member is: its StateMover dials the new copy's site
     (this once left a move waiting for state forever)."""
     m = run(netmon, spark, events=600_000, rate=50_000.0, ha="flux", partitions=32,
-            site_cpu=0.4, kill=["3@0.5"], slow=["2@3=0.3"], no_balance=False,
+            site_cpu=0.4, kill=["3@0.5"], slow=["2@3=0.15"], no_balance=False,
             window=400_000)
     digest, rows, _ = reference_digest(netmon, netmon_args(events=600_000), spark=spark)
     assert (m["output_digest"], m["output_tuples"]) == (digest, rows)

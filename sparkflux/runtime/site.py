@@ -154,6 +154,7 @@ class Site:
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
+        self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
 
     def _spawn(self, coro: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -222,7 +223,7 @@ class Site:
         self._set_up.set()
         for j in sorted(msg.members):
             if j > self.id:
-                self._spawn(self._dial_peer(j))
+                self._dials[j] = self._spawn(self._dial_peer(j))
         while not (set(msg.members) - {self.id} - self.core.dead_sites) <= set(self.peers):
             self._peers_ready.clear()
             await self._peers_ready.wait()
@@ -522,7 +523,13 @@ class Site:
         old = self.peers.pop(slot, None)
         if old is not None:
             old.close()
-        self._spawn(self._dial_peer(slot))
+        self._cancel_dial(slot)
+        self._dials[slot] = self._spawn(self._dial_peer(slot))
+
+    def _cancel_dial(self, slot: int) -> None:
+        task = self._dials.pop(slot, None)
+        if task is not None:
+            task.cancel()
 
     async def _on_control(self, msg: cm.ControlMessage) -> None:
         if isinstance(msg, cm.View):
@@ -531,6 +538,7 @@ class Site:
             assert self.core is not None
             dead = set(msg.dead)
             for s in dead:
+                self._cancel_dial(s)  # e.g. a standby that died right after its adoption
                 self.outbox.drop(s)
                 c = self.peers.pop(s, None)
                 if c is not None:
