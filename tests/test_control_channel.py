@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from sparkflux.dataflow.compiler import compile_plan
-from sparkflux.runtime.driver import Host, RunConfig
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import handshake
+from sparkflux.runtime.driver import Host, RunConfig
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.security import Security
 from sparkflux.runtime.sinks import DeadLetters, NullSink

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparkflux.control import events as control_events
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
     Abort,
@@ -52,7 +53,6 @@ from sparkflux.control.events import (
     StopSite,
     Tick,
 )
-from sparkflux.control import events as control_events
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.placement import Layout
