@@ -165,3 +165,84 @@ def test_a_site_handles_a_fail_that_overtook_its_view(netmon: Any) -> None:
 
     seen, summary = asyncio.run(driver())
     assert "SiteError" not in seen and summary["site"] == 0 and summary["excluded"] is None
+
+
+def test_a_peer_that_cannot_be_dialled_is_reported_not_waited_for(
+        netmon: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site dials peers in tasks of their own: while the view's other member, and then a
+    standby announced by ``avail``, cannot be reached, the site's control reader goes on (a
+    ``fail`` is handled at once), the site reports each peer it could not reach
+    (``Unreachable``, for the controller to judge), and it does not stop."""
+    import argparse
+    import socket
+
+    from sparkflux.runtime import site as site_module
+    from sparkflux.runtime.site import Site, SiteConfig
+
+    monkeypatch.setattr(site_module, "DIAL_TIMEOUT_S", 0.5)
+    args = argparse.Namespace(events=1000, batch_size=512, seed=7, cpu_work=False,
+                              bad_every=0, skew=False)
+    plan = compile_plan(netmon.build(netmon.options(args)), 4, 2)
+    schema_of = schemas_of(plan)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+
+    async def driver() -> list[Any]:
+        accepted: asyncio.Queue = asyncio.Queue()
+        gate = Gate(SEC.secret, lambda: DRIVER, 5.0, 8)
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            got = await serve(reader, writer, gate, SEC)
+            assert got is not None
+            conn, _ = got
+            await accepted.put((conn, await conn.recv_message(schema_of)))
+
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        site = Site(SiteConfig(site=0, attempt=0, controller_host="127.0.0.1",
+                               controller_port=port, bind_host="127.0.0.1",
+                               advertise_host="127.0.0.1", security=SEC, replicas=2,
+                               heartbeat_interval=0.05), plan)
+        running = asyncio.create_task(site.run())
+        conns = dict([(type(h).__name__, c)
+                      for c, h in [await accepted.get(), await accepted.get()]])
+        ctl, data = conns["OpenControl"], conns["Register"]
+        data.send(cm.View(number=1, members={
+            0: cm.Member(host="127.0.0.1", port=1, attempt=0, registered=0),
+            1: cm.Member(host="127.0.0.1", port=dead_port, attempt=0, registered=1)}))
+        reports: list[Any] = []
+
+        async def until(kind: type, conn: Connection) -> Any:
+            while True:
+                msg = await asyncio.wait_for(next_control(conn, schema_of), 5.0)
+                if not isinstance(msg, cm.Heartbeat):
+                    reports.append(msg)
+                if isinstance(msg, kind):
+                    return msg
+
+        await until(cm.Unreachable, ctl)
+        ctl.send(cm.Fail(dead=(1,)))  # the controller agrees: site 1 is gone
+        await until(cm.Ready, data)
+        # a standby adopts slot 1 and dies before anyone reaches it
+        ctl.send(cm.Avail(slot=1, epoch=1, host="127.0.0.1", port=dead_port, attempt=1,
+                          registered=1))
+        ctl.send(cm.Slow(factor=0.5))
+        t = asyncio.get_running_loop().time()
+        while site.cap is None:  # the reader went on past the avail
+            assert asyncio.get_running_loop().time() - t < 0.3
+            await asyncio.sleep(0.01)
+        await until(cm.Unreachable, ctl)
+        await asyncio.sleep(0.3)
+        assert not site._stop.is_set()
+        for c in (ctl, data):
+            c.send(cm.Stop(reason="test over"))
+        summary = await asyncio.wait_for(running, 10.0)
+        assert summary["excluded"] is None
+        server.close()
+        return reports
+
+    reports = asyncio.run(driver())
+    assert [type(r).__name__ for r in reports] == ["Unreachable", "Ready", "Unreachable"]
+    assert (reports[0].peer, reports[0].peer_attempt) == (1, 0)
+    assert (reports[2].peer, reports[2].peer_attempt) == (1, 1)
