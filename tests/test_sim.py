@@ -203,7 +203,7 @@ def test_two_adjacent_failures_are_a_clear_violation(baseline: Baseline) -> None
         try:
             run_check(baseline, seed, failures)
         except Violation as e:
-            m = re.search(r"every replica of producer partition (\d+) failed", str(e))
+            m = re.search(r"every replica of partition (\d+) of stage \d+ failed", str(e))
             if not str(e).startswith(f"seed {seed}:") or m is None or int(m[1]) not in lost:
                 wrong.append(f"{where}: unclear violation (partitions {sorted(lost)}): {e}")
         except AssertionError as e:

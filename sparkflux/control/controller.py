@@ -50,6 +50,7 @@ from sparkflux.control.events import (
     StartIngress,
     Stats,
     StopSite,
+    Suspected,
     Tick,
     View,
 )
@@ -147,6 +148,12 @@ class Controller:
                         self._last_seen[ev.site] = ev.now
                 case ConnectionClosed():
                     actions += self._lost(ev.site, ev.attempt, ev.reason, ev.now)
+                case Suspected():
+                    # only a live member's report, about a slot's current live process
+                    if ev.by in self.view.members and ev.by not in self.dead \
+                            and ev.site not in self.dead and self._is_member(ev.site, ev.attempt):
+                        actions += self._lost(ev.site, ev.attempt, f"site {ev.by} could not "
+                                              f"reach it: {ev.reason}", ev.now)
                 case Tick():
                     actions += self._tick(ev.now)
                 case Finished():
@@ -209,6 +216,14 @@ class Controller:
         pending = self._pending.get(site)
         if not self._is_member(site, attempt) and (pending is None or pending.attempt != attempt):
             return []
+        if self.view.number == 0:
+            # Registered, but the view is not formed yet: forget the registration. Spark
+            # retries the task, and its next attempt registers for the slot again.
+            log.warning("site %d (attempt %d) was lost before every site registered (%s); "
+                        "waiting for its next attempt", site, attempt, reason)
+            del self._pending[site]
+            self._last_seen.pop(site, None)
+            return []
         self.failures.append((now, site, reason))
         if self.ha:
             return self._fail_site(site)
@@ -235,7 +250,7 @@ class Controller:
         lost = self._lost_partition(site)
         if lost is not None:
             self.aborted = lost
-            return actions + [Abort(reason=lost)]
+            return [Abort(reason=lost), *actions]  # the reason the user sees comes first
         self._stop_balancing()
         if self.recovering == site:  # the standby died mid-recovery: start over later
             self.recovering, self.adopted, self.in_flight, self.queue = None, None, set(), []
@@ -255,16 +270,29 @@ class Controller:
         """A partition none of whose replicas is live and complete any more, if any."""
         if self.layout is None:
             return None
+        lost: dict[int, list[int]] = {}  # stage -> partitions with no complete live replica
         for s in range(self.stages):
             for q in range(self.layout.partitions):
                 live = [r for r in range(self.layout.replicas)
                         if self.layout.site_of(q, r) not in self.dead
                         and (s, q, r) not in self.incomplete]
                 if not live:
-                    return (f"site {site} failed while partition {q} of stage {s} had no other "
-                            f"complete replica (its copy was lost, moving or still being caught "
-                            f"up); its state is lost")
-        return None
+                    lost.setdefault(s, []).append(q)
+        if not lost:
+            return None
+        holders = sorted({self.layout.site_of(q, r) for qs in lost.values() for q in qs
+                          for r in range(self.layout.replicas)})
+        dead = [h for h in holders if h in self.dead]
+        gone = "; ".join(f"stage {s}: partition{'s' if len(qs) > 1 else ''} "
+                         f"{_some(qs)}" for s, qs in sorted(lost.items()))
+        failed = " and ".join(map(str, dead)) if dead else str(site)
+        return (f"site{'s' if len(dead) > 1 else ''} {failed} failed before the partitions "
+                f"they shared could be recovered (the last failure: site {site}); no complete "
+                f"replica is left of {gone}, so their state is lost. Each partition has "
+                f"{self.layout.replicas} replicas on neighbouring sites (chained "
+                f"declustering): failures of two neighbours must be further apart than a "
+                f"recovery takes (a restarted site is caught up in about a second; "
+                f"--spare-sites makes a standby ready at once)")
 
     # -- recovery and moves (catch-up orchestration, digest §5.4, §7) ------------------------------
     def _next_task(self) -> list[Action]:
@@ -295,6 +323,9 @@ class Controller:
         self.dead.discard(slot)
         self.epoch += 1  # names this incarnation in cu-start and retain
         self.recovering, self.adopted = slot, adopted
+        # Liveness is the new process's from now on: the failed process's last heartbeat
+        # would have it excluded at the next tick.
+        self._last_seen[slot] = self.now
         self.queue = [(s, q, r) for s in range(self.stages)
                       for q, r in sorted(self.layout.hosted(slot).items())]
         log.warning("standby (pid %d) adopts site %d; %d replicas to catch up", proc.pid, slot,
@@ -554,6 +585,12 @@ class Controller:
             elif self.lb_state == "collect" and now >= self.lb_at:
                 actions += self._collect("end")
         return actions
+
+
+def _some(items: Sequence[int], at_most: int = 8) -> str:
+    """``1, 5, 9`` or ``1, 5, 9, ... (12 in all)``."""
+    shown = ", ".join(map(str, items[:at_most]))
+    return shown if len(items) <= at_most else f"{shown}, ... ({len(items)} in all)"
 
 
 MIN_COST_ROWS = 200  # rows a site must process in a phase for its own cost per row to count

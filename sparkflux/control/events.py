@@ -55,6 +55,19 @@ class ConnectionClosed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Suspected:
+    """Site ``by`` could not reach the process in slot ``site`` (incarnation ``attempt``):
+    a suspected failure, which the controller takes as that process's failure if it is still
+    the slot's live member and the reporter is one too."""
+
+    site: int
+    attempt: int
+    by: int
+    reason: str
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     now: float
 
@@ -196,7 +209,7 @@ class Collect:
     round: int
 
 
-Event = (Registered | SiteReady | Heartbeat | ConnectionClosed | Tick | Finished
+Event = (Registered | SiteReady | Heartbeat | ConnectionClosed | Suspected | Tick | Finished
          | CatchUpDone | Moved | Stats)
 Action = (InstallView | StartIngress | StopSite | FailSites | Standby | Adopt | CatchUp
           | Recovered | Abort | Move | Collect)

@@ -241,8 +241,9 @@ class ConsumerSet:
                 alive = [r for r in range(n_rep) if r != s and not dead[p, r]]
                 if not alive:
                     raise PartitionLost(
-                        f"stage {self.stage}: every replica of producer partition {p} failed "
-                        f"before recovery; the dataflow cannot continue without losing input")
+                        f"every replica of partition {p} of stage {self.stage - 1} failed "
+                        f"before it could be recovered; the dataflow cannot continue without "
+                        f"losing its state")
                 alt = alive[0]
                 self.sender[i, p] = alt
                 self.ack_to[i, p] = -1
@@ -318,8 +319,9 @@ class ConsumerSet:
             sender = c if not dead[p, c] else 1 - c
             other = 1 - sender
             if dead[p, sender]:
-                raise PartitionLost(f"stage {self.stage}: every replica of producer partition "
-                                    f"{p} failed; partition {q} cannot be caught up")
+                raise PartitionLost(f"every replica of partition {p} of stage "
+                                    f"{self.stage - 1} failed; the copy of partition {q} it "
+                                    f"feeds cannot be caught up")
             self.sender[i, p] = sender
             self.ack_to[i, p] = other if not dead[p, other] else -1
             entries.append((int(self.producer_site[p, sender]), p, sender, True, False))

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.control import events as control_events
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
     Abort,
@@ -51,6 +50,7 @@ from sparkflux.control.events import (
     StartIngress,
     Stats,
     StopSite,
+    Suspected,
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig
@@ -435,7 +435,7 @@ class Host:
                         Moved(site=slot, epoch=msg.epoch, now=now)))
                 elif isinstance(msg, cm.Unreachable) and member:
                     log.warning("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
-                    self._carry_out(self.controller.handle(control_events.Suspected(
+                    self._carry_out(self.controller.handle(Suspected(
                         site=msg.peer, attempt=msg.peer_attempt, by=slot,
                         reason=msg.reason, now=now)))
                 elif isinstance(msg, cm.SiteError):
