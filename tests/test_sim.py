@@ -203,8 +203,11 @@ def test_two_adjacent_failures_are_a_clear_violation(baseline: Baseline) -> None
         try:
             run_check(baseline, seed, failures)
         except Violation as e:
-            m = re.search(r"every replica of partition (\d+) of stage \d+ failed", str(e))
-            if not str(e).startswith(f"seed {seed}:") or m is None or int(m[1]) not in lost:
+            m = re.search(r"no complete replica is left of stage 0: partitions? ([\d, ]+);",
+                          str(e))
+            named = {int(q) for q in m[1].split(", ")} if m else set()
+            if not str(e).startswith(f"seed {seed}:") or named != lost \
+                    or f"sites {min(x, y)} and {max(x, y)} failed" not in str(e):
                 wrong.append(f"{where}: unclear violation (partitions {sorted(lost)}): {e}")
         except AssertionError as e:
             wrong.append(f"{where}: not reported as a Violation: {e}")
