@@ -13,6 +13,7 @@ from sparkflux.control.events import (
     SiteReady,
     StartIngress,
     StopSite,
+    Suspected,
     Tick,
 )
 
@@ -62,3 +63,11 @@ def test_retried_site_task_is_told_to_stop() -> None:
 def test_stale_attempt_loss_is_ignored() -> None:
     c = started()
     assert c.handle(ConnectionClosed(site=1, attempt=7, reason="EOF", now=1.0)) == []
+
+
+def test_a_members_report_that_a_peer_is_unreachable_aborts_with_advice() -> None:
+    c = started()
+    assert c.handle(Suspected(site=2, attempt=1, by=0, reason="refused", now=1.0)) == []
+    assert c.handle(Suspected(site=2, attempt=0, by=0, reason="refused", now=1.0)) == [Abort(
+        reason="site 2 failed (site 0 could not reach it: refused); with --ha none a failed "
+               "site stops the job. Run with --ha flux to keep running through site failures.")]

@@ -144,16 +144,15 @@ class Controller:
                 case SiteReady():
                     actions += self._ready_site(ev)
                 case Heartbeat():
+                    # Only the slot's current incarnation counts: a heartbeat of a process
+                    # the slot has had before (a hung one that woke up) says nothing about
+                    # the one that adopted it since.
                     if self._is_member(ev.site, ev.attempt):
                         self._last_seen[ev.site] = ev.now
                 case ConnectionClosed():
                     actions += self._lost(ev.site, ev.attempt, ev.reason, ev.now)
                 case Suspected():
-                    # only a live member's report, about a slot's current live process
-                    if ev.by in self.view.members and ev.by not in self.dead \
-                            and ev.site not in self.dead and self._is_member(ev.site, ev.attempt):
-                        actions += self._lost(ev.site, ev.attempt, f"site {ev.by} could not "
-                                              f"reach it: {ev.reason}", ev.now)
+                    actions += self._suspected(ev)
                 case Tick():
                     actions += self._tick(ev.now)
                 case Finished():
@@ -173,7 +172,20 @@ class Controller:
     def _live(self) -> list[int]:
         return sorted(s for s in self.view.members if s not in self.dead)
 
+    def _suspected(self, ev: Suspected) -> list[Action]:
+        """Site ``ev.by`` could not reach slot ``ev.site``: that process's failure, if it is
+        the slot's live incarnation and the reporter is a live member itself. A report about
+        an earlier incarnation (the slot was adopted since), a site already failed, or from a
+        process that is no member any more (it may be the unreachable one) changes nothing."""
+        reporter = ev.by in self.view.members and ev.by not in self.dead
+        if not reporter or ev.site in self.dead or not self._is_member(ev.site, ev.attempt):
+            return []
+        return self._lost(ev.site, ev.attempt, f"site {ev.by} could not reach it: {ev.reason}",
+                          ev.now)
+
     def _registered(self, ev: Registered) -> list[Action]:
+        # (the time a standby that registers now adopts a slot: its liveness starts here)
+        self.now = max(self.now, ev.now)
         a = ev.address
         spare = a.site >= self.sites  # --spare-sites: standbys from the start
         if a.site < 0 or (spare and not self.ha):
@@ -211,18 +223,25 @@ class Controller:
         return []
 
     def _lost(self, site: int, attempt: int, reason: str, now: float) -> list[Action]:
+        """Process ``attempt`` of slot ``site`` is gone (connection lost, hung, or a peer
+        cannot reach it). Only the slot's current process counts: news of an earlier one is
+        stale."""
         if self.finished or self.aborted:
             return []
-        pending = self._pending.get(site)
-        if not self._is_member(site, attempt) and (pending is None or pending.attempt != attempt):
-            return []
+        self.now = max(self.now, now)
         if self.view.number == 0:
-            # Registered, but the view is not formed yet: forget the registration. Spark
-            # retries the task, and its next attempt registers for the slot again.
+            # Registered, but the view is not formed yet, so nothing runs and nothing is lost:
+            # forget the registration. Spark retries the task, and its next attempt registers
+            # for the slot again (as a failure, the view without it would have no members).
+            pending = self._pending.get(site)
+            if pending is None or pending.attempt != attempt:
+                return []
             log.warning("site %d (attempt %d) was lost before every site registered (%s); "
                         "waiting for its next attempt", site, attempt, reason)
             del self._pending[site]
             self._last_seen.pop(site, None)
+            return []
+        if not self._is_member(site, attempt):
             return []
         self.failures.append((now, site, reason))
         if self.ha:
@@ -267,32 +286,48 @@ class Controller:
         return actions + self._next_task()
 
     def _lost_partition(self, site: int) -> str | None:
-        """A partition none of whose replicas is live and complete any more, if any."""
+        """Why the run cannot go on, if ``site``'s failure left a partition of some stage
+        with no live and complete replica: the message the user sees (the runtime carries
+        out the ``Abort`` before the view change that would make the egress notice). It names
+        the failed sites that held the lost partitions (and the live ones whose copies were
+        still being caught up), the partitions per stage as the plan lists the stages (the
+        egress is no stage), and what makes such failures survivable."""
         if self.layout is None:
             return None
+        replicas = self.layout.replicas
         lost: dict[int, list[int]] = {}  # stage -> partitions with no complete live replica
+        failed: set[int] = set()  # failed sites that held a copy of a lost partition
+        rebuilding: set[int] = set()  # live sites whose copy was not caught up yet
         for s in range(self.stages):
             for q in range(self.layout.partitions):
-                live = [r for r in range(self.layout.replicas)
-                        if self.layout.site_of(q, r) not in self.dead
-                        and (s, q, r) not in self.incomplete]
-                if not live:
-                    lost.setdefault(s, []).append(q)
+                holders = [self.layout.site_of(q, r) for r in range(replicas)]
+                if any(j not in self.dead and (s, q, r) not in self.incomplete
+                       for r, j in enumerate(holders)):
+                    continue
+                lost.setdefault(s, []).append(q)
+                failed |= {j for j in holders if j in self.dead}
+                rebuilding |= {j for j in holders if j not in self.dead}
         if not lost:
             return None
-        holders = sorted({self.layout.site_of(q, r) for qs in lost.values() for q in qs
-                          for r in range(self.layout.replicas)})
-        dead = [h for h in holders if h in self.dead]
-        gone = "; ".join(f"stage {s}: partition{'s' if len(qs) > 1 else ''} "
-                         f"{_some(qs)}" for s, qs in sorted(lost.items()))
-        failed = " and ".join(map(str, dead)) if dead else str(site)
-        return (f"site{'s' if len(dead) > 1 else ''} {failed} failed before the partitions "
-                f"they shared could be recovered (the last failure: site {site}); no complete "
-                f"replica is left of {gone}, so their state is lost. Each partition has "
-                f"{self.layout.replicas} replicas on neighbouring sites (chained "
-                f"declustering): failures of two neighbours must be further apart than a "
-                f"recovery takes (a restarted site is caught up in about a second; "
-                f"--spare-sites makes a standby ready at once)")
+        who = f"{_sites(sorted(failed or {site}))} failed"
+        if rebuilding:
+            who += (f" while {_sites(sorted(rebuilding))} "
+                    f"{'was' if len(rebuilding) == 1 else 'were'} still being caught up")
+        elif len(failed) > 1:
+            who += (" before either could be recovered" if len(failed) == 2
+                    else " before any of them could be recovered")
+        gone = "; ".join(f"stage {s}: partition{'s' if len(qs) > 1 else ''} {_some(qs)}"
+                         for s, qs in sorted(lost.items()))
+        sooner = (": standbys launched up front (--spare-sites) start a recovery at once "
+                  "instead of after Spark restarts the failed task" if self.recovery ==
+                  "standby" else "")
+        return (f"{who}; no complete replica is left of {gone}. Their state is lost, so the "
+                f"run cannot go on. Each partition has {replicas} "
+                f"replica{'s' if replicas > 1 else ''} (at the start, replica r of partition q "
+                f"on site (q + r) mod {self.layout.sites}), so the run survives two sites that "
+                f"share a partition failing only if the first is recovered before the second "
+                f"fails. Have fewer sites fail at once, or recover sooner{sooner}. More "
+                f"replicas per partition are not supported yet.")
 
     # -- recovery and moves (catch-up orchestration, digest §5.4, §7) ------------------------------
     def _next_task(self) -> list[Action]:
@@ -585,6 +620,13 @@ class Controller:
             elif self.lb_state == "collect" and now >= self.lb_at:
                 actions += self._collect("end")
         return actions
+
+
+def _sites(sites: Sequence[int]) -> str:
+    """``site 1``, ``sites 1 and 2`` or ``sites 0, 1 and 2``."""
+    if len(sites) == 1:
+        return f"site {sites[0]}"
+    return f"sites {', '.join(map(str, sites[:-1]))} and {sites[-1]}"
 
 
 def _some(items: Sequence[int], at_most: int = 8) -> str:

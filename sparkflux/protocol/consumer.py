@@ -48,12 +48,18 @@ PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are jo
 
 
 class ConsumerSet:
-    """FH-Cons of the hosted consumer replicas of ``stage``."""
+    """FH-Cons of the hosted consumer replicas of ``stage``.
+
+    ``name``: what the consumers are called in error messages, ``stage s`` as the plan lists
+    the stages unless given (the egress is no stage the user knows of)."""
 
     def __init__(self, stage: int, consumers: dict[int, int], producer_site: np.ndarray,
                  sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema,
-                 installed: bool | np.ndarray = True) -> None:
+                 installed: bool | np.ndarray = True, name: str | None = None) -> None:
         self.stage = stage
+        self.name = name or f"stage {stage}"
+        # what the producers are called: the previous stage, or the ingress for stage 0
+        self.producers = f"stage {stage - 1}" if stage > 0 else "the input (ingress)"
         self.parts = np.array(sorted(consumers), dtype=np.int32)
         self.replica = np.array([consumers[q] for q in self.parts], dtype=np.int8)
         n_all = int(self.parts.max()) + 1 if self.parts.size else 1
@@ -146,7 +152,7 @@ class ConsumerSet:
                     streams = sorted(set(zip(src[keep][dup].tolist(), q[keep][dup].tolist(),
                                              strict=True)))
                     raise ProtocolError(
-                        f"FH-Cons stage {self.stage}: duplicate input (SN at or below the "
+                        f"FH-Cons of {self.name}: duplicate input (SN at or below the "
                         f"stream's progress) on streams (p, q) {streams[:3]}: SNs "
                         f"{sn[keep][dup][:3].tolist()}")
             if keep.all():
@@ -240,10 +246,13 @@ class ConsumerSet:
                     continue
                 alive = [r for r in range(n_rep) if r != s and not dead[p, r]]
                 if not alive:
+                    gone = [int(x) for x in np.flatnonzero(dead.all(axis=1))]
+                    they, them, their = ("they", "them", "their") if len(gone) > 1 \
+                        else ("it", "it", "its")
                     raise PartitionLost(
-                        f"every replica of partition {p} of stage {self.stage - 1} failed "
-                        f"before it could be recovered; the dataflow cannot continue without "
-                        f"losing its state")
+                        f"every replica of {_partitions(gone)} of {self.producers} failed "
+                        f"before {they} could be recovered; {self.name} reads from {them} "
+                        f"and cannot go on without losing {their} state")
                 alt = alive[0]
                 self.sender[i, p] = alt
                 self.ack_to[i, p] = -1
@@ -319,9 +328,11 @@ class ConsumerSet:
             sender = c if not dead[p, c] else 1 - c
             other = 1 - sender
             if dead[p, sender]:
-                raise PartitionLost(f"every replica of partition {p} of stage "
-                                    f"{self.stage - 1} failed; the copy of partition {q} it "
-                                    f"feeds cannot be caught up")
+                what = (f"the copy of partition {q} of {self.name}"
+                        if self.name.startswith("stage ") else self.name)
+                raise PartitionLost(f"every replica of partition {p} of {self.producers} "
+                                    f"failed; {what}, which reads from it, cannot be caught "
+                                    f"up")
             self.sender[i, p] = sender
             self.ack_to[i, p] = other if not dead[p, other] else -1
             entries.append((int(self.producer_site[p, sender]), p, sender, True, False))
@@ -357,3 +368,9 @@ class ConsumerSet:
                 send=np.array([e[3] for e in es]), wait=np.array([e[4] for e in es]))))
         return out
 
+
+def _partitions(parts: Sequence[int], at_most: int = 8) -> str:
+    """``partition 1``, ``partitions 1, 5, 9`` or ``partitions 1, 5, ... (12 in all)``."""
+    shown = ", ".join(map(str, parts[:at_most]))
+    more = f", ... ({len(parts)} in all)" if len(parts) > at_most else ""
+    return f"partition{'s' if len(parts) > 1 else ''} {shown}{more}"

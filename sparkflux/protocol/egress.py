@@ -35,7 +35,7 @@ class Egress:
         self.schema = plan.output_schema
         site, sender, ack_to = egress_roles(self.layout)
         self.cons = ConsumerSet(len(plan.stages), {0: 0}, site, sender, ack_to,
-                                wire_schema(plan.output_schema))
+                                wire_schema(plan.output_schema), name="the output (egress)")
         self.delivered = 0
         self.progress = Progress()
 
