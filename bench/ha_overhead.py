@@ -80,7 +80,7 @@ async def _time_connects(n: int, tls: bool) -> tuple[float, float]:
 
     async def one() -> None:
         if authenticate:
-            conn = await connect("127.0.0.1", port, "bench", sec, Claim(handshake.DATA, 0, 0),
+            conn = await connect("127.0.0.1", port, "bench", sec, Claim(handshake.DATA, 0, 0, 0),
                                  (-1, 0))
             conn.close()
         else:

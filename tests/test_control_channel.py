@@ -73,9 +73,9 @@ async def fake_sites(host: Host) -> tuple[dict[str, Any], int, int]:
     control: list[Connection] = []
     for s in range(SITES):
         ctl = await connect("127.0.0.1", host.port, "driver (control)", SEC,
-                            Claim(handshake.CONTROL, s, 0), DRIVER)
+                            Claim(handshake.CONTROL, s, 0, s), DRIVER)
         ctl.send(cm.OpenControl(token=f"token-{s}"))
-        d = await connect("127.0.0.1", host.port, "driver", SEC, Claim(handshake.DATA, s, 0),
+        d = await connect("127.0.0.1", host.port, "driver", SEC, Claim(handshake.DATA, s, 0, s),
                           DRIVER)
         d.send(cm.Register(site=s, attempt=0, host="127.0.0.1", port=1, pid=100 + s,
                            token=f"token-{s}"))

@@ -269,3 +269,15 @@ def test_the_egress_names_itself_and_the_partitions_never_a_stage() -> None:
                                             r"reads from them "):
         site.on_fail({1, 2})
     assert np.array_equal(layout.table()[[1, 5]], [[1, 2], [1, 2]])
+
+
+def test_a_retry_that_registers_before_the_old_attempts_loss_takes_the_slot() -> None:
+    c = Controller(3, ha=True, layout=Layout(3, 6, 2), stages=1)
+    assert c.handle(Registered(address=addr(0), now=0.0)) == []
+    assert c.handle(Registered(address=addr(1), now=0.1)) == []
+    # attempt 0 of slot 1 died; Spark's retry registers before its close is handled
+    assert c.handle(Registered(address=addr(1, attempt=1), now=0.5)) == []
+    [view] = c.handle(Registered(address=addr(2), now=0.55))
+    assert isinstance(view, InstallView) and view.view.members[1].attempt == 1
+    assert c.handle(ConnectionClosed(site=1, attempt=0, reason="EOF", now=0.6)) == []
+    assert c.failures == [] and c.view.number == 1

@@ -19,7 +19,7 @@ from sparkflux.runtime.security import Security, make_security
 from sparkflux.runtime.transport import ConnectionLost, connect, serve, start_server
 
 SERVER = (7, 3)  # the server process's identity: slot 7, attempt 3
-CLAIM = Claim(handshake.PEER, 2, 1)
+CLAIM = Claim(handshake.PEER, 2, 1, 2)
 
 
 def sec(secret: bytes = b"k" * 32, **kw: Any) -> Security:
@@ -95,7 +95,7 @@ def test_the_dialler_refuses_a_server_that_is_not_who_it_expected() -> None:
 def test_a_forged_hello_without_the_secret_gets_nothing_decoded() -> None:
     async def body(port: int, gate: Gate, accepted: list) -> None:
         r, w = await raw(port)
-        w.write(HELLO.pack(MAGIC, b"n" * 32, handshake.PEER, 0, 0))
+        w.write(HELLO.pack(MAGIC, b"n" * 32, handshake.PEER, 0, 0, 0))
         await r.readexactly(REPLY.size)
         w.write(PROOF.pack(b"\0" * 32))  # cannot compute the MAC
         w.write(struct.pack("<IB", 5, 6) + b"abcd")  # a frame that is never read
@@ -132,7 +132,7 @@ def test_a_replayed_handshake_fails() -> None:
 def test_a_reflected_server_mac_is_not_a_proof() -> None:
     async def body(port: int, gate: Gate, accepted: list) -> None:
         r, w = await raw(port)
-        w.write(HELLO.pack(MAGIC, b"n" * 32, handshake.PEER, 0, 0))
+        w.write(HELLO.pack(MAGIC, b"n" * 32, handshake.PEER, 0, 0, 0))
         reply = await r.readexactly(REPLY.size)
         w.write(reply[-32:])  # the server's own MAC back at it
         assert await closed_within(r, 2.0)

@@ -75,11 +75,12 @@ def test_a_site_refuses_links_its_view_does_not_vouch_for(netmon: Any,
             except TimeoutError:
                 outcomes.append("open")
 
-        await link(Claim(handshake.PEER, 0, 1))  # an older incarnation of site 0
-        await link(Claim(handshake.PEER, 0, 2))  # the real one
-        await link(Claim(handshake.PEER, 0, 2))  # a second link claiming the same
-        await link(Claim(handshake.PEER, 3, 0))  # a slot nobody knows
-        await link(Claim(handshake.DATA, 0, 2))  # a channel a site does not serve
+        await link(Claim(handshake.PEER, 0, 1, 0))  # an older incarnation of site 0
+        await link(Claim(handshake.PEER, 0, 2, 5))  # a spare's process claiming slot 0
+        await link(Claim(handshake.PEER, 0, 2, 0))  # the real one
+        await link(Claim(handshake.PEER, 0, 2, 0))  # a second link claiming the same
+        await link(Claim(handshake.PEER, 3, 0, 3))  # a slot nobody knows
+        await link(Claim(handshake.DATA, 0, 2, 0))  # a channel a site does not serve
         refused = dict(site.gate.refused)
         for c in (ctl, data):
             c.send(cm.Stop(reason="test over"))
@@ -88,6 +89,6 @@ def test_a_site_refuses_links_its_view_does_not_vouch_for(netmon: Any,
         return site, outcomes, refused
 
     site, outcomes, refused = asyncio.run(driver())
-    assert outcomes == ["closed", "open", "closed", "closed", "closed"]
+    assert outcomes == ["closed", "closed", "open", "closed", "closed", "closed"]
     assert refused == {"claimed a replaced incarnation": 1, "claimed a linked site": 1,
-                       "claimed an unknown incarnation": 1, "wrong channel": 1}
+                       "claimed an unknown incarnation": 2, "wrong channel": 1}

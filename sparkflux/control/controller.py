@@ -197,6 +197,14 @@ class Controller:
                     "sites; no standby is needed"))]
             self.standbys.append(a)
             return [Standby(site=a.site, attempt=a.attempt), *self._next_task()]
+        old = self._pending.get(a.site)
+        if self.view.number == 0 and old is not None and a.attempt > old.attempt:
+            # Spark retries a task only once its attempt has failed: the newer attempt takes
+            # the slot, even before the old one's lost connection has been handled here
+            # (whose close is then stale and ignored).
+            log.warning("site %d: attempt %d replaces attempt %d before the view", a.site,
+                        a.attempt, old.attempt)
+            del self._pending[a.site]
         if self.view.number > 0 or a.site in self._pending:
             reason = ("the job no longer accepts sites (with --ha none a restarted site has no "
                       "role)" if self.view.number > 0 else "the slot already has a live site")

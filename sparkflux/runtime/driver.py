@@ -293,8 +293,8 @@ class Host:
             self._claims[conn] = claim
             await self._accept_control(conn, msg.token)
             return
-        if not isinstance(msg, cm.Register) or (msg.site, msg.attempt) != (claim.site,
-                                                                          claim.attempt):
+        if not isinstance(msg, cm.Register) or (msg.site, msg.attempt, msg.site) != (
+                claim.site, claim.attempt, claim.registered):
             self._refuse(conn, "registration does not match the handshake",
                          f"data connection of site {claim.site} attempt {claim.attempt} "
                          f"opened with {msg!r}")
@@ -314,7 +314,8 @@ class Host:
         except asyncio.CancelledError:
             conn.close()  # the run is over
             return
-        if self._claims.get(ctl) != Claim(handshake.CONTROL, addr.site, addr.attempt):
+        if self._claims.get(ctl) != Claim(handshake.CONTROL, addr.site, addr.attempt,
+                                          addr.site):
             self._refuse(conn, "registration does not match the handshake",
                          f"site {addr.site} attempt {addr.attempt} paired with a control "
                          f"connection of another process")

@@ -5,7 +5,7 @@ binds its claim (which channel, which site slot, which incarnation) into the pro
 cannot later pretend to be another site or another incarnation of its own slot:
 
 1. dialler -> server ``HELLO``: magic, a fresh 32-byte nonce ``nc``, the claim
-   ``(channel, site, attempt)``;
+   ``(channel, site, attempt, registered)``;
 2. server -> dialler ``REPLY``: a fresh nonce ``ns``, the server process's identity
    ``(site, attempt)``, and ``HMAC(secret, "S" | HELLO | ns | identity)``;
 3. dialler -> server ``PROOF``: ``HMAC(secret, "C" | HELLO | ns | identity)``.
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 MAGIC = b"SPRKFLX1"
-HELLO = struct.Struct("<8s32sBii")
+HELLO = struct.Struct("<8s32sBiii")
 REPLY = struct.Struct("<32sii32s")
 PROOF = struct.Struct("<32s")
 
@@ -49,11 +49,17 @@ class HandshakeFailed(Exception):
 @dataclass(frozen=True, slots=True)
 class Claim:
     """What the dialler says it is: a connection of kind ``channel`` from the process that
-    holds site slot ``site`` as Spark attempt ``attempt``."""
+    holds site slot ``site``, Spark attempt ``attempt`` of the task for slot ``registered`` (a
+    spare's differs from the slot it adopted: the pair names one process)."""
 
     channel: int
     site: int
     attempt: int
+    registered: int
+
+    @property
+    def process(self) -> tuple[int, int]:
+        return self.registered, self.attempt
 
 
 def _mac(secret: bytes, label: bytes, hello: bytes, reply_head: bytes) -> bytes:
@@ -66,7 +72,7 @@ async def dial(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secre
     """The dialler's side; returns the server's identity (site, attempt). ``expect``: the
     identity the dialler meant to reach (None: any, e.g. the driver)."""
     hello = HELLO.pack(MAGIC, secrets.token_bytes(32), claim.channel, claim.site,
-                       claim.attempt)
+                       claim.attempt, claim.registered)
     writer.write(hello)
     try:
         raw = await asyncio.wait_for(reader.readexactly(REPLY.size), timeout)
@@ -91,7 +97,7 @@ async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sec
 
     async def run() -> Claim:
         hello = await reader.readexactly(HELLO.size)
-        magic, _nc, channel, site, attempt = HELLO.unpack(hello)
+        magic, _nc, channel, site, attempt, registered = HELLO.unpack(hello)
         if magic != MAGIC or channel not in CHANNELS:
             raise HandshakeFailed("not a sparkflux handshake")
         head = struct.pack("<32sii", secrets.token_bytes(32), me[0], me[1])
@@ -100,7 +106,7 @@ async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sec
         (proof,) = PROOF.unpack(await reader.readexactly(PROOF.size))
         if not hmac.compare_digest(proof, _mac(secret, b"C", hello, head)):
             raise HandshakeFailed("the dialler does not hold this run's secret")
-        return Claim(channel, site, attempt)
+        return Claim(channel, site, attempt, registered)
 
     try:
         return await asyncio.wait_for(run(), timeout)

@@ -163,7 +163,7 @@ class Site:
         return task
 
     def _claim(self, channel: int) -> Claim:
-        return Claim(channel, self.id, self.cfg.attempt)
+        return Claim(channel, self.id, self.cfg.attempt, self.cfg.site)
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -266,12 +266,12 @@ class Site:
             if self.core is not None and known is not None:
                 if j in self.core.dead_sites:
                     return "claimed a dead site", f"site {j} is dead in this site's view"
-                if known[1] == claim.attempt:
+                if known == claim.process:
                     if claim.channel == handshake.PEER and j in self.peers \
                             and not self.peers[j].closed:
                         return "claimed a linked site", f"site {j} is already linked"
                     return None
-                if known[1] > claim.attempt:
+                if known[0] == claim.registered and known[1] > claim.attempt:
                     return ("claimed a replaced incarnation",
                             f"site {j} attempt {claim.attempt} was replaced")
             if loop.time() >= deadline:
