@@ -38,7 +38,7 @@ def test_a_valid_plan_has_one_stage_per_exchange() -> None:
     plan = compile_plan(df, partitions=8, sites=4)
     assert [s.key for s in plan.stages] == [("a",), ("b",)]
     assert [o.name for o in plan.ingress_operators] == ["Filter"]
-    assert plan.parts_on(1) == [1, 5]
+    assert [p for p in range(plan.partitions) if plan.site_of(p) == 1] == [1, 5]
     assert "stage 1: exchange(by=['b'])" in plan.describe()
 
 

@@ -9,7 +9,6 @@ import pytest
 from sparkflux.model.batch import child_minor, rank_within_runs, sort_by_sn, split_at_sn
 from sparkflux.model.digest import Digest, digest_of
 from sparkflux.model.keys import exact_codes, key_codes, partition_of
-from sparkflux.model.progress import ENDED, OrderedMerge, Progress
 from sparkflux.model.schema import MINOR_FANOUT, PART, SN, SNM, T0
 
 SCHEMA = pa.schema([("v", pa.int64()), (SN, pa.int64()), (SNM, pa.int64()), (T0, pa.float64()),
@@ -22,55 +21,6 @@ def rows(sns: list[int]) -> pa.RecordBatch:
         [pa.array([s * 10 for s in sns], pa.int64()), pa.array(sns, pa.int64()),
          pa.array([0] * n, pa.int64()), pa.array([0.0] * n), pa.array([0] * n, pa.int32())],
         schema=SCHEMA)
-
-
-def test_merge_releases_in_sn_order_up_to_the_minimum_progress() -> None:
-    m = OrderedMerge(["a", "b"], SCHEMA)
-    m.push("a", rows([1, 4, 6]), Progress(6))
-    out, f = m.release()
-    assert out.num_rows == 0 and f.sn == -1  # b has said nothing yet
-    m.push("b", rows([2, 3, 7]), Progress(7))
-    out, f = m.release()
-    assert out.column(SN).to_pylist() == [1, 2, 3, 4, 6] and f.sn == 6
-    m.push("a", None, Progress(9))
-    out, f = m.release()
-    assert out.column(SN).to_pylist() == [7] and f.sn == 7
-    m.push("a", None, ENDED)
-    m.push("b", None, ENDED)
-    out, f = m.release()
-    assert out.num_rows == 0 and f.ended
-
-
-def test_merge_is_independent_of_arrival_interleaving() -> None:
-    rng = np.random.default_rng(3)
-    sns = np.arange(2000)
-    owner = rng.integers(0, 3, size=sns.size)
-    expected = list(range(2000))
-    for trial in range(5):
-        m = OrderedMerge(range(3), SCHEMA)
-        got: list[int] = []
-        cursors = {i: list(sns[owner == i]) for i in range(3)}
-        r = np.random.default_rng(trial)
-        while any(cursors.values()):
-            i = int(r.integers(0, 3))
-            take = cursors[i][: int(r.integers(1, 50))]
-            cursors[i] = cursors[i][len(take):]
-            prog = Progress(int(take[-1]) if take else -1)
-            if not cursors[i]:
-                prog = ENDED
-            m.push(i, rows([int(x) for x in take]) if take else None, prog)
-            out, _ = m.release()
-            got += out.column(SN).to_pylist()
-        for i in range(3):
-            m.push(i, None, ENDED)
-        got += m.release()[0].column(SN).to_pylist()
-        assert got == expected
-
-
-def test_merge_rejects_unknown_stream() -> None:
-    m = OrderedMerge(["a"], SCHEMA)
-    with pytest.raises(KeyError):
-        m.push("z", None, Progress(1))
 
 
 def test_sort_split_and_minor_numbering() -> None:

@@ -80,3 +80,18 @@ def test_a_reinstalled_producer_is_held_for_again() -> None:
     assert buf.buffered_rows() == 1  # waits for the new (q1, c0)
     buf.on_ack(ack(1, 1, 0, 5))
     assert buf.buffered_rows() == 0
+
+
+def test_an_ack_for_a_producer_not_hosted_here_is_ignored_and_one_out_of_range_refused() -> None:
+    import pytest
+
+    from sparkflux.protocol.producer import ProtocolError
+
+    b = buffer()
+    b.drop(1)  # producer 1's copy moved away; a consumer that has not seen the move acks it
+    b.on_ack(Ack(1, np.array([0, 1], np.int32), np.array([1, 1], np.int32),
+                 np.array([1, 1], np.int8), np.array([7, 9], np.int64)), src=2)
+    assert b.acked[b.pi(0), 1, 1] == 7
+    assert b.acked[b.pi(1), 1, 1] == -1  # not counted for whatever is installed there later
+    with pytest.raises(ProtocolError, match="outside 0..1"):
+        b.on_ack(ack(5, 1, 1, 3), src=2)

@@ -175,13 +175,6 @@ def test_single_failure(baseline: Baseline, part: int) -> None:
     assert crashed >= 0.9 * len(seeds), f"only {crashed} of {len(seeds)} runs had a crash"
 
 
-def test_single_failure_seed_count() -> None:
-    assert sum(len(chunk(SINGLE_SEEDS, SINGLE_CHUNKS, i)) for i in range(SINGLE_CHUNKS)) \
-        == SINGLE_SEEDS >= 1000
-    assert sum(len(chunk(DOUBLE_SEEDS, DOUBLE_CHUNKS, i)) for i in range(DOUBLE_CHUNKS)) \
-        == DOUBLE_SEEDS >= 200
-
-
 # -- 3. two failures in different partition pairs ---------------------------------------------
 @pytest.mark.parametrize("part", range(DOUBLE_CHUNKS))
 def test_two_failures_non_adjacent(baseline: Baseline, part: int) -> None:

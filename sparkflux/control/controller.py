@@ -544,8 +544,8 @@ class Controller:
             return []  # a reply from an earlier round (or an old process): stale
         self.now = max(self.now, ev.now)
         self._samples[ev.site] = ev
-        if set(self._samples) < set(self._live()):
-            return []
+        if not set(self._live()) <= set(self._samples):
+            return []  # a live site's sample is still missing
         if self.lb_state == "baseline":
             self._base = self._pooled_base(dict(self._samples))
             if self._settled_at is None:

@@ -50,9 +50,6 @@ class PhysicalPlan:
         """The site holding mini-partition ``part`` (the same for every stage)."""
         return part % self.sites
 
-    def parts_on(self, site: int) -> list[int]:
-        return [p for p in range(self.partitions) if self.site_of(p) == site]
-
     def describe(self) -> str:
         lines = [f"dataflow {self.name!r}: {self.partitions} mini-partitions over "
                  f"{self.sites} sites"]

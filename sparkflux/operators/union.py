@@ -1,7 +1,7 @@
 """Union of streams: one shared schema, and the SN-ordered merge of aligned batches.
 
-The engine unions streams with its order-preserving merge (``OrderedMerge``); what it needs
-from here is the check that the inputs agree on their user columns (``unify_schemas``, at
+The engine merges unioned sources at the ingress, into one sequence of input SNs; what it
+needs from here is the check that the inputs agree on their user columns (``unify_schemas``, at
 plan time) and, where inputs are merged by hand, ``union_batches``. Inputs may differ in
 column order and in types that widen without loss (``int32`` into ``int64``, ``float32`` into
 ``float64``, ``string`` into ``large_string``); anything else is a ``PlanError`` that names

@@ -160,7 +160,17 @@ class ProducerBuffer:
         """Action 3: a consumer's cumulative acknowledgement. ``evict=False`` defers the
         eviction to an ``evict()`` call (a batch of acks, one eviction)."""
         ack = self.from_site(ack, src)
-        np.maximum.at(self.acked, (self.index[ack.p], ack.q, ack.c.astype(np.intp)), ack.upto)
+        if ack.p.size and (ack.p.min() < 0 or ack.p.max() >= self.index.size):
+            raise ProtocolError(f"ack for stage {self.stage} names producer partitions "
+                                f"{sorted(set(ack.p.tolist()))}, outside 0..{self.index.size - 1}")
+        pi = self.index[ack.p]
+        # an ack for a copy not hosted here (moved away, or not installed yet: ``install``
+        # starts from no acknowledgement anyway) is stale
+        mine = (pi >= 0) & self.hosted[np.maximum(pi, 0)]
+        if not mine.all():
+            pi, ack = pi[mine], replace(ack, p=ack.p[mine], q=ack.q[mine], c=ack.c[mine],
+                                        upto=ack.upto[mine])
+        np.maximum.at(self.acked, (pi, ack.q, ack.c.astype(np.intp)), ack.upto)
         if evict:
             self.evict()
 
