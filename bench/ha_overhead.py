@@ -30,8 +30,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparkflux.cli import run_example  # noqa: E402
 from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.runner import run_example  # noqa: E402
 from sparkflux.runtime import handshake  # noqa: E402
 from sparkflux.runtime.handshake import Claim, Gate  # noqa: E402
 from sparkflux.runtime.plot import plot_timeline  # noqa: E402
@@ -119,7 +119,7 @@ def main() -> int:
     digests = set()
 
     def run(args: argparse.Namespace):  # noqa: ANN202
-        return run_example(module, args, show_progress=False, sink=NullSink(),
+        return run_example(module, args, sink=NullSink(),
                            dead=DeadLetters(), spark=spark)
 
     for r in range(a.repeat):

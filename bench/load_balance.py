@@ -59,8 +59,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparkflux.cli import run_example  # noqa: E402
 from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.runner import run_example  # noqa: E402
 from sparkflux.runtime.driver import RunFailed  # noqa: E402
 from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
@@ -144,7 +144,7 @@ def run_once(spark: Any, module: Any, console: Console, name: str, args: argpars
     """One run, analysed; the error text if the run failed."""
     console.print(f"[bold]{name}[/bold] ...")
     try:
-        res = run_example(module, args, show_progress=False, sink=NullSink(),
+        res = run_example(module, args, sink=NullSink(),
                           dead=DeadLetters(), spark=spark)
     except RunFailed as e:  # reported with the others, not the end of the bench
         console.print(f"  [red]failed[/red]: {e}")

@@ -22,8 +22,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparkflux.cli import run_example  # noqa: E402
 from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.runner import run_example  # noqa: E402
 from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
@@ -53,7 +53,7 @@ def main() -> int:
     for n in a.sites:
         for r in range(a.repeat):
             res = run_example(module, args_for(a.events, n, a.partitions, a.cpu_work),
-                              show_progress=False, sink=NullSink(), dead=DeadLetters(),
+                              sink=NullSink(), dead=DeadLetters(),
                               spark=spark)
             tps = res.metrics["throughput_tps"]
             digests.add(res.metrics["output_digest"])

@@ -12,20 +12,17 @@ import argparse
 import json
 import logging
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
-from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.dataflow.examples import load_example
+from sparkflux.display import live_progress
 from sparkflux.operators.base import PlanError
-from sparkflux.runtime.driver import LiveStats, RunConfig, RunFailed, run, write_metrics
-from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
+from sparkflux.runner import reference_digest, run_example
+from sparkflux.runtime.driver import RunFailed, write_metrics
 
 console = Console(stderr=True)
 
@@ -141,7 +138,8 @@ def cmd_run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if module is None:
         parser.error("give the example dataflow's path")
-    result = run_example(module, args, show_progress=not args.no_progress)
+    result = run_example(module, args, display=None if args.no_progress else live_progress,
+                         announce=console.print)
     _print_summary(result.metrics)
     if args.plot:
         from sparkflux.runtime.plot import plot_timeline
@@ -154,167 +152,6 @@ def cmd_run(argv: list[str]) -> int:
         write_metrics(args.metrics, result.metrics)
         console.print(f"metrics written to {args.metrics}")
     return 0
-
-
-def run_example(module: Any, args: argparse.Namespace, show_progress: bool = True,
-                sink: Any = None, dead: DeadLetters | None = None, spark: Any = None) -> Any:
-    """Build, compile and run an example with parsed ``args`` (the CLI and tests share it)."""
-    opts = module.options(args)
-    if hasattr(opts, "batch") and getattr(args, "batch_size", None):
-        from dataclasses import replace
-
-        opts = replace(opts, batch=args.batch_size)
-    plan = compile_plan(module.build(opts), args.partitions, args.sites)
-    if args.rate is not None and args.rate <= 0:
-        raise PlanError("--rate must be positive")
-    if sink is None:
-        sink = ParquetSink(args.output) if args.output else NullSink()
-    if dead is None:
-        path = args.dead_letter or (str(Path(args.output).with_suffix(".dead-letter.jsonl"))
-                                    if args.output else None)
-        dead = DeadLetters(path)
-    cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
-                    ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
-                    window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
-                    adopted_kills=parse_adopted_kills(getattr(args, "kill", []), args.sites),
-                    hangs=parse_hangs(getattr(args, "hang", []), args.sites),
-                    tls=getattr(args, "tls", False),
-                    max_frame_mb=getattr(args, "max_frame_mb", None),
-                    heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0),
-                    spares=getattr(args, "spare_sites", 0),
-                    site_cpu=_site_cpu(getattr(args, "site_cpu", None)),
-                    slows=parse_slows(getattr(args, "slow", []), args.sites),
-                    recovery=getattr(args, "recovery", "standby"),
-                    balance=not getattr(args, "no_balance", False),
-                    delta_min=_seconds("--balance-delta-min",
-                                       getattr(args, "balance_delta_min", 0.25)),
-                    window_s=_window(getattr(args, "balance_window", 2.0)),
-                    standby_wait=_seconds("--standby-wait", getattr(args, "standby_wait", 5.0)))
-    console.print(plan.describe())
-    return run(plan, cfg, sink, dead, spark=spark,
-               display=_display if show_progress else None)
-
-
-def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
-    """``SITE@SECONDS`` options, checked (a bad one fails fast with what to change).
-
-    ``SITE@recovered+SECONDS`` kills the site that long after the first recovery completes;
-    it comes back with a negative time: -(1 + SECONDS)."""
-    out = []
-    for spec in specs:
-        if "@adopted+" in spec:
-            continue  # parse_adopted_kills
-        try:
-            site_s, at_s = spec.split("@")
-            site = int(site_s)
-            if at_s.startswith("recovered+"):
-                out.append((site, -1.0 - float(at_s.removeprefix("recovered+"))))
-                if not 0 <= site < sites:
-                    raise ValueError
-                continue
-            at = float(at_s)
-        except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3), "
-                            f"SITE@recovered+SECONDS or SITE@adopted+SECONDS") from None
-        if not 0 <= site < sites or at < 0:
-            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
-        out.append((site, at))
-    return tuple(out)
-
-
-def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
-    """``SITE@adopted+SECONDS`` options: kill the slot's next process that long after it
-    adopts the slot (a standby killed right after its adoption)."""
-    out = []
-    for spec in specs:
-        if "@adopted+" not in spec:
-            continue
-        try:
-            site_s, delay_s = spec.split("@adopted+")
-            site, delay = int(site_s), float(delay_s)
-        except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@adopted+SECONDS, e.g. "
-                            f"--kill 1@adopted+0.2") from None
-        if not 0 <= site < sites or delay < 0:
-            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
-        out.append((site, delay))
-    return tuple(out)
-
-
-def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
-    """``SITE@SECONDS=DURATION`` options, checked."""
-    out = []
-    for spec in specs:
-        try:
-            where, dur_s = spec.split("=")
-            site_s, at_s = where.split("@")
-            site, at, duration = int(site_s), float(at_s), float(dur_s)
-        except ValueError:
-            raise PlanError(f"--hang {spec!r}: write SITE@SECONDS=DURATION, e.g. "
-                            f"--hang 1@3=8") from None
-        if not 0 <= site < sites or at < 0 or duration <= 0:
-            raise PlanError(f"--hang {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
-                            f"duration > 0")
-        out.append((site, at, duration))
-    return tuple(out)
-
-
-def _seconds(option: str, value: float) -> float:
-    if not value > 0:
-        raise PlanError(f"{option} {value}: give a positive number of seconds")
-    return value
-
-
-def _window(value: float) -> float:
-    if not value >= 0:
-        raise PlanError(f"--balance-window {value}: give seconds, 0 or more (0: each "
-                        "collection phase alone)")
-    return value
-
-
-def _site_cpu(value: float | None) -> float | None:
-    if value is not None and not 0.0 < value <= 1.0:
-        raise PlanError(f"--site-cpu {value}: give a fraction of wall time in (0, 1], e.g. 0.4")
-    return value
-
-
-def parse_slows(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
-    """``SITE@SECONDS=FACTOR`` options, checked."""
-    out = []
-    for spec in specs:
-        try:
-            where, factor_s = spec.split("=")
-            site_s, at_s = where.split("@")
-            site, at, factor = int(site_s), float(at_s), float(factor_s)
-        except ValueError:
-            raise PlanError(f"--slow {spec!r}: write SITE@SECONDS=FACTOR, e.g. --slow 2@2=0.5"
-                            ) from None
-        if not 0 <= site < sites or at < 0 or factor <= 0:
-            raise PlanError(f"--slow {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
-                            f"factor > 0")
-        out.append((site, at, factor))
-    return tuple(out)
-
-
-def _display(stats: LiveStats, done: threading.Event) -> None:
-    def table() -> Table:
-        t = Table.grid(padding=(0, 2))
-        elapsed = time.time() - stats.started_at if stats.started_at else 0.0
-        rate = stats.events_in / elapsed if elapsed > 0 else 0.0
-        total = f"/{stats.total:,}" if stats.total else ""
-        t.add_row("[bold]phase[/]", stats.phase)
-        t.add_row("events in", f"{stats.events_in:,}{total}")
-        t.add_row("results out", f"{stats.results_out:,}")
-        t.add_row("rate", f"{rate:,.0f} events/s")
-        t.add_row("dead letters", f"{stats.dead_letters:,}")
-        t.add_row("dropped at ingress", f"{stats.dropped:,}")
-        return t
-
-    with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
-        while not done.wait(0.25):
-            live.update(table())
-        live.update(table())
-    console.print()
 
 
 def _print_summary(metrics: dict[str, Any]) -> None:
@@ -338,21 +175,6 @@ def cmd_reference(argv: list[str]) -> int:
     else:
         print(f"output_digest {digest}\noutput_tuples {rows}\nduration_s {seconds:.1f}")
     return 0
-
-
-def reference_digest(module: Any, args: argparse.Namespace, spark: Any = None
-                     ) -> tuple[str, int, float]:
-    from sparkflux.spark.launcher import spark_session
-    from sparkflux.spark.reference import reference_digest as digest_of_df
-
-    if not hasattr(module, "reference"):
-        raise PlanError(f"{module.__file__} has no reference(spark, options)")
-    opts = module.options(args)
-    t = time.time()
-    spark = spark or spark_session(getattr(args, "master", None) or "local[2]",
-                                   "sparkflux-reference")
-    digest, rows = digest_of_df(module.reference(spark, opts))
-    return digest, rows, time.time() - t
 
 
 def cmd_demo(argv: list[str]) -> int:

@@ -41,7 +41,8 @@ def find_example() -> Path:
 
 
 def demo(argv: list[str]) -> int:
-    from sparkflux.cli import reference_digest, run_example
+    from sparkflux.display import live_progress
+    from sparkflux.runner import reference_digest, run_example
     from sparkflux.runtime.sinks import DeadLetters, NullSink
     from sparkflux.spark.launcher import default_master, spark_session
 
@@ -60,7 +61,8 @@ def demo(argv: list[str]) -> int:
         ingress_buffer=200_000, window=400_000, output=None, dead_letter=None,
     )
     spark = spark_session(default_master(a.sites))
-    result = run_example(module, args, sink=NullSink(), dead=DeadLetters(), spark=spark)
+    result = run_example(module, args, sink=NullSink(), dead=DeadLetters(), spark=spark,
+                         display=live_progress, announce=console.print)
     m = result.metrics
     console.print(
         f"\n[bold]sparkflux[/]: {m['input_tuples']:,} events -> {m['output_tuples']:,} results "
@@ -85,7 +87,8 @@ def _failover(module, args, a, spark, digest: str, rows: int) -> int:  # noqa: A
     from dataclasses import replace  # noqa: F401
     from types import SimpleNamespace
 
-    from sparkflux.cli import run_example
+    from sparkflux.display import live_progress
+    from sparkflux.runner import run_example
     from sparkflux.runtime.plot import plot_timeline
     from sparkflux.runtime.sinks import DeadLetters, NullSink
 
@@ -94,7 +97,8 @@ def _failover(module, args, a, spark, digest: str, rows: int) -> int:  # noqa: A
                                "kill": [f"1@{kill_at}"], "heartbeat_timeout": 10.0})
     console.print(f"\n[bold]Flux-HA[/]: {a.events:,} events at {a.rate:,}/s, site 1 killed "
                   f"at {kill_at}s ...")
-    res = run_example(module, fargs, sink=NullSink(), dead=DeadLetters(), spark=spark)
+    res = run_example(module, fargs, sink=NullSink(), dead=DeadLetters(), spark=spark,
+                      display=live_progress, announce=console.print)
     m = res.metrics
     f = m["failures"][0] if m["failures"] else None
     if f is not None:

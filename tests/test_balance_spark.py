@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sparkflux.cli import reference_digest, run_example
+from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.sinks import DeadLetters, NullSink
 
 from .test_netmon_spark import netmon_args
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.spark
 
 def run(netmon: Any, spark: Any, **kw: Any) -> dict[str, Any]:
     args = netmon_args(**kw)
-    return run_example(netmon, args, show_progress=False, sink=NullSink(), dead=DeadLetters(),
+    return run_example(netmon, args, sink=NullSink(), dead=DeadLetters(),
                        spark=spark).metrics
 
 

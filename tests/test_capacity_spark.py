@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sparkflux.cli import reference_digest, run_example
+from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.sinks import DeadLetters, NullSink
 
 from .test_netmon_spark import netmon_args
@@ -18,7 +18,7 @@ def test_capped_slowed_and_skewed_run_matches_the_reference(netmon: Any, spark: 
     kw = dict(events=120_000, skew=True)
     args = netmon_args(**kw, rate=40_000.0, ha="flux", sites=4, partitions=16, site_cpu=0.4,
                        slow=["2@1=0.5"])
-    m = run_example(netmon, args, show_progress=False, sink=NullSink(), dead=DeadLetters(),
+    m = run_example(netmon, args, sink=NullSink(), dead=DeadLetters(),
                     spark=spark).metrics
     digest, rows, _ = reference_digest(netmon, netmon_args(**kw), spark=spark)
     assert (m["output_digest"], m["output_tuples"]) == (digest, rows)

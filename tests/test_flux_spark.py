@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sparkflux.cli import reference_digest, run_example
+from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.driver import RunFailed
 from sparkflux.runtime.sinks import DeadLetters, NullSink
 
@@ -27,7 +27,7 @@ def expected(netmon: Any, spark: Any) -> tuple[str, int]:
 def run_flux(netmon: Any, spark: Any, **kw: Any) -> dict[str, Any]:
     args = netmon_args(**{"events": EVENTS, "rate": RATE, "ha": "flux", "sites": 4,
                           "partitions": 16, "batch_size": 8192, "window": 400_000, **kw})
-    return run_example(netmon, args, show_progress=False, sink=NullSink(), dead=DeadLetters(),
+    return run_example(netmon, args, sink=NullSink(), dead=DeadLetters(),
                        spark=spark).metrics
 
 
@@ -69,8 +69,8 @@ def test_losing_both_replicas_of_a_partition_is_reported(netmon: Any, spark: Any
 
 def test_a_hung_site_is_found_by_heartbeat_and_excluded(netmon: Any, spark: Any,
                                                         expected: tuple[str, int]) -> None:
-    from sparkflux.cli import parse_kills  # noqa: F401 - the CLI parses --kill the same way
     from sparkflux.dataflow.compiler import compile_plan
+    from sparkflux.runner import parse_kills  # noqa: F401 - the CLI parses --kill the same way
     from sparkflux.runtime.driver import RunConfig, run
 
     args = netmon_args(events=EVENTS, rate=RATE, ha="flux", sites=4, partitions=16)

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from sparkflux.cli import reference_digest, run_example
+from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.driver import RunFailed
 from sparkflux.runtime.sinks import CollectSink, DeadLetters
 
@@ -33,7 +33,7 @@ def netmon_args(**kw: Any) -> argparse.Namespace:
 def run_and_reference(netmon: Any, spark: Any, **kw: Any) -> tuple[Any, str, int, Any]:
     args = netmon_args(**kw)
     sink, dead = CollectSink(), DeadLetters()
-    result = run_example(netmon, args, show_progress=False, sink=sink, dead=dead, spark=spark)
+    result = run_example(netmon, args, sink=sink, dead=dead, spark=spark)
     digest, rows, _ = reference_digest(netmon, args, spark=spark)
     return result, digest, rows, (sink, dead)
 
@@ -73,7 +73,7 @@ def test_bad_records_go_to_dead_letters_and_the_run_goes_on(netmon: Any, spark: 
 def test_a_killed_site_stops_the_job_with_a_clear_error(netmon: Any, spark: Any) -> None:
     args = netmon_args(events=2_000_000, rate=200_000, sites=2, partitions=8, kill=["1@1.0"])
     with pytest.raises(RunFailed, match=r"site 1 failed.*--ha flux"):
-        run_example(netmon, args, show_progress=False, sink=CollectSink(), dead=DeadLetters(),
+        run_example(netmon, args, sink=CollectSink(), dead=DeadLetters(),
                     spark=spark)
 
 

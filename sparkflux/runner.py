@@ -1,0 +1,185 @@
+"""Running an example dataflow from the options of ``sparkflux run``: the library behind the
+command, the demo, the tests and the benchmarks.
+
+An example is a Python module with ``options(args)``, ``build(options)`` and, for checking,
+``reference(spark, options)`` (a Spark SQL formulation of the same query). ``run_example``
+turns the parsed options into a ``RunConfig`` (every option checked, a bad one a ``PlanError``
+that says what to change), compiles the dataflow and runs it; ``reference_digest`` computes
+the reference's output digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sparkflux.dataflow.compiler import compile_plan
+from sparkflux.operators.base import PlanError
+from sparkflux.runtime.driver import LiveStats, RunConfig, RunResult, run
+from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
+
+log = logging.getLogger(__name__)
+
+
+def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
+                dead: DeadLetters | None = None, spark: Any = None,
+                display: Callable[[LiveStats, threading.Event], None] | None = None,
+                announce: Callable[[str], None] = log.info) -> RunResult:
+    """Build, compile and run an example dataflow module with parsed ``args`` (the options of
+    ``sparkflux run``); ``display`` shows live progress, ``announce`` gets the plan's
+    description. Raises PlanError for a bad option, RunFailed if the run cannot finish."""
+    opts = module.options(args)
+    if hasattr(opts, "batch") and getattr(args, "batch_size", None):
+        from dataclasses import replace
+
+        opts = replace(opts, batch=args.batch_size)
+    plan = compile_plan(module.build(opts), args.partitions, args.sites)
+    if args.rate is not None and args.rate <= 0:
+        raise PlanError("--rate must be positive")
+    if sink is None:
+        sink = ParquetSink(args.output) if args.output else NullSink()
+    if dead is None:
+        path = args.dead_letter or (str(Path(args.output).with_suffix(".dead-letter.jsonl"))
+                                    if args.output else None)
+        dead = DeadLetters(path)
+    cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
+                    ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
+                    window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
+                    adopted_kills=parse_adopted_kills(getattr(args, "kill", []), args.sites),
+                    hangs=parse_hangs(getattr(args, "hang", []), args.sites),
+                    tls=getattr(args, "tls", False),
+                    max_frame_mb=getattr(args, "max_frame_mb", None),
+                    heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0),
+                    spares=getattr(args, "spare_sites", 0),
+                    site_cpu=site_cpu_option(getattr(args, "site_cpu", None)),
+                    slows=parse_slows(getattr(args, "slow", []), args.sites),
+                    recovery=getattr(args, "recovery", "standby"),
+                    balance=not getattr(args, "no_balance", False),
+                    delta_min=seconds_option("--balance-delta-min",
+                                       getattr(args, "balance_delta_min", 0.25)),
+                    window_s=balance_window(getattr(args, "balance_window", 2.0)),
+                    standby_wait=seconds_option("--standby-wait",
+                                                getattr(args, "standby_wait", 5.0)))
+    announce(plan.describe())
+    return run(plan, cfg, sink, dead, spark=spark, display=display)
+
+
+def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
+    """``SITE@SECONDS`` options, checked (a bad one fails fast with what to change).
+
+    ``SITE@recovered+SECONDS`` kills the site that long after the first recovery completes;
+    it comes back with a negative time: -(1 + SECONDS)."""
+    out = []
+    for spec in specs:
+        if "@adopted+" in spec:
+            continue  # parse_adopted_kills
+        try:
+            site_s, at_s = spec.split("@")
+            site = int(site_s)
+            if at_s.startswith("recovered+"):
+                out.append((site, -1.0 - float(at_s.removeprefix("recovered+"))))
+                if not 0 <= site < sites:
+                    raise ValueError
+                continue
+            at = float(at_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3), "
+                            f"SITE@recovered+SECONDS or SITE@adopted+SECONDS") from None
+        if not 0 <= site < sites or at < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
+        out.append((site, at))
+    return tuple(out)
+
+
+def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
+    """``SITE@adopted+SECONDS`` options: kill the slot's next process that long after it
+    adopts the slot (a standby killed right after its adoption)."""
+    out = []
+    for spec in specs:
+        if "@adopted+" not in spec:
+            continue
+        try:
+            site_s, delay_s = spec.split("@adopted+")
+            site, delay = int(site_s), float(delay_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write SITE@adopted+SECONDS, e.g. "
+                            f"--kill 1@adopted+0.2") from None
+        if not 0 <= site < sites or delay < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
+        out.append((site, delay))
+    return tuple(out)
+
+
+def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
+    """``SITE@SECONDS=DURATION`` options, checked."""
+    out = []
+    for spec in specs:
+        try:
+            where, dur_s = spec.split("=")
+            site_s, at_s = where.split("@")
+            site, at, duration = int(site_s), float(at_s), float(dur_s)
+        except ValueError:
+            raise PlanError(f"--hang {spec!r}: write SITE@SECONDS=DURATION, e.g. "
+                            f"--hang 1@3=8") from None
+        if not 0 <= site < sites or at < 0 or duration <= 0:
+            raise PlanError(f"--hang {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+                            f"duration > 0")
+        out.append((site, at, duration))
+    return tuple(out)
+
+
+def seconds_option(option: str, value: float) -> float:
+    if not value > 0:
+        raise PlanError(f"{option} {value}: give a positive number of seconds")
+    return value
+
+
+def balance_window(value: float) -> float:
+    if not value >= 0:
+        raise PlanError(f"--balance-window {value}: give seconds, 0 or more (0: each "
+                        "collection phase alone)")
+    return value
+
+
+def site_cpu_option(value: float | None) -> float | None:
+    if value is not None and not 0.0 < value <= 1.0:
+        raise PlanError(f"--site-cpu {value}: give a fraction of wall time in (0, 1], e.g. 0.4")
+    return value
+
+
+def parse_slows(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
+    """``SITE@SECONDS=FACTOR`` options, checked."""
+    out = []
+    for spec in specs:
+        try:
+            where, factor_s = spec.split("=")
+            site_s, at_s = where.split("@")
+            site, at, factor = int(site_s), float(at_s), float(factor_s)
+        except ValueError:
+            raise PlanError(f"--slow {spec!r}: write SITE@SECONDS=FACTOR, e.g. --slow 2@2=0.5"
+                            ) from None
+        if not 0 <= site < sites or at < 0 or factor <= 0:
+            raise PlanError(f"--slow {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+                            f"factor > 0")
+        out.append((site, at, factor))
+    return tuple(out)
+
+
+def reference_digest(module: Any, args: argparse.Namespace, spark: Any = None
+                     ) -> tuple[str, int, float]:
+    from sparkflux.spark.launcher import spark_session
+    from sparkflux.spark.reference import reference_digest as digest_of_df
+
+    if not hasattr(module, "reference"):
+        raise PlanError(f"{module.__file__} has no reference(spark, options)")
+    opts = module.options(args)
+    t = time.time()
+    spark = spark or spark_session(getattr(args, "master", None) or "local[2]",
+                                   "sparkflux-reference")
+    digest, rows = digest_of_df(module.reference(spark, opts))
+    return digest, rows, time.time() - t
