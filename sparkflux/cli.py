@@ -22,7 +22,7 @@ from sparkflux.dataflow.examples import load_example
 from sparkflux.display import live_progress
 from sparkflux.operators.base import PlanError
 from sparkflux.runner import reference_digest, run_example
-from sparkflux.runtime.driver import RunFailed, write_metrics
+from sparkflux.runtime.run_config import RunFailed, write_metrics
 
 console = Console(stderr=True)
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sparkflux.runtime.driver import LiveStats
+from sparkflux.runtime.run_config import LiveStats
 
 console = Console()
 

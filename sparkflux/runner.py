@@ -20,8 +20,9 @@ from typing import Any
 
 from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.operators.base import PlanError
-from sparkflux.runtime.driver import LiveStats, RunConfig, RunResult, run
+from sparkflux.runtime.run_config import LiveStats, RunConfig, RunResult
 from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
+from sparkflux.spark.job import run
 
 log = logging.getLogger(__name__)
 

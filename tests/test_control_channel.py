@@ -16,8 +16,9 @@ import pytest
 from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import handshake
-from sparkflux.runtime.driver import Host, RunConfig
+from sparkflux.runtime.driver import Host
 from sparkflux.runtime.handshake import Claim, Gate
+from sparkflux.runtime.run_config import RunConfig
 from sparkflux.runtime.security import Security
 from sparkflux.runtime.sinks import DeadLetters, NullSink
 from sparkflux.runtime.site import schemas_of

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sparkflux.runner import reference_digest, run_example
-from sparkflux.runtime.driver import RunFailed
+from sparkflux.runtime.run_config import RunFailed
 from sparkflux.runtime.sinks import DeadLetters, NullSink
 
 from .test_netmon_spark import netmon_args
@@ -71,7 +71,8 @@ def test_a_hung_site_is_found_by_heartbeat_and_excluded(netmon: Any, spark: Any,
                                                         expected: tuple[str, int]) -> None:
     from sparkflux.dataflow.compiler import compile_plan
     from sparkflux.runner import parse_kills  # noqa: F401 - the CLI parses --kill the same way
-    from sparkflux.runtime.driver import RunConfig, run
+    from sparkflux.runtime.run_config import RunConfig
+    from sparkflux.spark.job import run
 
     args = netmon_args(events=EVENTS, rate=RATE, ha="flux", sites=4, partitions=16)
     opts = netmon.options(args)

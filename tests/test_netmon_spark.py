@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkflux.runner import reference_digest, run_example
-from sparkflux.runtime.driver import RunFailed
+from sparkflux.runtime.run_config import RunFailed
 from sparkflux.runtime.sinks import CollectSink, DeadLetters
 
 from .conftest import ROOT

@@ -1,30 +1,26 @@
 """The driver-side host: controller, ingress and egress around one asyncio loop.
 
-``run(plan, config)`` is what ``sparkflux run`` calls. It starts the host's event loop in a
-background thread (the control server all sites dial), launches the sites as a Spark job,
-feeds the source through the ingress, delivers the egress output to the sink, and returns the
-run's metrics. The main thread only displays progress. Any site failure under ``--ha none``
-aborts the run with a ``RunFailed`` that says what happened. Every connection is authenticated
-with the run's secret before a frame of it is read (``handshake.py``); the host counts what it
-refuses (``refused_connections`` in the metrics, with the sites' own counts).
+``Host`` runs in a background thread (``spark/job.py`` starts it and the sites' Spark job): it
+serves the connections every site opens, carries out the controller's actions, feeds the
+sources through the ingress, delivers the egress output to the sink, and injects the faults
+the options ask for (``--kill``, ``--hang``, ``--slow``). Any site failure under
+``--ha none`` aborts the run with a ``RunFailed`` that says what happened. Every connection is
+authenticated with the run's secret before a frame of it is read (``handshake.py``); the host
+counts what it refuses (``refused_connections`` in the metrics, with the sites' own counts).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
 import threading
 import time
 import traceback
-from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from sparkflux.control.controller import Controller
@@ -57,7 +53,6 @@ from sparkflux.control.policy import PolicyConfig
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.batch import concat
 from sparkflux.model.digest import Digest
 from sparkflux.model.validate import Rejected, validate
 from sparkflux.protocol import control_messages as cm
@@ -80,61 +75,15 @@ from sparkflux.runtime import handshake
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
-from sparkflux.runtime.security import SECRET_CONF, Security, make_security, resolve_secret
+from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed, total
+from sparkflux.runtime.run_config import LiveStats, RunConfig
+from sparkflux.runtime.security import make_security
 from sparkflux.runtime.sinks import DeadLetters, Sink
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start_server
 
 log = logging.getLogger(__name__)
 INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
-
-
-class RunFailed(RuntimeError):
-    """The run could not finish; the message says why and what to change."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    sites: int = 4
-    partitions: int = 32
-    master: str | None = None
-    ha: str = "none"
-    rate: float | None = None
-    ingress_buffer: int = 200_000
-    window: int = 400_000
-    heartbeat_timeout: float = 10.0
-    start_timeout: float = 180.0
-    bind_host: str = "127.0.0.1"
-    kills: tuple[tuple[int, float], ...] = ()
-    hangs: tuple[tuple[int, float, float], ...] = ()  # (site, at, for): SIGSTOP then SIGCONT
-    flush_ms: float = 20.0
-    spares: int = 0  # standby sites launched up front (--spare-sites)
-    site_cpu: float | None = None  # --site-cpu: each site's busy-time cap
-    slows: tuple[tuple[int, float, float], ...] = ()  # --slow (site, at, factor)
-    recovery: str = "standby"  # --recovery: standby | survivors
-    balance: bool = True  # the load-balancing policy (with --ha flux)
-    delta_min: float = 0.25  # --balance-delta-min
-    window_s: float = 2.0  # --balance-window
-    standby_wait: float = 5.0  # --standby-wait
-    local: bool = True
-    security: Security | None = None  # None: made by ``run`` (the user's secret or a fresh one)
-    tls: bool = False  # --tls (when ``run`` makes the security settings)
-    max_frame_mb: float | None = None  # --max-frame-mb
-    # kills of a slot with no live process at that moment: (site, seconds after adoption)
-    adopted_kills: tuple[tuple[int, float], ...] = ()
-
-
-@dataclass
-class LiveStats:
-    """Counters the progress display reads (written by the host thread only)."""
-
-    events_in: int = 0
-    results_out: int = 0
-    dead_letters: int = 0
-    dropped: int = 0
-    started_at: float | None = None
-    total: int | None = None
-    phase: str = "starting Spark"
 
 
 class Host:
@@ -163,7 +112,7 @@ class Host:
         self.egress = Egress(plan, self.layout)
         self.digest = Digest()
         self.metrics = EgressMetrics()
-        self.stats = LiveStats(total=_total(plan))
+        self.stats = LiveStats(total=total(plan))
         self.conns: dict[int, Connection] = {}  # slot -> its process's data connection
         # A site process's control connection (``move``, ``fail``, ``avail``, ``slow``,
         # ``kill``, ``stop``, ``cu-start`` out; heartbeats, ``moved``, errors in), keyed by
@@ -659,9 +608,9 @@ class Host:
         for site, after, duration in self.cfg.hangs:
             asyncio.get_running_loop().call_later(after, self._hang, site, duration)
         self._arm_adopted_kills()
-        source = _SourceFeed(self.plan)
+        source = SourceFeed(self.plan)
         if self.cfg.rate:
-            buffer = _PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
+            buffer = PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
                                   flush_s=self.cfg.flush_ms / 1000)
             pump = asyncio.create_task(buffer.produce())
             take: Callable[[], Any] = buffer.take
@@ -671,7 +620,7 @@ class Host:
         try:
             while True:
                 item = take()
-                if item is _WAIT:
+                if item is WAIT:
                     await asyncio.sleep(0.002)
                     continue
                 if item is None:
@@ -772,304 +721,9 @@ class Host:
             self.dead_letters.write(rejected)
             self.stats.dead_letters += len(rejected)
 
-    def result_metrics(self) -> dict[str, Any]:
-        m = self.metrics
-        duration = (m.end or time.time()) - (m.start or time.time())
-        inp = self.ingress.next_isn
-        return {
-            "input_tuples": inp,
-            "output_tuples": self.egress.delivered,
-            "duration_s": round(duration, 4),
-            "throughput_tps": round(inp / duration, 1) if duration > 0 else 0.0,
-            "output_digest": self.digest.hexdigest(),
-            **m.summary(),
-            "ingress_dropped": self.stats.dropped,
-            "dead_letters": self.stats.dead_letters,
-            "kills": len(self.kills),
-            "failures": [self._failure_report(f) for f in self.failures],
-            "recoveries": [self._recovery_report(c) for c in self.catch_ups],
-            "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in self.adoptions],
-            "moves": [self._move_report(mv) for mv in self.controller.moves],
-            "balance_rounds": len(self.controller.rounds),
-            "balance": [{**r, "at_s": round(r["at"] - self._mono_start, 3)}
-                        for r in self.controller.rounds],
-            "utilisation": self._utilisation(),
-            # connections closed before or right after authentication, never decoded
-            "refused_connections": {"driver": self.gate.total_refused,
-                                    "sites": sum(self.site_refused.values()),
-                                    "driver_reasons": dict(self.gate.refused)},
-            # per site (its last process): busy seconds in passes, passes run, process CPU
-            "site_load": {str(k): v for k, v in sorted(self.site_load.items())},
-        }
-
-    def _utilisation(self) -> dict[str, float]:
-        """Per site, the fraction of the run its event loop was busy (thesis U_j = 1 - I_j/d).
-
-        Computed from the heartbeats' cumulative busy time; a site that was replaced counts
-        its last process only."""
-        out = {}
-        lo, hi = self.metrics.start or 0.0, self.metrics.end or time.time()
-        for site, all_samples in sorted(self.utilisation.items()):
-            samples = [x for x in all_samples if lo <= x[0] <= hi]  # while data flowed
-            if len(samples) < 2:
-                continue
-            (t0, b0, _), (t1, b1, _) = samples[0], samples[-1]
-            if t1 > t0 and b1 >= b0:
-                out[str(site)] = round((b1 - b0) / (t1 - t0), 3)
-        return out
-
-    def _move_report(self, mv: dict[str, Any]) -> dict[str, Any]:
-        """One move: which copy went where, why, the state it took and how long."""
-        start = self.move_started.get(mv["epoch"], 0.0)
-        t0 = self.metrics.start or start
-        return {"partition": mv["q"], "replica": mv["r"], "from": mv["src"], "to": mv["dst"],
-                "reason": mv["reason"], "bytes": mv["bytes"],
-                "started_at_s": round(start - t0, 3),
-                "duration": round(mv["end"] - mv["start"], 4),
-                # until every live site had applied it (``moved``); catch-up follows
-                "confirmed_s": round(mv.get("confirmed", mv["end"]) - mv["start"], 4)}
-
-    def _recovery_report(self, c: dict[str, Any]) -> dict[str, Any]:
-        """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""
-        m = self.metrics
-        t = np.asarray(m.times)
-        sel = t[(t >= c["start"]) & (t <= c["end"])]
-        edges = np.r_[c["start"], sel, c["end"]]
-        return {
-            "stage": c["stage"], "partition": c["partition"], "replica": c["replica"],
-            "site": c["site"], "state_bytes": c["state_bytes"],
-            "state_move_s": round(c["move_s"], 5),
-            "started_at_s": round(c["start"] - (m.start or c["start"]), 3),
-            "duration_s": round(c["end"] - c["start"], 4),
-            "output_gap_s": round(float(np.diff(edges).max()), 4),
-        }
-
-    def _failure_report(self, f: dict[str, Any]) -> dict[str, Any]:
-        """What one failure cost: detection delay, output gap and latency around it."""
-        before = [k for k in self.kills if k["site"] == f["site"] and k["time"] <= f["time"]]
-        kill = before[-1] if before else None
-        at = kill["time"] if kill else f["time"]
-        m = self.metrics
-        return {
-            "site": f["site"],
-            "reason": f.get("reason", ""),
-            "killed_at_s": round(at - (m.start or at), 3),
-            "detected_after_s": round(f["time"] - at, 4),
-            "max_output_gap_s": round(m.gaps_around(at), 4),
-            "latency_p99_s": round(m.latency_p99_between(at - 0.5, at + 3.0), 4),
-        }
-
-
-_WAIT = object()
-
 
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-class _SourceFeed:
-    """Batches from the plan's sources (several sources are interleaved batch by batch)."""
-
-    def __init__(self, plan: PhysicalPlan) -> None:
-        self._iters: deque[Iterator] = deque(s.batches() for s in plan.sources)
-
-    def next(self) -> pa.RecordBatch | list[dict] | None:
-        while self._iters:
-            it = self._iters.popleft()
-            try:
-                item = next(it)
-            except StopIteration:
-                continue
-            self._iters.append(it)
-            return item
-        return None
-
-
-class _PacedBuffer:
-    """A push source (the paper's packet sprayer): records arrive at ``rate`` per second.
-
-    What the ingress buffer cannot hold is dropped and counted (``ingress_dropped``).
-    """
-
-    def __init__(self, source: _SourceFeed, rate: float, capacity: int, stats: LiveStats,
-                 flush_rows: int = 8192, flush_s: float = 0.02) -> None:
-        self.source = source
-        self.rate = rate
-        self.capacity = capacity
-        self.stats = stats
-        self.buffer: deque[pa.RecordBatch | list[dict]] = deque()
-        self.held = 0
-        self.exhausted = False
-        self._carry: pa.RecordBatch | list[dict] | None = None
-        self.flush_rows = flush_rows
-        self.flush_s = flush_s
-        self._last_take = time.monotonic()
-
-    async def produce(self) -> None:
-        t0 = time.monotonic()
-        produced = 0
-        while not self.exhausted:
-            due = int((time.monotonic() - t0) * self.rate) - produced
-            while due > 0 and not self.exhausted:
-                item = self._carry if self._carry is not None else self.source.next()
-                self._carry = None
-                if item is None:
-                    self.exhausted = True
-                    break
-                n = len(item) if isinstance(item, list) else item.num_rows
-                if n > due:
-                    item, self._carry = _split(item, due)
-                    n = due
-                produced += n
-                due -= n
-                if self.held + n > self.capacity:
-                    self.stats.dropped += n
-                    continue
-                self.buffer.append(item)
-                self.held += n
-            await asyncio.sleep(0.005)
-
-    def take(self) -> Any:
-        """Everything buffered, once it fills a batch or the flush interval has passed.
-
-        Admitting every few milliseconds would multiply the per-message cost (every admission
-        fans out into data and acknowledgements to every site and both replicas); flushing on
-        size or a short timer keeps that cost bounded at any rate (DESIGN.md §6).
-        """
-        now = time.monotonic()
-        due = self.held >= self.flush_rows or now - self._last_take >= self.flush_s
-        if self.buffer and (due or self.exhausted):
-            self._last_take = now
-            parts = []
-            while self.buffer:
-                item = self.buffer.popleft()
-                self.held -= len(item) if isinstance(item, list) else item.num_rows
-                parts.append(item)
-            return _merge(parts)
-        return None if self.exhausted else _WAIT
-
-
-def _split(item: pa.RecordBatch | list[dict], n: int) -> tuple[Any, Any]:
-    if isinstance(item, list):
-        return item[:n], item[n:]
-    return item.slice(0, n), item.slice(n)
-
-
-def _merge(parts: list[Any]) -> Any:
-    if all(isinstance(p, pa.RecordBatch) for p in parts):
-        return concat(parts, parts[0].schema) if len(parts) > 1 else parts[0]
-    out: list[dict] = []
-    for p in parts:
-        out.extend(p if isinstance(p, list) else p.to_pylist())
-    return out
-
-
-def _total(plan: PhysicalPlan) -> int | None:
-    totals = [s.total() for s in plan.sources]
-    return None if any(t is None for t in totals) else int(sum(totals))  # type: ignore[arg-type]
-
-
-@dataclass
-class RunResult:
-    metrics: dict[str, Any]
-    sites: list[dict[str, Any]] = field(default_factory=list)
-    timeline: EgressMetrics | None = None
-    ingress_timeline: tuple[list[float], list[int]] = ([], [])
-    completed: list[tuple[float, int]] = field(default_factory=list)
-    events: dict[str, list[float]] = field(default_factory=dict)
-
-
-def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
-        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None
-        ) -> RunResult:
-    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
-    from sparkflux.spark.launcher import (
-        cancel_sites,
-        default_master,
-        is_local,
-        launch_sites,
-        spark_session,
-    )
-
-    master = cfg.master or default_master(cfg.sites + cfg.spares)
-    if spark is None:
-        spark = spark_session(master)
-    conf = spark.sparkContext.getConf()
-    if cfg.security is None:
-        secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
-        log.info("run secret: %s", origin)
-        cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
-    if is_local(master):
-        bind = advertise = cfg.bind_host
-    else:  # listen where the executors are told to connect, not on every interface
-        advertise = conf.get("spark.driver.host", "127.0.0.1")
-        bind = conf.get("spark.driver.bindAddress", None) or advertise
-    cfg = replace(cfg, local=is_local(master), bind_host=bind)
-    host = Host(plan, cfg, sink, dead_letters)
-    thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
-    thread.start()
-    host.ready.wait(30)
-    if host.port is None:
-        raise RunFailed(f"the driver host did not start (could it listen on {bind}?)")
-    # Sites on a cluster bind to, and advertise, their address towards the driver ("").
-    site_bind = bind if is_local(master) else ""
-    assert cfg.security is not None
-    job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind,
-                       plan.sites + cfg.spares, host.replicas, cfg.security, cfg.site_cpu)
-    deadline = time.monotonic() + cfg.start_timeout
-    watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
-    watcher.start()
-    if display is not None:
-        display(host.stats, host.done)
-    while not host.done.wait(0.2):
-        if not host.controller.started and time.monotonic() > deadline:
-            host.stop(
-                f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
-                f"{cfg.start_timeout:.0f}s; the Spark master needs at least {plan.sites} free "
-                f"task slots (local mode: local[{plan.sites}] or more)"
-            )
-    if host.failure:
-        cancel_sites(spark)
-        raise RunFailed(host.failure)
-    if not job.done.wait(5):
-        # A task Spark restarted near the end (a standby) cannot reach the finished driver;
-        # stop it rather than let it retry.
-        cancel_sites(spark)
-        job.done.wait(15)
-    if job.error is not None and not job.summaries:
-        log.info("site job ended with %s", job.error)
-    thread.join(10)
-    from sparkflux.runtime.plot import timeline_events
-
-    return RunResult(metrics=host.result_metrics(), sites=job.summaries, timeline=host.metrics,
-                     ingress_timeline=(host.ingress_times, host.ingress_counts),
-                     completed=host.completed,
-                     events=timeline_events(host.kills, host.failures, host.recovered,
-                                            moves=list(host.move_started.values()),
-                                            slows=host.slowed))
-
-
-def _watch_job(job: Any, host: Host) -> None:
-    job.done.wait()
-    if job.error is not None and not host.done.is_set():
-        host.stop(f"the Spark job running the sites failed: {_short(job.error)}")
-
-
-def _short(e: BaseException) -> str:
-    text = str(e)
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return "\n".join(lines[:30])
-
-
-def write_metrics(path: str, metrics: dict[str, Any]) -> None:
-    with open(path, "w") as f:
-        json.dump(metrics, f, indent=2, default=_json_default)
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -1,0 +1,99 @@
+"""The run's metrics, computed from the driver host's records when the run ends: throughput,
+digest and latency, and per failure, catch-up, adoption and move what it cost."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sparkflux.runtime.driver import Host
+
+def result_metrics(host: Host) -> dict[str, Any]:
+    m = host.metrics
+    duration = (m.end or time.time()) - (m.start or time.time())
+    inp = host.ingress.next_isn
+    return {
+        "input_tuples": inp,
+        "output_tuples": host.egress.delivered,
+        "duration_s": round(duration, 4),
+        "throughput_tps": round(inp / duration, 1) if duration > 0 else 0.0,
+        "output_digest": host.digest.hexdigest(),
+        **m.summary(),
+        "ingress_dropped": host.stats.dropped,
+        "dead_letters": host.stats.dead_letters,
+        "kills": len(host.kills),
+        "failures": [failure_report(host, f) for f in host.failures],
+        "recoveries": [recovery_report(host, c) for c in host.catch_ups],
+        "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in host.adoptions],
+        "moves": [move_report(host, mv) for mv in host.controller.moves],
+        "balance_rounds": len(host.controller.rounds),
+        "balance": [{**r, "at_s": round(r["at"] - host._mono_start, 3)}
+                    for r in host.controller.rounds],
+        "utilisation": utilisation(host),
+        # connections closed before or right after authentication, never decoded
+        "refused_connections": {"driver": host.gate.total_refused,
+                                "sites": sum(host.site_refused.values()),
+                                "driver_reasons": dict(host.gate.refused)},
+        # per site (its last process): busy seconds in passes, passes run, process CPU
+        "site_load": {str(k): v for k, v in sorted(host.site_load.items())},
+    }
+
+def utilisation(host: Host) -> dict[str, float]:
+    """Per site, the fraction of the run its event loop was busy (thesis U_j = 1 - I_j/d).
+
+    Computed from the heartbeats' cumulative busy time; a site that was replaced counts
+    its last process only."""
+    out = {}
+    lo, hi = host.metrics.start or 0.0, host.metrics.end or time.time()
+    for site, all_samples in sorted(host.utilisation.items()):
+        samples = [x for x in all_samples if lo <= x[0] <= hi]  # while data flowed
+        if len(samples) < 2:
+            continue
+        (t0, b0, _), (t1, b1, _) = samples[0], samples[-1]
+        if t1 > t0 and b1 >= b0:
+            out[str(site)] = round((b1 - b0) / (t1 - t0), 3)
+    return out
+
+def move_report(host: Host, mv: dict[str, Any]) -> dict[str, Any]:
+    """One move: which copy went where, why, the state it took and how long."""
+    start = host.move_started.get(mv["epoch"], 0.0)
+    t0 = host.metrics.start or start
+    return {"partition": mv["q"], "replica": mv["r"], "from": mv["src"], "to": mv["dst"],
+            "reason": mv["reason"], "bytes": mv["bytes"],
+            "started_at_s": round(start - t0, 3),
+            "duration": round(mv["end"] - mv["start"], 4),
+            # until every live site had applied it (``moved``); catch-up follows
+            "confirmed_s": round(mv.get("confirmed", mv["end"]) - mv["start"], 4)}
+
+def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
+    """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""
+    m = host.metrics
+    t = np.asarray(m.times)
+    sel = t[(t >= c["start"]) & (t <= c["end"])]
+    edges = np.r_[c["start"], sel, c["end"]]
+    return {
+        "stage": c["stage"], "partition": c["partition"], "replica": c["replica"],
+        "site": c["site"], "state_bytes": c["state_bytes"],
+        "state_move_s": round(c["move_s"], 5),
+        "started_at_s": round(c["start"] - (m.start or c["start"]), 3),
+        "duration_s": round(c["end"] - c["start"], 4),
+        "output_gap_s": round(float(np.diff(edges).max()), 4),
+    }
+
+def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
+    """What one failure cost: detection delay, output gap and latency around it."""
+    before = [k for k in host.kills if k["site"] == f["site"] and k["time"] <= f["time"]]
+    kill = before[-1] if before else None
+    at = kill["time"] if kill else f["time"]
+    m = host.metrics
+    return {
+        "site": f["site"],
+        "reason": f.get("reason", ""),
+        "killed_at_s": round(at - (m.start or at), 3),
+        "detected_after_s": round(f["time"] - at, 4),
+        "max_output_gap_s": round(m.gaps_around(at), 4),
+        "latency_p99_s": round(m.latency_p99_between(at - 0.5, at + 3.0), 4),
+    }

@@ -1,0 +1,106 @@
+"""A run on Spark: the driver host in a background thread, the sites as a Spark job, the
+run's secret and listening addresses, and its result (``run``, what ``sparkflux run`` calls).
+
+The host (``runtime/driver.py``) is the real world's driver side; this module is what ties it to
+a SparkSession: where to listen (loopback in local mode, the driver's advertised address on a
+cluster), the security settings handed to the sites with the job, a start deadline that says
+what the master lacks, and the Spark job's own failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.runtime.driver import Host
+from sparkflux.runtime.plot import timeline_events
+from sparkflux.runtime.reports import result_metrics
+from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed, RunResult
+from sparkflux.runtime.security import SECRET_CONF, make_security, resolve_secret
+from sparkflux.runtime.sinks import DeadLetters, Sink
+from sparkflux.spark.launcher import (
+    cancel_sites,
+    default_master,
+    is_local,
+    launch_sites,
+    spark_session,
+)
+
+log = logging.getLogger(__name__)
+
+
+def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
+        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None
+        ) -> RunResult:
+    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
+    master = cfg.master or default_master(cfg.sites + cfg.spares)
+    if spark is None:
+        spark = spark_session(master)
+    conf = spark.sparkContext.getConf()
+    if cfg.security is None:
+        secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
+        log.info("run secret: %s", origin)
+        cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
+    if is_local(master):
+        bind = advertise = cfg.bind_host
+    else:  # listen where the executors are told to connect, not on every interface
+        advertise = conf.get("spark.driver.host", "127.0.0.1")
+        bind = conf.get("spark.driver.bindAddress", None) or advertise
+    cfg = replace(cfg, local=is_local(master), bind_host=bind)
+    host = Host(plan, cfg, sink, dead_letters)
+    thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
+    thread.start()
+    host.ready.wait(30)
+    if host.port is None:
+        raise RunFailed(f"the driver host did not start (could it listen on {bind}?)")
+    # Sites on a cluster bind to, and advertise, their address towards the driver ("").
+    site_bind = bind if is_local(master) else ""
+    assert cfg.security is not None
+    job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind,
+                       plan.sites + cfg.spares, host.replicas, cfg.security, cfg.site_cpu)
+    deadline = time.monotonic() + cfg.start_timeout
+    watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
+    watcher.start()
+    if display is not None:
+        display(host.stats, host.done)
+    while not host.done.wait(0.2):
+        if not host.controller.started and time.monotonic() > deadline:
+            host.stop(
+                f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
+                f"{cfg.start_timeout:.0f}s; the Spark master needs at least {plan.sites} free "
+                f"task slots (local mode: local[{plan.sites}] or more)"
+            )
+    if host.failure:
+        cancel_sites(spark)
+        raise RunFailed(host.failure)
+    if not job.done.wait(5):
+        # A task Spark restarted near the end (a standby) cannot reach the finished driver;
+        # stop it rather than let it retry.
+        cancel_sites(spark)
+        job.done.wait(15)
+    if job.error is not None and not job.summaries:
+        log.info("site job ended with %s", job.error)
+    thread.join(10)
+    return RunResult(metrics=result_metrics(host), sites=job.summaries, timeline=host.metrics,
+                     ingress_timeline=(host.ingress_times, host.ingress_counts),
+                     completed=host.completed,
+                     events=timeline_events(host.kills, host.failures, host.recovered,
+                                            moves=list(host.move_started.values()),
+                                            slows=host.slowed))
+
+
+def _watch_job(job: Any, host: Host) -> None:
+    job.done.wait()
+    if job.error is not None and not host.done.is_set():
+        host.stop(f"the Spark job running the sites failed: {_short(job.error)}")
+
+
+def _short(e: BaseException) -> str:
+    text = str(e)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[:30])
