@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from sparkflux.cli import reference_digest, run_example
+from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.security import Security
 from sparkflux.runtime.sinks import DeadLetters, NullSink
@@ -280,8 +280,7 @@ def test_forged_connections_are_refused_and_the_run_survives(
     args = netmon_args(events=EVENTS, rate=RATE, ha="flux", sites=SITES,
                        partitions=PARTITIONS, batch_size=8192, window=400_000, kill=[KILL])
     try:
-        result = run_example(netmon, args, show_progress=False, sink=NullSink(),
-                             dead=DeadLetters(), spark=spark)
+        result = run_example(netmon, args, sink=NullSink(), dead=DeadLetters(), spark=spark)
     finally:
         ended = time.monotonic()
         forger.stop.set()
@@ -289,6 +288,9 @@ def test_forged_connections_are_refused_and_the_run_survives(
     outcomes = forger.first_round + forger.later
     table = forge.summary_table(outcomes)
     print(table)
+    print("refused_connections:", result.metrics.get("refused_connections"))
+    print("sites' own counts:", [(s.get("site"), s.get("attempt"), s.get("refused"))
+                                 for s in result.sites])
     assert forger.error is None, repr(forger.error)
     m = result.metrics
 

@@ -1,7 +1,14 @@
-"""Simulated FIFO links between nodes (sites and the driver) with a seeded scheduler.
+"""Simulated links between nodes (sites and the driver) with a seeded scheduler.
 
-A link is a FIFO queue per ordered pair of nodes and channel (TCP's guarantee per
-connection, DESIGN.md §4). Channel ``DATA`` is the pair's data connection; channel
+A link is a queue per ordered pair of nodes and channel, FIFO as TCP is per connection
+(DESIGN.md §4), except where the runtime itself reorders before the socket: on a data
+connection, the frames that must keep their place among the rows (``Data``, ``retaining``,
+``psync``: ``runtime.outbox.ORDERED_WITH_DATA``) may wait in the sender's skew buffer while
+every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, ...) is written at
+once. So a frame of the second class may overtake frames of the first sent before it, never
+the other way round, and each class stays FIFO within itself: the scheduler delivers either
+a link's head or its first frame that ``overtakes`` allows to pass what is ahead of it.
+Channel ``DATA`` is the pair's data connection; channel
 ``CONTROL`` is the driver's control connection to a site, which the runtime keeps apart so
 that a ``move`` or a ``fail`` never waits behind input the site has not read yet, or between
 two sites the StateMover's connection (a snapshot one way, ``installed`` back): nothing
@@ -13,6 +20,7 @@ occur, and a seed replays exactly.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,11 +29,18 @@ import numpy as np
 DATA, CONTROL = 0, 1
 
 
+def _never(message: Any) -> bool:
+    return False
+
+
 @dataclass
 class Network:
     rng: np.random.Generator
+    # the frames that the runtime may write ahead of data held for the same connection
+    overtakes: Callable[[Any], bool] = _never
     links: dict[tuple[int, int, int], deque[Any]] = field(default_factory=dict)
     delivered: int = 0
+    overtaken: int = 0  # deliveries that passed an earlier frame (the runtime's reordering)
 
     def send(self, src: int, dst: int, message: Any, channel: int = DATA) -> None:
         self.links.setdefault((src, dst, channel), deque()).append(message)
@@ -40,7 +55,22 @@ class Network:
             return None
         link = busy[int(self.rng.integers(len(busy)))]
         self.delivered += 1
-        return link[0], link[1], self.links[link].popleft()
+        return link[0], link[1], self._take(link)
+
+    def _take(self, link: tuple[int, int, int]) -> Any:
+        """The link's head, or (at random) its first frame that may pass the frames ahead
+        of it: those are all of the class the runtime holds back (data, ``retaining``,
+        ``psync``)."""
+        q = self.links[link]
+        if link[2] == DATA and len(q) > 1 and not self.overtakes(q[0]) \
+                and self.rng.random() < 0.5:
+            for i in range(1, len(q)):
+                if self.overtakes(q[i]):
+                    m = q[i]
+                    del q[i]
+                    self.overtaken += 1
+                    return m
+        return q.popleft()
 
     def pop_to(self, dst: int) -> tuple[int, Any] | None:
         """Deliver the head of a random non-empty link into ``dst`` whose head is a protocol
@@ -51,7 +81,7 @@ class Network:
             return None
         link = busy[int(self.rng.integers(len(busy)))]
         self.delivered += 1
-        return link[0], self.links[link].popleft()
+        return link[0], self._take(link)  # the head is no tuple, and tuples never overtake
 
     def drop_to(self, node: int) -> None:
         """A crashed node receives nothing more."""

@@ -117,7 +117,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes."""
     rng = np.random.default_rng(seed)
     layout = Layout(plan.sites, plan.partitions, replicas)
-    net = Network(rng)
+    net = Network(rng, overtakes=_overtakes)
     # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan.
     sites = {s: SiteCore(s, copy.deepcopy(plan), layout) for s in range(plan.sites)}
     ingress, egress = Ingress(plan, layout), Egress(plan, layout)
@@ -349,6 +349,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     return SimResult(seed, table, egress.ended, leftover, crashed, step, net.delivered,
                      ingress.next_isn, recovered, live_replicas,
                      [(m["q"], m["r"], m["src"], m["dst"]) for m in controller.moves])
+
+
+def _overtakes(msg: Any) -> bool:
+    """Whether the runtime writes ``msg`` at once, ahead of data frames the skew buffer holds
+    for the same connection (read at run time, so a test can change the rule)."""
+    from sparkflux.runtime import outbox
+
+    return not isinstance(msg, tuple) and not isinstance(msg, outbox.ORDERED_WITH_DATA)
 
 
 def _as_moved(msg: Any) -> Any:
