@@ -32,6 +32,7 @@ from sparkflux.control.events import (
     View,
 )
 from sparkflux.dataflow.placement import Layout
+from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.site import SiteCore
@@ -267,7 +268,7 @@ def test_the_egress_names_itself_and_the_partitions_never_a_stage() -> None:
     with pytest.raises(PartitionLost, match=r"^every replica of partitions 1, 5 of stage 0 "
                                             r"failed before they could be recovered; stage 1 "
                                             r"reads from them "):
-        site.on_fail({1, 2})
+        site.handle(cm.Fail(dead=(1, 2)))
     assert np.array_equal(layout.table()[[1, 5]], [[1, 2], [1, 2]])
 
 

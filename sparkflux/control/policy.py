@@ -28,18 +28,15 @@ import numpy as np
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    # The thesis' ch. 5 value is 1.15; a bottleneck site may then stay 15% above its peers,
-    # which alone costs 13% of the ideal rate. Utilisation from demand is steady enough for
-    # 1.05 (and recently moved partitions stay put, so noise does not make them oscillate).
+    # The thesis' ch. 5 value is 1.15, which lets a bottleneck stay 15% above its peers;
+    # utilisation from demand is steady enough for 1.05 (and recently moved partitions stay
+    # put, so noise does not make them oscillate). README: "Hill climbing".
     th_imb: float = 1.05
     th_util: float = 0.925
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
-    # leaves its partition with one copy, so moving on noise alone is a risk with no gain.
-    # Not lower: a site's scheduler passes have a fixed cost (a slowed site at 50K tuples/s
-    # under --site-cpu 0.4 measured 0.65 of its capacity busy with 30 of its 32 copies and
-    # 0.57 with 15), so at 0.6 the policy moved copies off it that relieved nothing, and
-    # every move was a single-copy window a kill could hit. (0.75 before the scheduler
-    # gathered in proportion to the cap, when that site measured 0.6 whatever it hosted.)
+    # leaves its partition with one copy, so moving on noise alone is a risk with no gain;
+    # and a site's scheduler passes have a fixed cost that does not leave with a partition,
+    # so a lower threshold moves copies that relieve nothing. README: "Hill climbing".
     th_busy: float = 0.7
     # Not in the thesis: a move must lower the pair's maximum by at least this fraction of
     # the donor's U. With a fixed cost per site, moving partitions off a site that is busy
@@ -54,15 +51,13 @@ class PolicyConfig:
     # Not in the thesis: a donor must have been loaded, and a receiver idle, in the previous
     # round too (see ``plan_moves``), and nothing moves in the first ``window_s`` seconds of
     # statistics after a start or a failure (the controller): at saturation the sites ramp
-    # up unevenly, and a round 0.7 s after the start moved three copies onto the site about
-    # to be slowed; catching them up there took 6.4 s, with no balancing meanwhile. Off, the
-    # first round after a start may move.
+    # up unevenly, and a decision on a ramp-up alone moves copies that must be moved back.
+    # Off, the first round after a start may move.
     hysteresis: bool = True
     # Not in the thesis: while the placement stays the same, a round's statistics run from
     # the oldest baseline of the last ``window_s`` seconds, not from its own (the phases
-    # since the last move pooled). A 0.5 s phase of a saturated site measured U anywhere
-    # from 0.8 to 1.4 for one placement, the hysteresis let two noisy phases in a row
-    # through, and the policy moved copies back onto a slowed site and off it again.
+    # since the last move pooled): one short phase of a saturated site is too noisy to
+    # decide on, even twice in a row. README: "Statistics in rounds".
     window_s: float = 2.0
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase

@@ -95,7 +95,7 @@ class Ingress:
         return self.buffer.on_rejoin(msg, src)
 
     def on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
-        """Replica r of first-stage partition q moves to ``dst`` (see ``SiteCore.on_move``):
+        """Replica r of first-stage partition q moves to ``dst`` (see ``SiteCore._on_move``):
         ``ack_all`` for its old incarnation, and retain for the new one at once (its
         ``retaining`` goes to the survivor, after the rows sent to it so far); the new one is
         fed once catch-up rejoins it."""

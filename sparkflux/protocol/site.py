@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +23,7 @@ from sparkflux.model.batch import concat, empty, sort_by_sn
 from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import Progress
 from sparkflux.model.schema import PART
+from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.messages import (
     SRC,
@@ -49,8 +52,21 @@ def wire_schema(schema: pa.Schema) -> pa.Schema:
     return schema.append(pa.field(SRC, pa.int32(), nullable=False))
 
 
+@dataclass(frozen=True, slots=True)
+class Received:
+    """Messages the site read from its links, ``(source site, message)`` in arrival order,
+    handled as one scheduler pass (the thesis' FluxPooler)."""
+
+    items: Sequence[tuple[int, Message]]
+
+
+# What a site's core takes: a pass's messages, and the controller's ``fail``, ``move`` and
+# ``avail`` (the view changes and re-placements every site applies).
+SiteEvent = Received | cm.Fail | cm.Move | cm.Avail
+
+
 class SiteCore:
-    """Everything one site computes; no I/O."""
+    """Everything one site computes; no I/O. One entry point: ``handle(*events)``."""
 
     def __init__(self, site: int, plan: PhysicalPlan, layout: Layout,
                  standby: bool = False) -> None:
@@ -100,13 +116,24 @@ class SiteCore:
         return self.layout.hosted(self.site)
 
     # -- events ------------------------------------------------------------------------------
-    def on_message(self, src: int, msg: Message) -> list[Outgoing]:
-        """Handle one message; returns what to send to *other* sites, in order."""
-        if self.stopped or src in self.dead_sites:
-            return []  # a failed site's late messages are ignored (fail-stop)
-        return self._local(self._handle(msg, src))
+    def handle(self, *events: SiteEvent) -> list[Outgoing]:
+        """Handle events in order; returns what to send to *other* sites, in order."""
+        out: list[Outgoing] = []
+        for ev in events:
+            match ev:
+                case Received(items=items):
+                    out += self._on_messages(list(items))
+                case cm.Fail(dead=dead):
+                    out += self._on_fail(set(dead))
+                case cm.Move(q=q, r=r, dst=dst, epoch=epoch):
+                    out += self._on_move(q, r, dst, epoch)
+                case cm.Avail(slot=slot, epoch=epoch):
+                    self._on_avail(slot, epoch)
+                case _:
+                    raise ProtocolError(f"site {self.site}: no event {type(ev).__name__}")
+        return out
 
-    def on_messages(self, items: list[tuple[int, Message]]) -> list[Outgoing]:
+    def _on_messages(self, items: list[tuple[int, Message]]) -> list[Outgoing]:
         """Handle a batch of messages in arrival order, running the operators once at the
         end (the thesis' FluxPooler: under load, many small inputs become one vectorized
         pass). Acknowledgements still go out before processing, in order; handling a control
@@ -277,13 +304,13 @@ class SiteCore:
     def _dead_replicas(self) -> np.ndarray:
         return np.isin(self.layout.table(), list(self.dead_sites))
 
-    def on_avail(self, site: int, epoch: int = 0) -> None:
+    def _on_avail(self, site: int, epoch: int = 0) -> None:
         """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
         self.dead_sites.discard(site)
         self.epochs[self.layout.table() == site] = epoch
         self._prune_early()
 
-    def on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
+    def _on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
         """Unified Flux's move (thesis ch. 5): replica r of partition q (every stage) fails
         where it is and is re-placed on site ``dst``, where catch-up will rebuild it from the
         other replica. Here: the source site drops its copy; every site takes over from it
@@ -319,7 +346,7 @@ class SiteCore:
                         for s in range(1, len(self.plan.stages))]
         return self._local(out)
 
-    def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
+    def _on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
         """A view change: these sites failed (take-over for every hosted replica)."""
         if self.site in dead_sites:
             self.stopped = "excluded from the view"

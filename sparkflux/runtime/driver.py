@@ -118,7 +118,7 @@ class Host:
         # ``kill``, ``stop``, ``cu-start`` out; heartbeats, ``moved``, errors in), keyed by
         # its data connection, and back: a control frame to a slowed site must not wait
         # behind the input queued on its data connection, which it reads only as fast as it
-        # processes (a move's confirmation took 0.3-0.4 s there, 20-40 ms on the others).
+        # processes (README: "Two connections between the driver and each site").
         self.control_of: dict[Connection, Connection] = {}
         self.data_of: dict[Connection, Connection] = {}
         self._controls: dict[str, asyncio.Future[Connection]] = {}  # pairing token -> conn
@@ -442,8 +442,7 @@ class Host:
                     self._move(a)
                 case Collect(round=rnd):
                     # Answered from each site's next heartbeat, which carries its counters:
-                    # a request to the site would queue behind the data on its connection
-                    # (at saturation, a slowed site's next pass: 0.3-0.4 s).
+                    # a request to the site would queue behind the data on its connection.
                     for s in self.controller.view.members:
                         if s not in self.dead:
                             self._collecting[s] = rnd

@@ -35,7 +35,7 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Outgoing, State
-from sparkflux.protocol.site import SiteCore, wire_schema
+from sparkflux.protocol.site import Received, SiteCore, wire_schema
 from sparkflux.runtime import handshake
 from sparkflux.runtime.capacity import CpuCap
 from sparkflux.runtime.frames import encode
@@ -51,11 +51,9 @@ INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twic
 GATHER_UNCAPPED_S = 0.01  # how long the scheduler lets input gather before a pass, at most,
 GATHER_ROWS = 8192  # ... or until this many rows wait
 # Under --site-cpu: at least GATHER_S, and long enough that a pass is worth GATHER_CPU_S of
-# the site's CPU budget (GATHER_CPU_S / cap: 0.12 s at a cap of 0.1), or until
-# GATHER_ROWS_CAPPED rows wait. A pass costs about 3 ms of CPU whatever it carries; with a
-# fixed 50 ms at a cap of 0.1, a site that waited on a slowed peer ran 14 small passes a
-# second, spent 40% of its budget on them, looked as saturated as the slowed site (so the
-# policy stopped short), and sent that peer two to three times as many frames to read.
+# the site's CPU budget (GATHER_CPU_S / cap), or until GATHER_ROWS_CAPPED rows wait: a pass
+# has a fixed cost whatever it carries, and it must stay a small part of a capped site's
+# budget, or its utilisation measures overhead, not load (README: "Scheduling").
 GATHER_S = 0.05
 GATHER_CPU_S = 0.012
 GATHER_ROWS_CAPPED = 2 * 8192
@@ -424,7 +422,7 @@ class Site:
                 self._urgent = False
                 self._inbox_room.set()
                 if self.core is not None:
-                    self._send(self.core.on_messages(items))
+                    self._send(self.core.handle(Received(items)))
                 self.outbox.flush()
                 busy = time.thread_time() - t
                 now = time.perf_counter()
@@ -515,7 +513,7 @@ class Site:
         a task of its own (this reader goes on with the next control frame at once)."""
         assert self.core is not None
         slot = msg.slot
-        self.core.on_avail(slot, msg.epoch)
+        self.core.handle(msg)
         self.addresses[slot] = (msg.host, msg.port)
         self.identities[slot] = (msg.registered, msg.attempt)
         self._known.set()
@@ -545,7 +543,7 @@ class Site:
                     c.close()
                 for c in self.state_in.pop(s, []):  # a zombie's late state or installed
                     c.close()
-            self._send(self.core.on_fail(dead))
+            self._send(self.core.handle(msg))
             self._known.set()
             self._peers_ready.set()
             self._maybe_ready()
@@ -581,7 +579,7 @@ class Site:
             self.cap.scale(msg.factor)
         elif isinstance(msg, cm.Move):  # unified Flux: a copy of a partition moves
             assert self.core is not None
-            self._send(self.core.on_move(msg.q, msg.r, msg.dst, msg.epoch))
+            self._send(self.core.handle(msg))
             self._report(cm.Moved(epoch=msg.epoch))
         elif isinstance(msg, cm.Kill):
             # A real crash on request (clusters, where the driver cannot signal the process).

@@ -51,6 +51,7 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import digest_of
 from sparkflux.model.validate import validate
+from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
@@ -68,7 +69,7 @@ from sparkflux.protocol.messages import (
     State,
 )
 from sparkflux.protocol.producer import ProtocolError
-from sparkflux.protocol.site import SiteCore
+from sparkflux.protocol.site import Received, SiteCore
 from sparkflux.runtime.frames import FRAME_HEADER, MSG, decode, encode
 from sparkflux.sim.network import CONTROL, DATA, Network
 
@@ -305,9 +306,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 else:
                     raise Violation(f"seed {seed}: driver got {type(msg).__name__}")
             elif isinstance(msg, tuple) and msg[0] == "fail":
-                emit(dst, sites[dst].on_fail(set(msg[1])))
+                emit(dst, sites[dst].handle(cm.Fail(dead=tuple(sorted(msg[1])))))
             elif isinstance(msg, tuple) and msg[0] == "move":
-                emit(dst, sites[dst].on_move(*msg[1:]))
+                emit(dst, sites[dst].handle(cm.Move(q=msg[1], r=msg[2], dst=msg[3],
+                                                    epoch=msg[4])))
                 net.send(dst, DRIVER, ("moved", dst, msg[4]), CONTROL)
             elif isinstance(msg, tuple) and msg[0] == "collect":
                 # A synthetic load: every row costs the same; a slow site has its capacity
@@ -319,21 +321,22 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                     busy_s=float(sum(counts)), capacity_s=float(step) * 4 / slow.get(dst, 1.0),
                     counts=counts, now=float(step))), CONTROL)
             elif isinstance(msg, tuple) and msg[0] == "avail":
-                sites[dst].on_avail(msg[1], msg[2])
+                sites[dst].handle(cm.Avail(slot=msg[1], epoch=msg[2], host="", port=0,
+                                           attempt=attempt[msg[1]], registered=msg[1]))
                 net.send(dst, msg[1], ("hello", dst))
             elif isinstance(msg, tuple) and msg[0] == "hello":
                 hellos[dst].add(msg[1])
                 maybe_ready(dst)
             else:
                 # Like the runtime's scheduler, a site often takes several queued messages in
-                # one pass (``on_messages``): gather a random number of them.
+                # one pass (``Received``): gather a random number of them.
                 batch = [(src, _as_moved(msg))]
                 for _ in range(int(rng.integers(0, 4))):
                     more = net.pop_to(dst)
                     if more is None:
                         break
                     batch.append((more[0], _as_moved(more[1])))
-                emit(dst, sites[dst].on_messages(batch))
+                emit(dst, sites[dst].handle(Received(batch)))
         except (ProtocolError, PartitionLost) as e:
             raise Violation(f"seed {seed}: {e}") from e
     leftover = {"ingress": ingress.buffered()}
