@@ -1,0 +1,18 @@
+"""The README's module map lists every module of the package, and nothing that is gone."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_module_map_matches_the_tree() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Module map", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `([\w/]+\.py)`: ", section, flags=re.M)
+    tree = sorted(str(p.relative_to(ROOT / "sparkflux")) for p in (ROOT / "sparkflux").rglob(
+        "*.py") if p.name != "__init__.py")
+    assert sorted(listed) == tree
+    assert len(listed) == len(set(listed))
