@@ -92,7 +92,7 @@ async def fake_sites(host: Host) -> tuple[dict[str, Any], int, int]:
     while await on_host(host, host.outbox.held_rows) == 0:
         assert asyncio.get_running_loop().time() < deadline, "the host never held input"
         await asyncio.sleep(0.05)
-    await on_host(host, lambda: host._slow(0, 0.5))
+    await on_host(host, lambda: host.faults.slow(0, 0.5))
     frame = await asyncio.wait_for(next_control(control[0], schema_of), 10.0)
     unread = len(data[0].reader._buffer)  # type: ignore[attr-defined]
     held = await on_host(host, host.outbox.held_rows)

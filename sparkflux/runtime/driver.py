@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import threading
 import time
 import traceback
@@ -72,6 +70,7 @@ from sparkflux.protocol.messages import (
 )
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.runtime import handshake
+from sparkflux.runtime.faults import Faults
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
@@ -132,12 +131,10 @@ class Host:
         self.dead: set[int] = set()
         self.standbys: list[Connection] = []
         self.identity: dict[Connection, tuple[int, int, int]] = {}  # slot, attempt, pid
-        self._kill_on_adopt: dict[int, list[float]] = {}  # slot -> delays after adoption
         self._catch_up_started: dict[tuple[int, int], float] = {}
         self.catch_ups: list[dict[str, Any]] = []
         self.recovered: list[dict[str, Any]] = []
         self.adoptions: list[dict[str, Any]] = []
-        self.slowed: list[dict[str, Any]] = []
         self.move_started: dict[int, float] = {}  # move epoch -> wall time it started
         self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
         self.site_load: dict[int, dict[str, float]] = {}  # the last heartbeat's counters
@@ -151,7 +148,7 @@ class Host:
         self._start_ingress: asyncio.Event | None = None
         self._progressed: asyncio.Event | None = None
         self._finished: asyncio.Event | None = None
-        self.kills: list[dict[str, Any]] = []
+        self.faults = Faults(self)  # --kill, --hang, --slow
         self.failures: list[dict[str, Any]] = []
         self.ingress_times: list[float] = []
         self._mono_start = 0.0
@@ -315,16 +312,20 @@ class Host:
         except asyncio.CancelledError:
             conn.close()  # the run is over (possibly before this site registered)
 
-    def _ctl(self, slot: int) -> Connection | None:
+    def over(self) -> bool:
+        """The run has ended (or has not started its loop)."""
+        return self._finished is None or self._finished.is_set()
+
+    def control_conn(self, slot: int) -> Connection | None:
         """The control connection of the process in ``slot``."""
         data = self.conns.get(slot)
         return None if data is None else self.control_of.get(data, data)
 
-    def _tell(self, slot: int, message: cm.ControlMessage | CuStart) -> None:
+    def tell(self, slot: int, message: cm.ControlMessage | CuStart) -> None:
         """A control frame (or ``cu-start``) to the process in ``slot``; one whose
         connection is gone is dropped (that site's own reader reports its failure, not the
         caller's)."""
-        conn = self._ctl(slot)
+        conn = self.control_conn(slot)
         if conn is not None and slot not in self.dead:
             try:
                 conn.send(message)
@@ -432,12 +433,12 @@ class Host:
                     self._catch_up_started[(stage, q)] = time.time()
                     # on the control connection: the survivor's input queue does not delay
                     # it (its order with data does not matter: ``retaining`` marks the cut)
-                    self._tell(survivor, CuStart(stage, q, r, epoch, retained))
+                    self.tell(survivor, CuStart(stage, q, r, epoch, retained))
                 case Recovered(slot=slot):
                     self.recovered.append({"site": slot, "time": time.time()})
                     self.stats.phase = "running"
                     if len(self.recovered) == 1:
-                        self._kills_after_recovery()
+                        self.faults.after_recovery()
                 case Move():
                     self._move(a)
                 case Collect(round=rnd):
@@ -480,14 +481,10 @@ class Host:
                            table=self.controller.layout.table().copy()))
         for s in view.members:
             if s != slot:
-                self._tell(s, cm.Avail(slot=slot, epoch=epoch, host=address.host,
+                self.tell(s, cm.Avail(slot=slot, epoch=epoch, host=address.host,
                                        port=address.port, attempt=address.attempt,
                                        registered=registered))
-        for delay in self._kill_on_adopt.pop(slot, []):
-            log.warning("site %d was adopted: killing it in %.2fs as asked", slot, delay)
-            assert self._loop is not None
-            self._loop.call_later(delay, self._kill, slot,
-                                  time.time() + delay - (self.metrics.start or time.time()))
+        self.faults.adopted(slot)
 
     def _registered_of(self, j: int, registered: int, slot: int) -> int:
         if j == slot:
@@ -509,7 +506,7 @@ class Host:
             self._abort(str(e))
             return
         for s in self.controller.view.members:
-            self._tell(s, cm.Move(q=m.q, r=m.r, dst=m.dst, epoch=m.epoch))
+            self.tell(s, cm.Move(q=m.q, r=m.r, dst=m.dst, epoch=m.epoch))
         self._send(retaining)  # on the data channel, behind the rows sent to the survivor
 
     def _take_over(self, dead: set[int], live: list[int]) -> None:
@@ -527,7 +524,7 @@ class Host:
                 conn.close()
                 self.control_of.get(conn, conn).close()
         for s in live:
-            self._tell(s, cm.Fail(dead=tuple(sorted(self.dead))))
+            self.tell(s, cm.Fail(dead=tuple(sorted(self.dead))))
         try:
             self.ingress.on_fail(self.dead)
             self._send(self.egress.on_fail(self.dead))
@@ -599,14 +596,7 @@ class Host:
         self.metrics.start = start
         self.stats.started_at = start
         self._mono_start = time.monotonic()
-        for site, after in self.cfg.kills:
-            if after >= 0:  # (negative: -(1 + delay) after the first recovery)
-                asyncio.get_running_loop().call_later(after, self._kill, site, after)
-        for site, after, factor in self.cfg.slows:
-            asyncio.get_running_loop().call_later(after, self._slow, site, factor)
-        for site, after, duration in self.cfg.hangs:
-            asyncio.get_running_loop().call_later(after, self._hang, site, duration)
-        self._arm_adopted_kills()
+        self.faults.arm()
         source = SourceFeed(self.plan)
         if self.cfg.rate:
             buffer = PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
@@ -663,66 +653,8 @@ class Host:
         self._carry_out(self.controller.handle(CatchUpDone(
             stage=msg.stage, q=msg.q, r=msg.r, nbytes=msg.nbytes, now=time.monotonic())))
 
-    def _kill(self, site: int, after: float) -> None:
-        """Crash a site's process with SIGKILL (``--kill SITE@SECONDS``). A slot with no live
-        process at that moment (it failed, and no standby has adopted it yet) is killed once
-        its next process has adopted it, right away, and the log says so."""
-        if self._finished is None or self._finished.is_set():
-            return
-        member = self.controller.view.members.get(site)
-        if member is None or site in self.dead:
-            log.warning("--kill %d@%.2f: site %d has no live process now; killing its next "
-                        "process when it adopts the slot", site, after, site)
-            self._kill_on_adopt.setdefault(site, []).append(0.0)
-            return
-        self.kills.append({"site": site, "at_s": after, "pid": member.pid,
-                           "time": time.time()})
-        log.warning("killing site %d (pid %d) at %.2fs", site, member.pid, after)
-        if self.cfg.local:
-            try:
-                os.kill(member.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        else:
-            self._tell(site, cm.Kill())
-
-    def _kills_after_recovery(self) -> None:
-        """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
-        loop = asyncio.get_running_loop()
-        start = self.metrics.start or time.time()
-        for site, spec in self.cfg.kills:
-            if spec < 0:
-                delay = -spec - 1.0
-                loop.call_later(delay, self._kill, site, time.time() + delay - start)
-
-    def _arm_adopted_kills(self) -> None:
-        """``--kill SITE@adopted+SECONDS``: that long after the slot's next adoption."""
-        for site, delay in self.cfg.adopted_kills:
-            self._kill_on_adopt.setdefault(site, []).append(delay)
-
-    def _slow(self, site: int, factor: float) -> None:
-        """``--slow``: from now on the site gets ``factor`` times its capacity."""
-        if self._ctl(site) is not None:
-            self.slowed.append({"site": site, "factor": factor, "time": time.time()})
-            self._tell(site, cm.Slow(factor=factor))
-
-    def _hang(self, site: int, duration: float) -> None:
-        """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only
-        by the heartbeat timeout. When it wakes it finds itself excluded and stops."""
-        member = self.controller.view.members.get(site)
-        if member is None or not self.cfg.local:
-            return
-        os.kill(member.pid, signal.SIGSTOP)
-        asyncio.get_running_loop().call_later(duration, _signal, member.pid, signal.SIGCONT)
-
     def _reject(self, rejected: list[Rejected]) -> None:
         if rejected:
             self.dead_letters.write(rejected)
             self.stats.dead_letters += len(rejected)
 
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -24,7 +24,7 @@ def result_metrics(host: Host) -> dict[str, Any]:
         **m.summary(),
         "ingress_dropped": host.stats.dropped,
         "dead_letters": host.stats.dead_letters,
-        "kills": len(host.kills),
+        "kills": len(host.faults.kills),
         "failures": [failure_report(host, f) for f in host.failures],
         "recoveries": [recovery_report(host, c) for c in host.catch_ups],
         "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in host.adoptions],
@@ -85,7 +85,7 @@ def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
 
 def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
     """What one failure cost: detection delay, output gap and latency around it."""
-    before = [k for k in host.kills if k["site"] == f["site"] and k["time"] <= f["time"]]
+    before = [k for k in host.faults.kills if k["site"] == f["site"] and k["time"] <= f["time"]]
     kill = before[-1] if before else None
     at = kill["time"] if kill else f["time"]
     m = host.metrics

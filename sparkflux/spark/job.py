@@ -89,9 +89,9 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     return RunResult(metrics=result_metrics(host), sites=job.summaries, timeline=host.metrics,
                      ingress_timeline=(host.ingress_times, host.ingress_counts),
                      completed=host.completed,
-                     events=timeline_events(host.kills, host.failures, host.recovered,
+                     events=timeline_events(host.faults.kills, host.failures, host.recovered,
                                             moves=list(host.move_started.values()),
-                                            slows=host.slowed))
+                                            slows=host.faults.slowed))
 
 
 def _watch_job(job: Any, host: Host) -> None:

@@ -1,0 +1,106 @@
+"""The faults a run's options inject from the driver: ``--kill`` (SIGKILL a site's process,
+at a time, after the first recovery, or after a slot's next adoption), ``--hang`` (SIGSTOP,
+then SIGCONT) and ``--slow`` (a site's capacity scaled). Real process signals in local mode;
+on a cluster a ``Kill`` frame the site carries out itself. What was injected is recorded for
+the metrics and the timeline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+from sparkflux.protocol import control_messages as cm
+
+if TYPE_CHECKING:
+    from sparkflux.runtime.driver import Host
+
+log = logging.getLogger(__name__)
+
+
+class Faults:
+    """Fault injection for one run, on the host's loop."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.kills: list[dict[str, Any]] = []
+        self.slowed: list[dict[str, Any]] = []
+        self._on_adopt: dict[int, list[float]] = {}  # slot -> kill delays after its adoption
+
+    def _since_start(self, delay: float = 0.0) -> float:
+        return time.time() + delay - (self.host.metrics.start or time.time())
+
+    def arm(self) -> None:
+        """Schedule the options' faults, timed from now (the input's start)."""
+        loop = asyncio.get_running_loop()
+        cfg = self.host.cfg
+        for site, after in cfg.kills:
+            if after >= 0:  # (negative: -(1 + delay) after the first recovery)
+                loop.call_later(after, self.kill, site, after)
+        for site, after, factor in cfg.slows:
+            loop.call_later(after, self.slow, site, factor)
+        for site, after, duration in cfg.hangs:
+            loop.call_later(after, self.hang, site, duration)
+        for site, delay in cfg.adopted_kills:  # ``--kill SITE@adopted+SECONDS``
+            self._on_adopt.setdefault(site, []).append(delay)
+
+    def after_recovery(self) -> None:
+        """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
+        loop = asyncio.get_running_loop()
+        for site, spec in self.host.cfg.kills:
+            if spec < 0:
+                delay = -spec - 1.0
+                loop.call_later(delay, self.kill, site, self._since_start(delay))
+
+    def adopted(self, slot: int) -> None:
+        """A process adopted ``slot``: the kills waiting for it are due."""
+        loop = asyncio.get_running_loop()
+        for delay in self._on_adopt.pop(slot, []):
+            log.warning("site %d was adopted: killing it in %.2fs as asked", slot, delay)
+            loop.call_later(delay, self.kill, slot, self._since_start(delay))
+
+    def kill(self, site: int, after: float) -> None:
+        """Crash a site's process with SIGKILL. A slot with no live process at that moment
+        (it failed, and no standby has adopted it yet) is killed once its next process has
+        adopted it, right away, and the log says so."""
+        host = self.host
+        if host.over():
+            return
+        member = host.controller.view.members.get(site)
+        if member is None or site in host.dead:
+            log.warning("--kill %d@%.2f: site %d has no live process now; killing its next "
+                        "process when it adopts the slot", site, after, site)
+            self._on_adopt.setdefault(site, []).append(0.0)
+            return
+        self.kills.append({"site": site, "at_s": after, "pid": member.pid,
+                           "time": time.time()})
+        log.warning("killing site %d (pid %d) at %.2fs", site, member.pid, after)
+        if host.cfg.local:
+            _signal(member.pid, signal.SIGKILL)
+        else:
+            host.tell(site, cm.Kill())
+
+    def slow(self, site: int, factor: float) -> None:
+        """``--slow``: from now on the site gets ``factor`` times its capacity."""
+        if self.host.control_conn(site) is not None:
+            self.slowed.append({"site": site, "factor": factor, "time": time.time()})
+            self.host.tell(site, cm.Slow(factor=factor))
+
+    def hang(self, site: int, duration: float) -> None:
+        """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only
+        by the heartbeat timeout. When it wakes it finds itself excluded and stops."""
+        member = self.host.controller.view.members.get(site)
+        if member is None or not self.host.cfg.local:
+            return
+        _signal(member.pid, signal.SIGSTOP)
+        asyncio.get_running_loop().call_later(duration, _signal, member.pid, signal.SIGCONT)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
