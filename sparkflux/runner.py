@@ -116,22 +116,29 @@ def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float]
     return tuple(out)
 
 
-def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
-    """``SITE@SECONDS=DURATION`` options, checked."""
+def _site_at_value(option: str, what: str, example: str, specs: list[str], sites: int
+                   ) -> tuple[tuple[int, float, float], ...]:
+    """``SITE@SECONDS=VALUE`` options, checked: a site of the run, seconds >= 0, a value
+    above 0 (a bad one fails fast with what to write)."""
     out = []
     for spec in specs:
         try:
-            where, dur_s = spec.split("=")
+            where, value_s = spec.split("=")
             site_s, at_s = where.split("@")
-            site, at, duration = int(site_s), float(at_s), float(dur_s)
+            site, at, value = int(site_s), float(at_s), float(value_s)
         except ValueError:
-            raise PlanError(f"--hang {spec!r}: write SITE@SECONDS=DURATION, e.g. "
-                            f"--hang 1@3=8") from None
-        if not 0 <= site < sites or at < 0 or duration <= 0:
-            raise PlanError(f"--hang {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
-                            f"duration > 0")
-        out.append((site, at, duration))
+            raise PlanError(f"{option} {spec!r}: write SITE@SECONDS={what}, e.g. "
+                            f"{option} {example}") from None
+        if not 0 <= site < sites or at < 0 or value <= 0:
+            raise PlanError(f"{option} {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+                            f"{what.lower()} > 0")
+        out.append((site, at, value))
     return tuple(out)
+
+
+def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
+    """``--hang SITE@SECONDS=DURATION`` options, checked."""
+    return _site_at_value("--hang", "DURATION", "1@3=8", specs, sites)
 
 
 def seconds_option(option: str, value: float) -> float:
@@ -154,21 +161,8 @@ def site_cpu_option(value: float | None) -> float | None:
 
 
 def parse_slows(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
-    """``SITE@SECONDS=FACTOR`` options, checked."""
-    out = []
-    for spec in specs:
-        try:
-            where, factor_s = spec.split("=")
-            site_s, at_s = where.split("@")
-            site, at, factor = int(site_s), float(at_s), float(factor_s)
-        except ValueError:
-            raise PlanError(f"--slow {spec!r}: write SITE@SECONDS=FACTOR, e.g. --slow 2@2=0.5"
-                            ) from None
-        if not 0 <= site < sites or at < 0 or factor <= 0:
-            raise PlanError(f"--slow {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
-                            f"factor > 0")
-        out.append((site, at, factor))
-    return tuple(out)
+    """``--slow SITE@SECONDS=FACTOR`` options, checked."""
+    return _site_at_value("--slow", "FACTOR", "2@2=0.5", specs, sites)
 
 
 def reference_digest(module: Any, args: argparse.Namespace, spark: Any = None

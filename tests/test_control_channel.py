@@ -17,16 +17,15 @@ from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import handshake
 from sparkflux.runtime.driver import Host
-from sparkflux.runtime.handshake import Claim, Gate
+from sparkflux.runtime.handshake import Claim
 from sparkflux.runtime.run_config import RunConfig
-from sparkflux.runtime.security import Security
 from sparkflux.runtime.sinks import DeadLetters, NullSink
 from sparkflux.runtime.site import schemas_of
-from sparkflux.runtime.transport import Connection, connect, serve
+from sparkflux.runtime.transport import Connection, connect
+
+from .fake_driver import DRIVER, SEC, small_plan, start_site
 
 SITES = 2
-SEC = Security(secret=b"k" * 32)
-DRIVER = (-1, 0)
 
 
 @pytest.fixture
@@ -112,37 +111,12 @@ def test_a_control_frame_overtakes_input_the_site_has_not_read(host: Host) -> No
 def test_a_site_handles_a_fail_that_overtook_its_view(netmon: Any) -> None:
     """The view comes on the data connection, ``fail`` on the control connection: a site
     that reads the ``fail`` first must hold it until it has its core, not stop on it."""
-    import argparse
-
-    from sparkflux.runtime.site import Site, SiteConfig
-
-    args = argparse.Namespace(events=1000, batch_size=512, seed=7, cpu_work=False,
-                              bad_every=0, skew=False)
-    plan = compile_plan(netmon.build(netmon.options(args)), 4, 2)
+    plan = small_plan(netmon)
     schema_of = schemas_of(plan)
 
     async def driver() -> tuple[list[str], dict[str, Any]]:
-        accepted: asyncio.Queue[tuple[Connection, dict[str, Any]]] = asyncio.Queue()
-
-        gate = Gate(SEC.secret, lambda: DRIVER, 5.0, 8)
-
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            accepted_conn = await serve(reader, writer, gate, SEC)
-            assert accepted_conn is not None
-            conn, _claim = accepted_conn
-            hello = await conn.recv_message(schema_of)
-            await accepted.put((conn, hello))
-
-        server = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        site = Site(SiteConfig(site=0, attempt=0, controller_host="127.0.0.1",
-                               controller_port=port, bind_host="127.0.0.1",
-                               advertise_host="127.0.0.1", security=SEC, replicas=2,
-                               heartbeat_interval=0.05), plan)
-        running = asyncio.create_task(site.run())
-        conns = dict([(type(h).__name__, c)
-                      for c, h in [await accepted.get(), await accepted.get()]])
-        ctl, data = conns["OpenControl"], conns["Register"]
+        fake = await start_site(plan)
+        site, ctl, data = fake.site, fake.ctl, fake.data
         # site 1 failed before site 0 even got the view: its ``fail`` comes first
         ctl.send(cm.Fail(dead=(1,)))
         await asyncio.sleep(0.2)  # the site has read it by now (its heartbeats flow)
@@ -158,11 +132,7 @@ def test_a_site_handles_a_fail_that_overtook_its_view(netmon: Any) -> None:
                     and 1 in site.core.dead_sites:
                 break
             assert not isinstance(msg, cm.SiteError), msg
-        for c in (ctl, data):
-            c.send(cm.Stop(reason="test over"))
-        summary = await asyncio.wait_for(running, 10.0)
-        server.close()
-        return seen, summary
+        return seen, await fake.stop()
 
     seen, summary = asyncio.run(driver())
     assert "SiteError" not in seen and summary["site"] == 0 and summary["excluded"] is None
@@ -174,41 +144,20 @@ def test_a_peer_that_cannot_be_dialled_is_reported_not_waited_for(
     standby announced by ``avail``, cannot be reached, the site's control reader goes on (a
     ``fail`` is handled at once), the site reports each peer it could not reach
     (``Unreachable``, for the controller to judge), and it does not stop."""
-    import argparse
     import socket
 
     from sparkflux.runtime import site as site_module
-    from sparkflux.runtime.site import Site, SiteConfig
 
     monkeypatch.setattr(site_module, "DIAL_TIMEOUT_S", 0.5)
-    args = argparse.Namespace(events=1000, batch_size=512, seed=7, cpu_work=False,
-                              bad_every=0, skew=False)
-    plan = compile_plan(netmon.build(netmon.options(args)), 4, 2)
+    plan = small_plan(netmon)
     schema_of = schemas_of(plan)
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]
 
     async def driver() -> list[Any]:
-        accepted: asyncio.Queue = asyncio.Queue()
-        gate = Gate(SEC.secret, lambda: DRIVER, 5.0, 8)
-
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            got = await serve(reader, writer, gate, SEC)
-            assert got is not None
-            conn, _ = got
-            await accepted.put((conn, await conn.recv_message(schema_of)))
-
-        server = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        site = Site(SiteConfig(site=0, attempt=0, controller_host="127.0.0.1",
-                               controller_port=port, bind_host="127.0.0.1",
-                               advertise_host="127.0.0.1", security=SEC, replicas=2,
-                               heartbeat_interval=0.05), plan)
-        running = asyncio.create_task(site.run())
-        conns = dict([(type(h).__name__, c)
-                      for c, h in [await accepted.get(), await accepted.get()]])
-        ctl, data = conns["OpenControl"], conns["Register"]
+        fake = await start_site(plan)
+        site, ctl, data = fake.site, fake.ctl, fake.data
         data.send(cm.View(number=1, members={
             0: cm.Member(host="127.0.0.1", port=1, attempt=0, registered=0),
             1: cm.Member(host="127.0.0.1", port=dead_port, attempt=0, registered=1)}))
@@ -236,11 +185,7 @@ def test_a_peer_that_cannot_be_dialled_is_reported_not_waited_for(
         await until(cm.Unreachable, ctl)
         await asyncio.sleep(0.3)
         assert not site._stop.is_set()
-        for c in (ctl, data):
-            c.send(cm.Stop(reason="test over"))
-        summary = await asyncio.wait_for(running, 10.0)
-        assert summary["excluded"] is None
-        server.close()
+        assert (await fake.stop())["excluded"] is None
         return reports
 
     reports = asyncio.run(driver())

@@ -10,51 +10,27 @@ from typing import Any
 
 import pytest
 
-from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import handshake
 from sparkflux.runtime import site as site_module
-from sparkflux.runtime.handshake import Claim, Gate
-from sparkflux.runtime.security import Security
-from sparkflux.runtime.site import Site, SiteConfig, schemas_of
-from sparkflux.runtime.transport import ConnectionLost, connect, serve
+from sparkflux.runtime.handshake import Claim
+from sparkflux.runtime.site import Site
+from sparkflux.runtime.transport import ConnectionLost, connect
 
-SEC = Security(secret=b"k" * 32)
+from .fake_driver import SEC, small_plan, start_site
 
 
 def test_a_site_refuses_links_its_view_does_not_vouch_for(netmon: Any,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    import argparse
-
     monkeypatch.setattr(site_module, "CLAIM_WAIT_S", 0.5)
-    args = argparse.Namespace(events=1000, batch_size=512, seed=7, cpu_work=False,
-                              bad_every=0, skew=False)
-    plan = compile_plan(netmon.build(netmon.options(args)), 4, 2)
-    schema_of = schemas_of(plan)
+    plan = small_plan(netmon)
 
     async def driver() -> tuple[Site, list[str], dict[str, int]]:
-        accepted: asyncio.Queue = asyncio.Queue()
-        gate = Gate(SEC.secret, lambda: (-1, 0), 5.0, 8)
-
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            got = await serve(reader, writer, gate, SEC)
-            assert got is not None
-            conn, _ = got
-            await accepted.put((conn, await conn.recv_message(schema_of)))
-
-        server = await asyncio.start_server(accept, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
         # site 1 of 2, attempt 0: site 0 (attempt 2) will dial it
-        site = Site(SiteConfig(site=1, attempt=0, controller_host="127.0.0.1",
-                               controller_port=port, bind_host="127.0.0.1",
-                               advertise_host="127.0.0.1", security=SEC, replicas=2,
-                               heartbeat_interval=0.05), plan)
-        running = asyncio.create_task(site.run())
-        conns = dict([(type(h).__name__, (c, h))
-                      for c, h in [await accepted.get(), await accepted.get()]])
-        (ctl, _), (data, reg) = conns["OpenControl"], conns["Register"]
-        data.send(cm.View(number=1, members={
+        fake = await start_site(plan, site=1)
+        site, reg = fake.site, fake.register
+        fake.data.send(cm.View(number=1, members={
             0: cm.Member(host="127.0.0.1", port=1, attempt=2, registered=0),
             1: cm.Member(host="127.0.0.1", port=reg.port, attempt=0, registered=1)}))
         outcomes: list[str] = []
@@ -82,10 +58,7 @@ def test_a_site_refuses_links_its_view_does_not_vouch_for(netmon: Any,
         await link(Claim(handshake.PEER, 3, 0, 3))  # a slot nobody knows
         await link(Claim(handshake.DATA, 0, 2, 0))  # a channel a site does not serve
         refused = dict(site.gate.refused)
-        for c in (ctl, data):
-            c.send(cm.Stop(reason="test over"))
-        await asyncio.wait_for(running, 10.0)
-        server.close()
+        await fake.stop()
         return site, outcomes, refused
 
     site, outcomes, refused = asyncio.run(driver())

@@ -22,8 +22,9 @@ Frame body layout: ``u32 n | u64 sizes[n + 1] | msgpack body | buffer 0 | ... | 
 from __future__ import annotations
 
 import struct
+import types
 import typing
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 from typing import Any
 
 import msgpack
@@ -192,7 +193,7 @@ def _check(cls: type, name: str, hint: Any, v: Any) -> Any:
     args = typing.get_args(hint)
     if hint is typing.Any:
         return v
-    if origin in (typing.Union, __import__("types").UnionType):
+    if origin in (typing.Union, types.UnionType):
         if v is None and type(None) in args:
             return None
         for a in args:
@@ -255,6 +256,3 @@ def decode_message(body: memoryview) -> Any:
         raise DecodeError(f"malformed message: {e}") from e
     return msg
 
-
-def is_record(obj: Any) -> bool:
-    return is_dataclass(obj) and type(obj) in _TAG

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 import time
 import traceback
@@ -92,8 +93,6 @@ class Host:
                  dead_letters: DeadLetters) -> None:
         self.plan = plan
         self.cfg = cfg
-        import secrets
-
         self.security = cfg.security or make_security(secrets.token_bytes(32))
         self.gate = Gate(self.security.secret, lambda: (DRIVER_ID, 0),
                          self.security.handshake_timeout, self.security.max_pending)
