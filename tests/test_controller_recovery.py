@@ -77,7 +77,7 @@ def hung_and_adopted() -> tuple[Controller, SiteAddress]:
     new = addr(1, attempt=1)
     assert c.handle(Registered(address=new, now=2.2)) == [
         Standby(site=1, attempt=1),
-        Adopt(slot=1, address=new, view=view(3, addr(0), new, addr(2), addr(3)))]
+        Adopt(slot=1, address=new, view=view(3, addr(0), new, addr(2), addr(3)), registered=1)]
     return c, new
 
 
@@ -127,7 +127,8 @@ def test_a_spare_adopts_at_the_failure_and_its_clock_starts_there() -> None:
     adopted = SiteAddress(site=1, attempt=0, host="h", port=spare.port, pid=spare.pid)
     assert c.handle(Tick(now=2.1)) == [
         FailSites(view=view(2, addr(0), addr(2), addr(3)), dead=(1,)),
-        Adopt(slot=1, address=adopted, view=view(3, addr(0), adopted, addr(2), addr(3)))]
+        Adopt(slot=1, address=adopted, view=view(3, addr(0), adopted, addr(2), addr(3)),
+              registered=SITES)]
     beat(c, 4.0, 0, 2, 3)
     assert c.handle(Tick(now=4.0)) == []  # 1.9 s after the adoption
     beat(c, 4.2, 0, 2, 3)

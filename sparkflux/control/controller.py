@@ -373,7 +373,7 @@ class Controller:
                       for q, r in sorted(self.layout.hosted(slot).items())]
         log.warning("standby (pid %d) adopts site %d; %d replicas to catch up", proc.pid, slot,
                     len(self.queue))
-        return [Adopt(slot=slot, address=adopted, view=self.view)]
+        return [Adopt(slot=slot, address=adopted, view=self.view, registered=proc.site)]
 
     def request_moves(self, moves: Sequence[tuple[int, int, int]], reason: str = "balance"
                       ) -> list[Action]:

@@ -134,6 +134,7 @@ class Adopt:
     slot: int
     address: SiteAddress
     view: View
+    registered: int  # the slot the standby process registered for (a spare's is past N)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,7 @@ from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.progress import Progress
 from sparkflux.protocol.consumer import ConsumerSet
-from sparkflux.protocol.messages import SRC, Data, Outgoing
+from sparkflux.protocol.messages import SRC, Data, Outgoing, PSync
 from sparkflux.protocol.roles import egress_roles
 from sparkflux.protocol.site import wire_schema
 
@@ -54,6 +54,11 @@ class Egress:
         out = rows.drop_columns([SRC])
         self.delivered += out.num_rows
         return Delivery(out, self.progress), acks
+
+    def on_psync(self, msg: PSync) -> list[Outgoing]:
+        """``psync`` from the survivor of a last-stage partition: acknowledge to its new
+        replica from now on (FH-Cons fold-in)."""
+        return self.cons.on_psync(msg)
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
         return self.cons.on_fail(np.isin(self.layout.table(), list(dead_sites)))

@@ -111,6 +111,18 @@ class SiteCore:
                       for st in plan.stages]
         self.processed = np.zeros(P, dtype=np.int64)  # rows processed per partition (stats)
 
+    @classmethod
+    def adopting(cls, plan: PhysicalPlan, layout: Layout, msg: cm.Adopt) -> SiteCore:
+        """The core of a standby that adopts slot ``msg.slot`` (``avail``): the placement as
+        the moves so far have left it, the failed sites, and every replica's current version
+        number (epoch); its replicas are empty until catch-up installs them."""
+        layout = layout.copy()
+        layout.load(msg.table)
+        core = cls(msg.slot, plan, layout, standby=True)
+        core.dead_sites = set(msg.dead)
+        core.epochs = np.asarray(msg.epochs, dtype=np.int64).copy()
+        return core
+
     @property
     def hosted(self) -> dict[int, int]:
         return self.layout.hosted(self.site)

@@ -22,18 +22,27 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkflux.control.boundary import (
+    AdoptProcess,
+    Boundary,
+    BoundaryAction,
+    CaughtUp,
+    Deliver,
+    FromSite,
+    HeartbeatFrom,
+    Input,
+    InputEnd,
+    OutputEnded,
+    Rejects,
+    SendView,
+    Tell,
+)
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
     Abort,
-    Action,
-    Adopt,
     CatchUp,
-    CatchUpDone,
-    Collect,
     ConnectionClosed,
     FailSites,
-    Finished,
-    Heartbeat,
     InstallView,
     Move,
     Moved,
@@ -43,7 +52,6 @@ from sparkflux.control.events import (
     SiteReady,
     Standby,
     StartIngress,
-    Stats,
     StopSite,
     Suspected,
     Tick,
@@ -53,23 +61,11 @@ from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
-from sparkflux.model.validate import Rejected, validate
+from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
-from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
-from sparkflux.protocol.messages import (
-    Ack,
-    CuDone,
-    CuStart,
-    Data,
-    Outgoing,
-    PSync,
-    Rejoin,
-    Retain,
-    Retaining,
-)
-from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.messages import CuStart, Outgoing
 from sparkflux.runtime import handshake
 from sparkflux.runtime.faults import Faults
 from sparkflux.runtime.handshake import Claim, Gate
@@ -100,14 +96,13 @@ class Host:
         self.dead_letters = dead_letters
         self.replicas = 2 if cfg.ha == "flux" else 1
         self.layout = Layout(plan.sites, plan.partitions, self.replicas)
-        self.controller = Controller(plan.sites, cfg.heartbeat_timeout, ha=self.replicas == 2,
-                                     layout=self.layout, stages=len(plan.stages),
-                                     recovery=cfg.recovery, balance=cfg.balance,
-                                     policy=PolicyConfig(delta_min=cfg.delta_min,
-                                                         window_s=cfg.window_s),
-                                     standby_wait=cfg.standby_wait)
-        self.ingress = Ingress(plan, self.layout)
-        self.egress = Egress(plan, self.layout)
+        # The sans-I/O core of the driver side: everything the host does is carry out its
+        # actions (``_carry_out``) and feed it events.
+        self.core = Boundary(plan, self.layout, Controller(
+            plan.sites, cfg.heartbeat_timeout, ha=self.replicas > 1, layout=self.layout,
+            stages=len(plan.stages), recovery=cfg.recovery, balance=cfg.balance,
+            policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s),
+            standby_wait=cfg.standby_wait))
         self.digest = Digest()
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=total(plan))
@@ -127,7 +122,6 @@ class Host:
         # The ingress's DTSB: input for a site that cannot take it waits here, in one pool.
         self.outbox = Outbox(self.conns.get, INGRESS_POOL_ROWS)
         self.schema_of = schemas_of(plan)
-        self.dead: set[int] = set()
         self.standbys: list[Connection] = []
         self.identity: dict[Connection, tuple[int, int, int]] = {}  # slot, attempt, pid
         self._catch_up_started: dict[tuple[int, int], float] = {}
@@ -137,7 +131,6 @@ class Host:
         self.move_started: dict[int, float] = {}  # move epoch -> wall time it started
         self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
         self.site_load: dict[int, dict[str, float]] = {}  # the last heartbeat's counters
-        self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
         self.site_refused: dict[tuple[int, int], int] = {}  # (slot, attempt) -> refused
         self.port: int | None = None
         self.failure: str | None = None
@@ -153,6 +146,23 @@ class Host:
         self._mono_start = 0.0
         self.completed: list[tuple[float, int]] = []  # (time, egress progress): input done
         self.ingress_counts: list[int] = []
+
+    # -- the core's parts, for reports and fault injection (read only) ------------------------
+    @property
+    def controller(self) -> Controller:
+        return self.core.controller
+
+    @property
+    def ingress(self) -> Ingress:
+        return self.core.ingress
+
+    @property
+    def egress(self) -> Egress:
+        return self.core.egress
+
+    @property
+    def dead(self) -> set[int]:
+        return self.core.dead
 
     # -- thread entry ------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -269,7 +279,7 @@ class Host:
             return
         ctl.peer = f"site {addr.site} (control)"
         self.control_of[conn], self.data_of[ctl] = ctl, conn
-        actions = self.controller.handle(Registered(address=addr, now=time.monotonic()))
+        actions = self.core.handle(Registered(address=addr, now=time.monotonic()))
         if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
                for a in actions):
             self._stop_process(conn, cm.Stop(excluded=True, reason="not a member of the view"))
@@ -353,8 +363,9 @@ class Host:
                 slot, attempt, _ = self.identity[data]
                 member = self.conns.get(slot) is data
                 if not isinstance(msg, cm.CONTROL_TYPES):
-                    if member and slot not in self.dead:
-                        self._on_site_message(msg, slot)
+                    if member:
+                        self._carry_out(self.core.handle(FromSite(
+                            slot=slot, message=msg, now=time.monotonic())))
                     continue
                 now = time.monotonic()
                 if isinstance(msg, cm.Heartbeat):
@@ -369,23 +380,15 @@ class Host:
                                                 msg.buffered,
                                                 int(last.get("buffered_rows_max", 0)))}
                     self.site_refused[(slot, attempt)] = msg.refused
-                    self._carry_out(self.controller.handle(
-                        Heartbeat(site=slot, attempt=attempt, now=now)))
-                    rnd = self._collecting.pop(slot, None) if member else None
-                    if rnd is not None and msg.counts.size:
-                        self._carry_out(self.controller.handle(Stats(
-                            site=slot, attempt=attempt, round=rnd, busy_s=msg.busy_s,
-                            capacity_s=msg.capacity_s, counts=tuple(msg.counts.tolist()),
-                            now=now, at=msg.at)))
+                    self._carry_out(self.core.handle(HeartbeatFrom(
+                        slot=slot, attempt=attempt, beat=msg, now=now, member=member)))
                 elif isinstance(msg, cm.Ready):
-                    self._carry_out(self.controller.handle(
-                        SiteReady(site=slot, attempt=attempt)))
+                    self._carry_out(self.core.handle(SiteReady(site=slot, attempt=attempt)))
                 elif isinstance(msg, cm.Moved) and member:
-                    self._carry_out(self.controller.handle(
-                        Moved(site=slot, epoch=msg.epoch, now=now)))
+                    self._carry_out(self.core.handle(Moved(site=slot, epoch=msg.epoch, now=now)))
                 elif isinstance(msg, cm.Unreachable) and member:
                     log.warning("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
-                    self._carry_out(self.controller.handle(Suspected(
+                    self._carry_out(self.core.handle(Suspected(
                         site=msg.peer, attempt=msg.peer_attempt, by=slot,
                         reason=msg.reason, now=now)))
                 elif isinstance(msg, cm.SiteError):
@@ -396,7 +399,7 @@ class Host:
                 if data in self.standbys:
                     self.standbys.remove(data)
                 return
-            self._carry_out(self.controller.handle(ConnectionClosed(
+            self._carry_out(self.core.handle(ConnectionClosed(
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
 
     async def _flusher(self) -> None:
@@ -407,134 +410,85 @@ class Host:
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(0.05)
-            self._carry_out(self.controller.handle(Tick(now=time.monotonic())))
+            self._carry_out(self.core.handle(Tick(now=time.monotonic())))
 
-    def _carry_out(self, actions: list[Action]) -> None:
+    def _carry_out(self, actions: list[BoundaryAction]) -> None:
+        """Carry out the core's actions, in order: the host's whole part of the protocol."""
         for a in actions:
             match a:
-                case InstallView(view=view):
-                    members = {s: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
-                                            registered=s) for s, m in view.members.items()}
-                    for s in view.members:
-                        self.conns[s].send(cm.View(number=view.number, members=members))
+                case Outgoing(site=site, message=message):
+                    self.outbox.send(site, message)
+                case Tell(site=site, message=message):
+                    self.tell(site, message)
+                case SendView(site=site, view=view):
+                    self.conns[site].send(view)
+                case Deliver():
+                    self._deliver(a)
+                case Rejects(rejected=rejected):
+                    self._reject(list(rejected))
+                case InstallView():
                     self.stats.phase = "connecting sites"
                 case StartIngress():
                     assert self._start_ingress is not None
                     self._start_ingress.set()
-                case FailSites(view=view, dead=dead):
-                    self._take_over(set(dead), list(view.members))
-                case Standby():
-                    pass
-                case Adopt(slot=slot, address=address, view=view):
-                    self._adopt(slot, address, view)
-                case CatchUp(stage=stage, q=q, r=r, survivor=survivor, epoch=epoch,
-                             retained=retained):
+                case FailSites(dead=dead):
+                    self._failed(set(dead))
+                case AdoptProcess():
+                    self._adopt(a)
+                case CatchUp(stage=stage, q=q):
                     self._catch_up_started[(stage, q)] = time.time()
-                    # on the control connection: the survivor's input queue does not delay
-                    # it (its order with data does not matter: ``retaining`` marks the cut)
-                    self.tell(survivor, CuStart(stage, q, r, epoch, retained))
+                case CaughtUp():
+                    self._caught_up(a)
                 case Recovered(slot=slot):
                     self.recovered.append({"site": slot, "time": time.time()})
                     self.stats.phase = "running"
                     if len(self.recovered) == 1:
                         self.faults.after_recovery()
                 case Move():
-                    self._move(a)
-                case Collect(round=rnd):
-                    # Answered from each site's next heartbeat, which carries its counters:
-                    # a request to the site would queue behind the data on its connection.
-                    for s in self.controller.view.members:
-                        if s not in self.dead:
-                            self._collecting[s] = rnd
+                    self.move_started[a.epoch] = time.time()
+                    self.stats.phase = (f"moving partition {a.q} from site {a.src} to {a.dst}"
+                                        if a.reason == "balance" else
+                                        f"recovering partition {a.q} onto site {a.dst}")
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
                         self._stop_process(conn, cm.Stop(excluded=True, reason=reason))
                 case Abort(reason=reason):
                     self._abort(reason)
+                case OutputEnded():
+                    self.metrics.end = time.time()
+                    self.stats.phase = "finished"
+                    assert self._finished is not None
+                    self._finished.set()
+                case _:
+                    pass  # Standby, Adopt: the registration and AdoptProcess do their part
 
-    def _adopt(self, slot: int, address: SiteAddress, view: Any) -> None:
-        """``avail``: the standby process becomes site ``slot``; the live sites dial it."""
-        conn = next((c for c in self.standbys if self.identity[c][2] == address.pid), None)
+    def _adopt(self, a: AdoptProcess) -> None:
+        """``avail``: the standby process becomes site ``slot`` (the core tells the
+        members, who dial it)."""
+        conn = next((c for c in self.standbys if self.identity[c][2] == a.pid), None)
         if conn is None:
-            return
+            return  # it died meanwhile: the members cannot reach it and report it
         self.standbys.remove(conn)
-        registered = self.registered_as.get(conn, self.identity[conn][0])
-        self.adoptions.append({"slot": slot, "registered_as": registered,
-                               "attempt": address.attempt, "pid": address.pid,
-                               "time": time.time()})
-        self.identity[conn] = (slot, address.attempt, address.pid)
-        self.conns[slot] = conn
-        self.dead.discard(slot)
-        self.stats.phase = f"recovering site {slot}"
-        epoch = self.controller.epoch
-        self.ingress.on_avail(slot, epoch)
-        assert self.controller.layout is not None
-        # where each member is reached and by which process (a catch-up from this site, e.g.
-        # a later move's, dials the new copy's site; the members dial this one)
-        members = {j: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
-                                registered=self._registered_of(j, registered, slot))
-                   for j, m in view.members.items()}
-        conn.send(cm.Adopt(slot=slot, members=members, dead=tuple(sorted(self.dead)),
-                           epochs=self.ingress.epochs.copy(),
-                           table=self.controller.layout.table().copy()))
-        for s in view.members:
-            if s != slot:
-                self.tell(s, cm.Avail(slot=slot, epoch=epoch, host=address.host,
-                                       port=address.port, attempt=address.attempt,
-                                       registered=registered))
-        self.faults.adopted(slot)
+        self.adoptions.append({"slot": a.slot, "registered_as": a.registered,
+                               "attempt": a.attempt, "pid": a.pid, "time": time.time()})
+        self.identity[conn] = (a.slot, a.attempt, a.pid)
+        self.conns[a.slot] = conn
+        self.stats.phase = f"recovering site {a.slot}"
+        conn.send(a.message)
+        self.faults.adopted(a.slot)
 
-    def _registered_of(self, j: int, registered: int, slot: int) -> int:
-        if j == slot:
-            return registered
-        conn = self.conns.get(j)
-        return self.registered_as.get(conn, j) if conn is not None else j
-
-    def _move(self, m: Move) -> None:
-        """Unified Flux's move: the ingress and egress take over from the moved copy here,
-        every live site does the same (``move``) and confirms; catch-up follows."""
-        self.move_started[m.epoch] = time.time()
-        self.stats.phase = (f"moving partition {m.q} from site {m.src} to {m.dst}"
-                            if m.reason == "balance" else f"recovering partition {m.q} "
-                            f"onto site {m.dst}")
-        retaining = self.ingress.on_move(m.q, m.r, m.dst, m.epoch)
-        try:
-            self._send(self.egress.on_move(m.q, m.r, m.dst))
-        except PartitionLost as e:
-            self._abort(str(e))
-            return
-        for s in self.controller.view.members:
-            self.tell(s, cm.Move(q=m.q, r=m.r, dst=m.dst, epoch=m.epoch))
-        self._send(retaining)  # on the data channel, behind the rows sent to the survivor
-
-    def _take_over(self, dead: set[int], live: list[int]) -> None:
-        """Deliver ``fail`` to every live site, the ingress and the egress (SIGMOD §3.2)."""
-        new = dead - self.dead
-        self.dead |= dead
-        for s in new:
-            self.outbox.drop(s)
+    def _failed(self, dead: set[int]) -> None:
+        """The view lost these sites: forget their connections and what waits for them."""
+        new = [s for s in dead if s in self.conns]
         now = time.time()
         reasons = {site: reason for _, site, reason in self.controller.failures}
         for s in new:
+            self.outbox.drop(s)
             self.failures.append({"site": s, "time": now, "reason": reasons.get(s, "")})
-            conn = self.conns.pop(s, None)
-            if conn is not None:
-                conn.close()
-                self.control_of.get(conn, conn).close()
-        for s in live:
-            self.tell(s, cm.Fail(dead=tuple(sorted(self.dead))))
-        try:
-            self.ingress.on_fail(self.dead)
-            self._send(self.egress.on_fail(self.dead))
-        except PartitionLost as e:
-            self._abort(f"{e}. Two sites holding both replicas of a partition failed before "
-                        f"recovery; nothing can bring that partition's state back.")
-
-    def _send(self, outs: list[Outgoing]) -> None:
-        for o in outs:
-            if o.site not in self.dead:
-                self.outbox.send(o.site, o.message)
+            conn = self.conns.pop(s)
+            conn.close()
+            self.control_of.get(conn, conn).close()
 
     def _abort(self, reason: str) -> None:
         if self.failure is None and not self.egress.ended:
@@ -544,48 +498,16 @@ class Host:
         self._finished.set()
 
     # -- data plane --------------------------------------------------------------------------
-    def _on_site_message(self, msg: Any, slot: int) -> None:
-        if isinstance(msg, Ack):
-            self.ingress.on_ack(msg, slot)
-            return
-        if isinstance(msg, Retain):  # catch-up of a first-stage partition: the ingress retains
-            self.ingress.on_retain(msg.q, msg.c, msg.epoch)
-            self._send([Outgoing(slot, Retaining(msg.stage, msg.q, msg.c, msg.epoch))])
-            return
-        if isinstance(msg, Rejoin):
-            self._send(self.ingress.on_rejoin(msg, slot))
-            return
-        if isinstance(msg, PSync):
-            self._send(self.egress.cons.on_psync(msg))
-            return
-        if isinstance(msg, CuDone):
-            self._cu_done(msg)
-            return
-        if not isinstance(msg, Data):
-            self._abort(f"the driver got an unexpected {type(msg).__name__} message")
-            return
-        try:
-            d, acks = self.egress.on_data(msg, slot)
-        except ProtocolError as e:
-            self._abort(f"egress invariant violated: {e}")
-            return
-        self._send(acks)
-        if d is None:
-            return
+    def _deliver(self, d: Deliver) -> None:
         now = time.time()
         if d.batch.num_rows:
             self.sink.write(d.batch)
             self.digest.update(d.batch)
             self.metrics.delivered(d.batch, now)
             self.stats.results_out = self.egress.delivered
-        self.completed.append((now, self.egress.progress.sn))
-        assert self._progressed is not None and self._finished is not None
+        self.completed.append((now, d.progress.sn))
+        assert self._progressed is not None
         self._progressed.set()
-        if self.egress.ended:
-            self.metrics.end = now
-            self.controller.handle(Finished())
-            self.stats.phase = "finished"
-            self._finished.set()
 
     async def _feed(self) -> None:
         assert self._start_ingress is not None and self._progressed is not None
@@ -613,15 +535,13 @@ class Host:
                     continue
                 if item is None:
                     break
-                good, rejected = validate(item, self.plan.source_schema)
-                sends, late = self.ingress.admit(good, time.time())
-                self._reject(rejected + late)
-                self._send(sends)
+                before = self.ingress.next_isn
+                self._carry_out(self.core.handle(Input(batch=item, now=time.time())))
                 self.ingress_times.append(time.time())
-                self.ingress_counts.append(good.num_rows)
+                self.ingress_counts.append(self.ingress.next_isn - before)
                 self.stats.events_in = self.ingress.next_isn
                 await self._wait_window()
-            self._send(self.ingress.finish())
+            self._carry_out(self.core.handle(InputEnd()))
         except ConnectionLost as e:
             self._abort(str(e))
         except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
@@ -632,7 +552,7 @@ class Host:
 
     async def _wait_window(self) -> None:
         assert self._progressed is not None
-        while self.ingress.next_isn - 1 - self.egress.progress.sn > self.cfg.window:
+        while self.core.in_flight() > self.cfg.window:
             self._progressed.clear()
             await self._progressed.wait()
         while self.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
@@ -640,17 +560,13 @@ class Host:
             self.outbox.flush()
         await asyncio.sleep(0)
 
-    def _cu_done(self, msg: CuDone) -> None:
+    def _caught_up(self, c: CaughtUp) -> None:
         now = time.time()
-        start = self._catch_up_started.pop((msg.stage, msg.q), now)
+        start = self._catch_up_started.pop((c.stage, c.q), now)
         self.catch_ups.append({
-            "stage": msg.stage, "partition": msg.q, "replica": msg.r,
-            "site": self.controller.catch_up_site(msg.q, msg.r),
-            "state_bytes": msg.nbytes,
-            "move_s": msg.move_s, "start": start, "end": now,
+            "stage": c.stage, "partition": c.q, "replica": c.r, "site": c.site,
+            "state_bytes": c.nbytes, "move_s": c.move_s, "start": start, "end": now,
         })
-        self._carry_out(self.controller.handle(CatchUpDone(
-            stage=msg.stage, q=msg.q, r=msg.r, nbytes=msg.nbytes, now=time.monotonic())))
 
     def _reject(self, rejected: list[Rejected]) -> None:
         if rejected:

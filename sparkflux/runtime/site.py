@@ -561,11 +561,7 @@ class Site:
                 os.setpriority(os.PRIO_PROCESS, 0, 0)
             except (PermissionError, OSError):
                 log.info("site %d could not restore its priority", self.id)
-            layout = self.layout.copy()
-            layout.load(msg.table)  # the placement as the moves so far have left it
-            self.core = SiteCore(self.id, self.plan, layout, standby=True)
-            self.core.dead_sites = set(msg.dead)
-            self.core.epochs = np.asarray(msg.epochs, dtype=np.int64)
+            self.core = SiteCore.adopting(self.plan, self.layout, msg)
             self._members = set(msg.members)
             self._learn(msg.members)
             self._set_up.set()

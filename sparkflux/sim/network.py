@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from sparkflux.protocol.control_messages import CONTROL_TYPES
+
 DATA, CONTROL = 0, 1
 
 
@@ -74,14 +76,15 @@ class Network:
 
     def pop_to(self, dst: int) -> tuple[int, Any] | None:
         """Deliver the head of a random non-empty link into ``dst`` whose head is a protocol
-        message (not a driver control tuple), or None."""
+        message (not a control frame of the driver's, nor the simulator's own ``hello``),
+        or None."""
         busy = [k for k, q in self.links.items()
-                if k[1] == dst and q and not isinstance(q[0], tuple)]
+                if k[1] == dst and q and not isinstance(q[0], (tuple, *CONTROL_TYPES))]
         if not busy:
             return None
         link = busy[int(self.rng.integers(len(busy)))]
         self.delivered += 1
-        return link[0], self._take(link)  # the head is no tuple, and tuples never overtake
+        return link[0], self._take(link)  # control frames and tuples never overtake
 
     def drop_to(self, node: int) -> None:
         """A crashed node receives nothing more."""

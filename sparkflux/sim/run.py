@@ -27,23 +27,27 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.boundary import (
+    AdoptProcess,
+    BoundaryEvent,
+    Deliver,
+    FromSite,
+    HeartbeatFrom,
+    Input,
+    InputEnd,
+    RequestMoves,
+    Tell,
+    boundary_for,
+)
 from sparkflux.control.events import (
     Abort,
-    Adopt,
-    CatchUp,
-    CatchUpDone,
-    Collect,
     ConnectionClosed,
     FailSites,
-    Move,
     Moved,
     Recovered,
     Registered,
     SiteAddress,
     SiteReady,
-    Standby,
-    Stats,
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig
@@ -53,25 +57,13 @@ from sparkflux.model.digest import digest_of
 from sparkflux.model.validate import validate
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import PartitionLost
-from sparkflux.protocol.egress import Egress
-from sparkflux.protocol.ingress import Ingress
-from sparkflux.protocol.messages import (
-    Ack,
-    CuDone,
-    CuStart,
-    Data,
-    Installed,
-    Outgoing,
-    PSync,
-    Rejoin,
-    Retain,
-    Retaining,
-    State,
-)
+from sparkflux.protocol.messages import Installed, Outgoing, State
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import Received, SiteCore
 from sparkflux.runtime.frames import FRAME_HEADER, MSG, decode, encode
 from sparkflux.sim.network import CONTROL, DATA, Network
+
+HEARTBEAT_STEPS = 25  # with the policy on, every live site sends its counters this often
 
 
 class Violation(AssertionError):
@@ -115,29 +107,28 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
              detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
              window: int = 4, recovery: str = "standby", balance: bool = False,
              policy: PolicyConfig | None = None) -> SimResult:
-    """Run ``plan`` on ``batches`` under ``seed`` with the given crashes."""
+    """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
+
+    The driver side is the runtime's own core (``control.boundary.Boundary``): this loop
+    only delivers its actions over the simulated links and feeds it what arrives, as the
+    runtime host does over sockets."""
     rng = np.random.default_rng(seed)
     layout = Layout(plan.sites, plan.partitions, replicas)
     net = Network(rng, overtakes=_overtakes)
     # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan.
     sites = {s: SiteCore(s, copy.deepcopy(plan), layout) for s in range(plan.sites)}
-    ingress, egress = Ingress(plan, layout), Egress(plan, layout)
-    controller = Controller(plan.sites, heartbeat_timeout=1e9, ha=replicas == 2, layout=layout,
-                            stages=len(plan.stages), recovery=recovery, balance=balance,
-                            policy=policy)
+    core = boundary_for(plan, replicas, {"heartbeat_timeout": 1e9, "recovery": recovery,
+                                         "balance": balance, "policy": policy},
+                        end_with_output=False)
+    controller = core.controller
     slow = dict(failures.slow)
     move_at: dict[int, list[tuple[int, int]]] = {}
     for at, q, dst in failures.moves:
         move_at.setdefault(at, []).append((q, dst))
     crash_after_moves = dict((n, site) for site, n in failures.after_moves)
-    for s in range(plan.sites):
-        controller.handle(Registered(address=SiteAddress(site=s, attempt=0, host="sim",
-                                                         port=s, pid=s), now=0.0))
-    for s in range(plan.sites):
-        controller.handle(SiteReady(site=s, attempt=0))
     out: list[pa.RecordBatch] = []
     crashed: list[int] = []
-    pending_detect: list[tuple[int, int]] = []  # (step when the controller notices, site)
+    pending_detect: list[tuple[int, int, int]] = []  # (step it is noticed, site, attempt)
     crash_at: dict[int, list[int]] = {}
     for site, at in failures.crashes:
         crash_at.setdefault(at, []).append(site)
@@ -147,8 +138,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
     hellos: dict[int, set[int]] = {}
     recovered: list[int] = []
     next_batch = 0
-    admitted: list[int] = []  # ISN count after each admitted batch
     step = 0
+    crashed_now: set[int] = set()  # slots whose current process is dead
 
     def emit(src: int, outs: list[Outgoing]) -> None:
         for o in outs:
@@ -165,165 +156,119 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
             return
         if hellos[k] >= set(controller.view.members) - {k}:
             ready_sent.add((k, attempt[k]))
-            net.send(k, DRIVER, ("ready", k))
+            net.send(k, DRIVER, cm.Ready(site=k, attempt=attempt[k]), CONTROL)
 
     def carry_out(actions: list) -> None:
+        """The runtime host's part, over simulated links."""
         for a in actions:
-            if isinstance(a, FailSites):
-                ingress.on_fail(set(a.dead))
-                try:
-                    emit(DRIVER, egress.on_fail(set(a.dead)))
-                except (ProtocolError, PartitionLost) as e:
-                    raise Violation(f"seed {seed}: {e}") from e
-                for s in a.view.members:
-                    net.send(DRIVER, s, ("fail", frozenset(a.dead)), CONTROL)
-                for k in list(hellos):
+            match a:
+                case Outgoing(site=site, message=message):
+                    net.send(DRIVER, site, message, DATA)
+                case Tell(site=site, message=message):
+                    net.send(DRIVER, site, message, CONTROL)
+                case Deliver(batch=batch):
+                    if batch.num_rows:
+                        out.append(batch)
+                case FailSites():
+                    for k in list(hellos):
+                        maybe_ready(k)
+                case AdoptProcess(slot=k, attempt=att, message=message):
+                    net.forget(k)  # the old process's connections are gone with it
+                    attempt[k] = att
+                    sites[k] = SiteCore.adopting(copy.deepcopy(plan), layout, message)
+                    crashed_now.discard(k)
+                    hellos[k] = set()
                     maybe_ready(k)
-            elif isinstance(a, Adopt):
-                k = a.slot
-                net.forget(k)  # the old process's connections are gone with it
-                attempt[k] = a.address.attempt
-                assert controller.layout is not None
-                sites[k] = SiteCore(k, copy.deepcopy(plan), controller.layout, standby=True)
-                sites[k].dead_sites = set(controller.dead)
-                crashed_now.discard(k)
-                ingress.on_avail(k, controller.epoch)
-                sites[k].epochs = ingress.epochs.copy()
-                hellos[k] = set()
-                for s in a.view.members:
-                    if s != k:
-                        net.send(DRIVER, s, ("avail", k, controller.epoch), CONTROL)
-                maybe_ready(k)
-            elif isinstance(a, CatchUp):
-                net.send(DRIVER, a.survivor, CuStart(a.stage, a.q, a.r, a.epoch, a.retained),
-                         CONTROL)
-            elif isinstance(a, Recovered):
-                recovered.append(a.slot)
-                if len(recovered) == 1:
-                    for site_, delay in failures.after_recovery:
-                        crash_at.setdefault(step + delay, []).append(site_)
-            elif isinstance(a, Move):
-                retaining = ingress.on_move(a.q, a.r, a.dst, a.epoch)
-                try:
-                    emit(DRIVER, egress.on_move(a.q, a.r, a.dst))
-                except (ProtocolError, PartitionLost) as e:
-                    raise Violation(f"seed {seed}: {e}") from e
-                for s in controller.view.members:
-                    if s not in controller.dead:
-                        net.send(DRIVER, s, ("move", a.q, a.r, a.dst, a.epoch), CONTROL)
-                emit(DRIVER, retaining)
-            elif isinstance(a, Collect):
-                for s in controller.view.members:
-                    if s not in controller.dead:
-                        net.send(DRIVER, s, ("collect", a.round), CONTROL)
-            elif isinstance(a, Abort):
-                raise Violation(f"seed {seed}: controller gave up: {a.reason}")
-            elif isinstance(a, Standby):
-                pass
+                case Recovered(slot=slot):
+                    recovered.append(slot)
+                    if len(recovered) == 1:
+                        for site_, delay in failures.after_recovery:
+                            crash_at.setdefault(step + delay, []).append(site_)
+                case Abort(reason=reason):
+                    raise Violation(f"seed {seed}: {reason}")
+                case _:
+                    pass  # reports the runtime keeps for its metrics
 
-    crashed_now: set[int] = set()  # slots whose current process is dead
-    while step < max_steps:
-        step += 1
-        for site in crash_at.get(step, []):
-            if site not in crashed_now:
-                crashed.append(site)
-                crashed_now.add(site)
-                net.drop_to(site)
-                net.drop_some_from(site)
-                lo, hi = detect_delay
-                pending_detect.append((step + int(rng.integers(lo, hi + 1)), site,
-                                       attempt[site]))
-        if step in move_at:
-            assert controller.layout is not None
-            lay = controller.layout
-            carry_out(controller.request_moves(
-                [(q, 0 if lay.site_of(q, 0) != dst else 1, dst) for q, dst in move_at[step]]))
-        n_moves = len(controller.moves)  # moves complete in groups: count may jump
-        for n in [n for n in crash_after_moves if n <= n_moves]:
-            crash_at.setdefault(step + 1, []).append(crash_after_moves.pop(n))
-        if balance and step % 50 == 0:
-            carry_out(controller.handle(Tick(now=float(step))))
-        if step in standby_at:
-            n_standby += 1
-            addr = SiteAddress(site=plan.sites + n_standby, attempt=n_standby, host="sim",
-                               port=1000 + n_standby, pid=1000 + n_standby)
-            carry_out(controller.handle(Registered(address=addr, now=float(step))))
-        for d in [d for d in pending_detect if d[0] <= step]:
-            pending_detect.remove(d)
-            carry_out(controller.handle(ConnectionClosed(site=d[1], attempt=d[2],
-                                                         reason="crash", now=float(step))))
-        # Admit the next input batch when the window allows, with some probability.
-        in_flight = ingress.next_isn - 1 - egress.progress.sn
-        can_admit = next_batch < len(batches) and in_flight < window * _rows(batches, 1)
-        if can_admit and rng.random() < 0.3:
-            good, _ = validate(batches[next_batch], plan.source_schema)
-            sends, _ = ingress.admit(good, 0.0)
-            emit(DRIVER, sends)
-            next_batch += 1
-            admitted.append(ingress.next_isn)
-            continue
-        if next_batch == len(batches) and not ingress.ended:
-            emit(DRIVER, ingress.finish())
-            continue
-        item = net.pop()
-        if item is None:
-            if pending_detect or (can_admit and next_batch < len(batches)):
-                continue  # a detection or an admission is still to come
-            if (any(at > step for at in standby_at) or any(at > step for at in crash_at)
-                    or any(at > step for at in move_at)):
-                continue  # a standby still registers: recovery runs after the input ends too
-            break  # quiet: finished, or stuck (then the egress has not ended: a violation)
-        src, dst, msg = item
-        if dst in crashed_now:
-            continue
-        try:
+    def heartbeat(s: int) -> cm.Heartbeat:
+        """A synthetic load: every row costs the same; a slow site has its capacity
+        divided by its factor."""
+        counts = sites[s].processed.copy()
+        return cm.Heartbeat(site=s, attempt=attempt[s], pid=s, busy_s=float(counts.sum()),
+                            slept_s=0.0, passes=0, cpu_s=0.0, buffered=0,
+                            capacity_s=float(step) * 4 / slow.get(s, 1.0), at=float(step),
+                            counts=counts)
+
+    for s in range(plan.sites):
+        carry_out(core.handle(Registered(address=SiteAddress(site=s, attempt=0, host="sim",
+                                                             port=s, pid=s), now=0.0)))
+    carry_out(core.handle(*[SiteReady(site=s, attempt=0) for s in range(plan.sites)]))
+    try:
+        while step < max_steps:
+            step += 1
+            for site in crash_at.get(step, []):
+                if site not in crashed_now:
+                    crashed.append(site)
+                    crashed_now.add(site)
+                    net.drop_to(site)
+                    net.drop_some_from(site)
+                    lo, hi = detect_delay
+                    pending_detect.append((step + int(rng.integers(lo, hi + 1)), site,
+                                           attempt[site]))
+            if step in move_at:
+                lay = controller.layout
+                assert lay is not None
+                carry_out(core.handle(RequestMoves(moves=tuple(
+                    (q, 0 if lay.site_of(q, 0) != dst else 1, dst) for q, dst in move_at[step]))))
+            n_moves = len(controller.moves)  # moves complete in groups: count may jump
+            for n in [n for n in crash_after_moves if n <= n_moves]:
+                crash_at.setdefault(step + 1, []).append(crash_after_moves.pop(n))
+            if balance and step % HEARTBEAT_STEPS == 0:
+                for s in sorted(sites):
+                    if s not in crashed_now:
+                        net.send(s, DRIVER, heartbeat(s), CONTROL)
+            if balance and step % 50 == 0:
+                carry_out(core.handle(Tick(now=float(step))))
+            if step in standby_at:
+                n_standby += 1
+                addr = SiteAddress(site=plan.sites + n_standby, attempt=n_standby, host="sim",
+                                   port=1000 + n_standby, pid=1000 + n_standby)
+                carry_out(core.handle(Registered(address=addr, now=float(step))))
+            for d in [d for d in pending_detect if d[0] <= step]:
+                pending_detect.remove(d)
+                carry_out(core.handle(ConnectionClosed(site=d[1], attempt=d[2], reason="crash",
+                                                       now=float(step))))
+            # Admit the next input batch when the window allows, with some probability.
+            can_admit = (next_batch < len(batches)
+                         and core.in_flight() < window * _rows(batches, 1))
+            if can_admit and rng.random() < 0.3:
+                carry_out(core.handle(Input(batch=batches[next_batch], now=0.0)))
+                next_batch += 1
+                continue
+            if next_batch == len(batches) and not core.ingress.ended:
+                carry_out(core.handle(InputEnd()))
+                continue
+            item = net.pop()
+            if item is None:
+                if pending_detect or (can_admit and next_batch < len(batches)):
+                    continue  # a detection or an admission is still to come
+                if (any(at > step for at in standby_at) or any(at > step for at in crash_at)
+                        or any(at > step for at in move_at)):
+                    continue  # a standby still registers: recovery runs after the input ends
+                break  # quiet: finished, or stuck (then the egress has not ended: a violation)
+            src, dst, msg = item
+            if dst in crashed_now:
+                continue
             if dst == DRIVER:
-                if src in controller.dead:
-                    continue  # like the runtime's host: a failed site's late traffic is dropped
-                if isinstance(msg, Data):
-                    d, acks = egress.on_data(msg, src)
-                    emit(DRIVER, acks)
-                    if d is not None and d.batch.num_rows:
-                        out.append(d.batch)
-                elif isinstance(msg, Ack):
-                    ingress.on_ack(msg, src)
-                elif isinstance(msg, Retain):
-                    ingress.on_retain(msg.q, msg.c, msg.epoch)
-                    net.send(DRIVER, src, Retaining(msg.stage, msg.q, msg.c, msg.epoch))
-                elif isinstance(msg, Rejoin):
-                    emit(DRIVER, ingress.on_rejoin(msg, src))
-                elif isinstance(msg, PSync):
-                    emit(DRIVER, egress.cons.on_psync(msg))
-                elif isinstance(msg, CuDone):
-                    carry_out(controller.handle(CatchUpDone(stage=msg.stage, q=msg.q, r=msg.r,
-                                                            nbytes=msg.nbytes, now=float(step))))
-                elif isinstance(msg, tuple) and msg[0] == "moved":
-                    carry_out(controller.handle(Moved(site=msg[1], epoch=msg[2])))
-                elif isinstance(msg, tuple) and msg[0] == "stats":
-                    carry_out(controller.handle(msg[1]))
-                elif isinstance(msg, tuple) and msg[0] == "ready":
-                    carry_out(controller.handle(SiteReady(site=msg[1], attempt=attempt[msg[1]])))
-                else:
-                    raise Violation(f"seed {seed}: driver got {type(msg).__name__}")
-            elif isinstance(msg, tuple) and msg[0] == "fail":
-                emit(dst, sites[dst].handle(cm.Fail(dead=tuple(sorted(msg[1])))))
-            elif isinstance(msg, tuple) and msg[0] == "move":
-                emit(dst, sites[dst].handle(cm.Move(q=msg[1], r=msg[2], dst=msg[3],
-                                                    epoch=msg[4])))
-                net.send(dst, DRIVER, ("moved", dst, msg[4]), CONTROL)
-            elif isinstance(msg, tuple) and msg[0] == "collect":
-                # A synthetic load: every row costs the same; a slow site has its capacity
-                # divided by its factor.
-                core = sites[dst]
-                counts = tuple(int(c) for c in core.processed)
-                net.send(dst, DRIVER, ("stats", Stats(
-                    site=dst, attempt=attempt[dst], round=msg[1],
-                    busy_s=float(sum(counts)), capacity_s=float(step) * 4 / slow.get(dst, 1.0),
-                    counts=counts, now=float(step))), CONTROL)
-            elif isinstance(msg, tuple) and msg[0] == "avail":
-                sites[dst].handle(cm.Avail(slot=msg[1], epoch=msg[2], host="", port=0,
-                                           attempt=attempt[msg[1]], registered=msg[1]))
-                net.send(dst, msg[1], ("hello", dst))
+                carry_out(core.handle(_at_driver(src, msg, attempt[src] if src in attempt
+                                                 else -1, float(step))))
+            elif isinstance(msg, cm.Fail):
+                emit(dst, sites[dst].handle(msg))
+            elif isinstance(msg, cm.Move):
+                emit(dst, sites[dst].handle(msg))
+                net.send(dst, DRIVER, cm.Moved(epoch=msg.epoch), CONTROL)
+            elif isinstance(msg, cm.Avail):
+                sites[dst].handle(msg)
+                net.send(dst, msg.slot, ("hello", dst))
             elif isinstance(msg, tuple) and msg[0] == "hello":
                 hellos[dst].add(msg[1])
                 maybe_ready(dst)
@@ -337,21 +282,34 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                         break
                     batch.append((more[0], _as_moved(more[1])))
                 emit(dst, sites[dst].handle(Received(batch)))
-        except (ProtocolError, PartitionLost) as e:
-            raise Violation(f"seed {seed}: {e}") from e
-    leftover = {"ingress": ingress.buffered()}
+    except (ProtocolError, PartitionLost) as e:
+        raise Violation(f"seed {seed}: {e}") from e
+    leftover = {"ingress": core.ingress.buffered()}
     live_replicas: dict[tuple[int, int], int] = {}
-    for s, core in sites.items():
+    for s, site_core in sites.items():
         if s not in crashed_now:
-            leftover[f"site{s}"] = core.buffered_rows()
-            for st, cons in enumerate(core.cons):
+            leftover[f"site{s}"] = site_core.buffered_rows()
+            for st, cons in enumerate(site_core.cons):
                 for q in cons.parts[cons.installed]:
                     live_replicas[(st, int(q))] = live_replicas.get((st, int(q)), 0) + 1
     table = pa.Table.from_batches(out, schema=plan.output_schema) if out else \
         plan.output_schema.empty_table()
-    return SimResult(seed, table, egress.ended, leftover, crashed, step, net.delivered,
-                     ingress.next_isn, recovered, live_replicas,
+    return SimResult(seed, table, core.egress.ended, leftover, crashed, step, net.delivered,
+                     core.ingress.next_isn, recovered, live_replicas,
                      [(m["q"], m["r"], m["src"], m["dst"]) for m in controller.moves])
+
+
+def _at_driver(src: int, msg: Any, attempt: int, now: float) -> BoundaryEvent:
+    """What a frame from site ``src`` is to the driver's core, as the runtime host reads
+    its two connections: control frames (``moved``, ``ready``, heartbeats) or protocol
+    messages of the data connection."""
+    if isinstance(msg, cm.Moved):
+        return Moved(site=src, epoch=msg.epoch, now=now)
+    if isinstance(msg, cm.Ready):
+        return SiteReady(site=msg.site, attempt=msg.attempt)
+    if isinstance(msg, cm.Heartbeat):
+        return HeartbeatFrom(slot=src, attempt=attempt, beat=msg, now=now)
+    return FromSite(slot=src, message=msg, now=now)
 
 
 def _overtakes(msg: Any) -> bool:
@@ -359,7 +317,8 @@ def _overtakes(msg: Any) -> bool:
     for the same connection (read at run time, so a test can change the rule)."""
     from sparkflux.runtime import outbox
 
-    return not isinstance(msg, tuple) and not isinstance(msg, outbox.ORDERED_WITH_DATA)
+    return not isinstance(msg, (tuple, *cm.CONTROL_TYPES)) \
+        and not isinstance(msg, outbox.ORDERED_WITH_DATA)
 
 
 def _as_moved(msg: Any) -> Any:

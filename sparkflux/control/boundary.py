@@ -1,0 +1,421 @@
+"""The driver side's sans-I/O core: controller, ingress and egress behind one entry point.
+
+A site has ``SiteCore``; the driver has ``Boundary``. It owns the controller (membership,
+views, recovery, load balancing), the ingress (SIGMOD §3: input sequence numbers, FH-Prod
+toward both replicas of the first stage) and the egress (the last stage's output, once and in
+order), and works out what every event means for all three: a ``fail`` is the ingress's
+``ack_all`` and the egress's ``reverse`` as well as a ``fail`` to every live site; an
+``avail`` bumps the ingress's version numbers (epochs) and tells every member; a ``move`` is
+taken over by the ingress and the egress before the sites hear of it; a first-stage ``retain``
+is answered by the ingress's ``retaining``; a ``cu-done`` goes to the controller.
+
+``handle(*events) -> list[BoundaryAction]``: events are the controller's own (``Registered``,
+``SiteReady``, ``ConnectionClosed``, ``Suspected``, ``Tick``, ``Moved``), a site's protocol
+message (``FromSite``), a site's heartbeat (``HeartbeatFrom``: the statistics of a balance
+round are read from it), the source's next batch (``Input``) and its end (``InputEnd``), and
+moves asked for by a test or an operator (``RequestMoves``). Actions are sends on a site's
+data connection (``Outgoing``, through the DTSB), control frames on its control connection
+(``Tell``), the view to a member (``SendView``), a standby's adoption (``AdoptProcess``),
+output for the sink (``Deliver``), rejected input (``Rejects``), the end of the output
+(``OutputEnded``), a finished catch-up (``CaughtUp``), and the controller's actions that the
+host carries out itself (``StartIngress``, ``StopSite``, ``Standby``, ``FailSites``,
+``CatchUp``, ``Recovered``, ``Move``, ``InstallView``, ``Abort``), passed on after the
+boundary has done its part of them. The runtime host (``runtime/driver.py``) and the
+simulator (``sim/run.py``) are thin drivers of this one object, so every seed of the
+simulator runs the driver path that runs on Spark.
+
+The ingress and egress are shaped for one input stream and one output; they are fields of
+this object, not of its callers, so several of each can hang here later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sparkflux.control.controller import Controller
+from sparkflux.control.events import (
+    Abort,
+    Action,
+    Adopt,
+    CatchUp,
+    CatchUpDone,
+    Collect,
+    ConnectionClosed,
+    FailSites,
+    Finished,
+    Heartbeat,
+    InstallView,
+    Move,
+    Moved,
+    Recovered,
+    Registered,
+    SiteReady,
+    Standby,
+    StartIngress,
+    Stats,
+    StopSite,
+    Suspected,
+    Tick,
+)
+from sparkflux.dataflow.placement import Layout
+from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.model.progress import Progress
+from sparkflux.model.validate import Rejected, validate
+from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.consumer import PartitionLost
+from sparkflux.protocol.egress import Egress
+from sparkflux.protocol.ingress import Ingress
+from sparkflux.protocol.messages import (
+    Ack,
+    CuDone,
+    CuStart,
+    Data,
+    Message,
+    Outgoing,
+    PSync,
+    Rejoin,
+    Retain,
+    Retaining,
+)
+from sparkflux.protocol.producer import ProtocolError
+
+
+# -- events ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FromSite:
+    """A protocol message read from the data connection of slot ``slot``'s live process."""
+
+    slot: int
+    message: Message
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatFrom:
+    """A heartbeat of process ``attempt`` in slot ``slot`` (its liveness, and the counters a
+    balance round's statistics are taken from)."""
+
+    slot: int
+    attempt: int
+    beat: cm.Heartbeat
+    now: float
+    member: bool = True  # the process is the slot's current member (not a standby)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Input:
+    """The source's next batch (user columns, or plain records): validated, numbered and
+    sent."""
+
+    batch: pa.RecordBatch | list[dict[str, Any]]
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputEnd:
+    """The source is exhausted: every first-stage replica learns the stream is complete."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestMoves:
+    """Move replica r of q to ``dst``, ``(q, r, dst)`` each (a test's or an operator's)."""
+
+    moves: tuple[tuple[int, int, int], ...]
+    reason: str = "balance"
+
+
+BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | Moved
+                 | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves)
+
+
+# -- actions -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tell:
+    """A frame on the control connection of slot ``site`` (``fail``, ``move``, ``avail``,
+    ``cu-start``): it never waits behind the input queued on the site's data connection."""
+
+    site: int
+    message: cm.Fail | cm.Move | cm.Avail | CuStart
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendView:
+    """The view to member ``site``, on its data connection (it gives the site its core)."""
+
+    site: int
+    view: cm.View
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdoptProcess:
+    """The standby process ``pid`` becomes slot ``slot``: it gets ``message`` on its data
+    connection; the members have been told (``avail``)."""
+
+    slot: int
+    pid: int
+    attempt: int
+    registered: int
+    message: cm.Adopt
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deliver:
+    """Output rows, in order, for the sink (possibly none: progress alone)."""
+
+    batch: pa.RecordBatch
+    progress: Progress
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rejects:
+    """Input records the ingress rejected, each with its reason."""
+
+    rejected: tuple[Rejected, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputEnded:
+    """The egress has delivered the end of the stream."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaughtUp:
+    """``cu-done``: replica r of partition q of ``stage`` is folded in on ``site``."""
+
+    stage: int
+    q: int
+    r: int
+    site: int | None
+    nbytes: int
+    move_s: float
+
+
+BoundaryAction = (Outgoing | Tell | SendView | AdoptProcess | Deliver | Rejects
+                  | OutputEnded | CaughtUp | InstallView | StartIngress | StopSite | FailSites
+                  | Standby | Adopt | CatchUp | Recovered | Abort | Move)
+
+LOST_HINT = ("Two sites holding both replicas of a partition failed before recovery; nothing "
+             "can bring that partition's state back.")
+
+
+class Boundary:
+    """Controller + ingress + egress of one run; no I/O. One entry point: ``handle``."""
+
+    def __init__(self, plan: PhysicalPlan, layout: Layout, controller: Controller,
+                 end_with_output: bool = True) -> None:
+        self.plan = plan
+        # A run ends with its output: the controller then ignores the sites' departures.
+        # The simulator keeps going past it, so that recoveries it schedules late still run.
+        self.end_with_output = end_with_output
+        self.controller = controller
+        self.ingress = Ingress(plan, layout)
+        self.egress = Egress(plan, layout)
+        self.dead: set[int] = set()  # slots whose process failed and is not replaced yet
+        self.registered: dict[int, int] = {}  # slot -> the slot its process registered for
+        self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
+        self.failed: str | None = None  # why the run cannot go on, once it cannot
+
+    # -- queries ---------------------------------------------------------------------------
+    def in_flight(self) -> int:
+        """Input records admitted and not yet past the egress (the end-to-end window)."""
+        return self.ingress.next_isn - 1 - self.egress.progress.sn
+
+    # -- events ----------------------------------------------------------------------------
+    def handle(self, *events: BoundaryEvent) -> list[BoundaryAction]:
+        """Handle events in order; returns the actions to carry out, in order."""
+        out: list[BoundaryAction] = []
+        for ev in events:
+            match ev:
+                case FromSite(slot=slot, message=msg, now=now):
+                    if slot not in self.dead:  # a failed process's late traffic is dropped
+                        out += self._from_site(slot, msg, now)
+                case HeartbeatFrom():
+                    out += self._heartbeat(ev)
+                case Input(batch=batch, now=now):
+                    out += self._admit(batch, now)
+                case InputEnd():
+                    out += self._sends(self.ingress.finish())
+                case RequestMoves(moves=moves, reason=reason):
+                    out += self._controller(self.controller.request_moves(moves, reason))
+                case _:
+                    out += self._controller(self.controller.handle(ev))
+        return out
+
+    def _from_site(self, slot: int, msg: Message, now: float) -> list[BoundaryAction]:
+        match msg:
+            case Ack():
+                self.ingress.on_ack(msg, slot)
+                return []
+            case Retain(stage=stage, q=q, c=c, epoch=epoch):
+                # the catch-up of a first-stage replica: the ingress is its producer
+                self.ingress.on_retain(q, c, epoch)
+                return self._sends([Outgoing(slot, Retaining(stage, q, c, epoch))])
+            case Rejoin():
+                return self._sends(self.ingress.on_rejoin(msg, slot))
+            case PSync():
+                return self._sends(self.egress.on_psync(msg))
+            case CuDone():
+                done = CaughtUp(stage=msg.stage, q=msg.q, r=msg.r,
+                                site=self.controller.catch_up_site(msg.q, msg.r),
+                                nbytes=msg.nbytes, move_s=msg.move_s)
+                return [done, *self._controller(self.controller.handle(CatchUpDone(
+                    stage=msg.stage, q=msg.q, r=msg.r, nbytes=msg.nbytes,
+                    now=now)))]
+            case Data():
+                return self._data(slot, msg)
+        return self._abort(f"the driver got an unexpected {type(msg).__name__} message "
+                           f"from site {slot}")
+
+    def _data(self, slot: int, msg: Data) -> list[BoundaryAction]:
+        try:
+            d, acks = self.egress.on_data(msg, slot)
+        except ProtocolError as e:
+            return self._abort(f"egress invariant violated: {e}")
+        out: list[BoundaryAction] = list(self._sends(acks))
+        if d is None:
+            return out
+        out.append(Deliver(batch=d.batch, progress=d.progress))
+        if self.egress.ended:
+            if self.end_with_output:
+                self.controller.handle(Finished())
+            out.append(OutputEnded())
+        return out
+
+    def _heartbeat(self, ev: HeartbeatFrom) -> list[BoundaryAction]:
+        out = self._controller(self.controller.handle(
+            Heartbeat(site=ev.slot, attempt=ev.attempt, now=ev.now)))
+        rnd = self._collecting.pop(ev.slot, None) if ev.member else None
+        b = ev.beat
+        if rnd is not None and b.counts.size:
+            out += self._controller(self.controller.handle(Stats(
+                site=ev.slot, attempt=ev.attempt, round=rnd, busy_s=b.busy_s,
+                capacity_s=b.capacity_s, counts=tuple(b.counts.tolist()), now=ev.now,
+                at=b.at)))
+        return out
+
+    def _admit(self, batch: pa.RecordBatch | list[dict[str, Any]], now: float
+               ) -> list[BoundaryAction]:
+        good, rejected = validate(batch, self.plan.source_schema)
+        sends, late = self.ingress.admit(good, now)
+        out: list[BoundaryAction] = []
+        if rejected or late:
+            out.append(Rejects(rejected=tuple(rejected + late)))
+        return out + self._sends(sends)
+
+    def _sends(self, outs: Sequence[Outgoing]) -> list[BoundaryAction]:
+        return [o for o in outs if o.site not in self.dead]
+
+    def _abort(self, reason: str) -> list[BoundaryAction]:
+        if self.failed is None:
+            self.failed = reason
+        return [Abort(reason=reason)]
+
+    # -- the controller's actions ------------------------------------------------------------
+    def _controller(self, actions: list[Action]) -> list[BoundaryAction]:
+        out: list[BoundaryAction] = []
+        for a in actions:
+            match a:
+                case InstallView(view=view):
+                    members = {s: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
+                                            registered=s) for s, m in view.members.items()}
+                    self.registered = {s: s for s in view.members}
+                    out.append(a)
+                    out += [SendView(site=s, view=cm.View(number=view.number, members=members))
+                            for s in view.members]
+                case FailSites(view=view, dead=dead):
+                    out.append(a)
+                    out += self._fail(set(dead), list(view.members))
+                case Adopt():
+                    out.append(a)
+                    out += self._adopt(a)
+                case CatchUp(stage=stage, q=q, r=r, survivor=survivor, epoch=epoch,
+                             retained=retained):
+                    out.append(a)
+                    # on the control connection: the survivor's input queue does not delay
+                    # it (its order with data does not matter: ``retaining`` marks the cut)
+                    out.append(Tell(site=survivor, message=CuStart(stage, q, r, epoch,
+                                                                  retained)))
+                case Move():
+                    out.append(a)
+                    out += self._move(a)
+                case Collect(round=rnd):
+                    # Answered from each site's next heartbeat, which carries its counters:
+                    # a request to the site would queue behind the data on its connection.
+                    for s in self.controller.view.members:
+                        if s not in self.controller.dead:
+                            self._collecting[s] = rnd
+                case Abort(reason=reason):
+                    if self.failed is None:
+                        self.failed = reason
+                    out.append(a)
+                case _:
+                    out.append(a)
+        return out
+
+    def _fail(self, dead: set[int], live: list[int]) -> list[BoundaryAction]:
+        """Take-over (SIGMOD §3.2): ``fail`` to every live site, ``ack_all`` at the ingress,
+        ``reverse`` from the egress."""
+        self.dead |= dead
+        out: list[BoundaryAction] = [Tell(site=s, message=cm.Fail(dead=tuple(sorted(self.dead))))
+                                     for s in live]
+        self.ingress.on_fail(self.dead)
+        try:
+            out += self._sends(self.egress.on_fail(self.dead))
+        except PartitionLost as e:
+            out += self._abort(f"{e}. {LOST_HINT}")
+        return out
+
+    def _adopt(self, a: Adopt) -> list[BoundaryAction]:
+        """``avail``: the standby process becomes slot ``a.slot``; every live member learns
+        its address and dials it. The ingress names the new incarnation (its version number)
+        in what it retains for it."""
+        slot, address = a.slot, a.address
+        self.dead.discard(slot)
+        epoch = self.controller.epoch
+        self.ingress.on_avail(slot, epoch)
+        self.registered[slot] = a.registered
+        layout = self.controller.layout
+        assert layout is not None
+        members = {j: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
+                                registered=self.registered.get(j, j))
+                   for j, m in a.view.members.items()}
+        msg = cm.Adopt(slot=slot, members=members, dead=tuple(sorted(self.dead)),
+                       epochs=self.ingress.epochs.copy(), table=layout.table().copy())
+        out: list[BoundaryAction] = [AdoptProcess(slot=slot, pid=address.pid,
+                                                  attempt=address.attempt,
+                                                  registered=a.registered, message=msg)]
+        out += [Tell(site=s, message=cm.Avail(slot=slot, epoch=epoch, host=address.host,
+                                              port=address.port, attempt=address.attempt,
+                                              registered=a.registered))
+                for s in a.view.members if s != slot]
+        return out
+
+    def _move(self, m: Move) -> list[BoundaryAction]:
+        """Unified Flux's move: the ingress and egress take over from the moved copy here,
+        every live site does the same (``move``) and confirms; catch-up follows. The
+        ingress's ``retaining`` goes on the data channel, behind the rows sent so far."""
+        retaining = self.ingress.on_move(m.q, m.r, m.dst, m.epoch)
+        try:
+            back = self.egress.on_move(m.q, m.r, m.dst)
+        except PartitionLost as e:
+            return self._abort(str(e))
+        out: list[BoundaryAction] = list(self._sends(back))
+        out += [Tell(site=s, message=cm.Move(q=m.q, r=m.r, dst=m.dst, epoch=m.epoch))
+                for s in self.controller.view.members if s not in self.controller.dead]
+        return out + self._sends(retaining)
+
+
+def boundary_for(plan: PhysicalPlan, replicas: int, controller_options: dict,
+                 end_with_output: bool = True) -> Boundary:
+    """A boundary with a fresh controller over chained declustering of ``replicas`` copies."""
+    layout = Layout(plan.sites, plan.partitions, replicas)
+    controller = Controller(plan.sites, ha=replicas > 1, layout=layout,
+                            stages=len(plan.stages), **controller_options)
+    return Boundary(plan, layout, controller, end_with_output)
+
+
+__all__ = ["Boundary", "BoundaryAction", "BoundaryEvent", "boundary_for"]
