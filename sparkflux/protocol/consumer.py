@@ -340,38 +340,16 @@ class ConsumerSet:
                 entries.append((int(self.producer_site[p, other]), p, other, False, True))
         return self._rejoins(i, entries)
 
-    def on_psync(self, msg: PSync, back: bool = True, fold_back: bool = False
-                 ) -> list[Outgoing]:
-        """``psync`` from the survivor of producer p (thesis Fig 3.15): its replica r is back.
-
-        Every copy that reads from the survivor: copy 1 - r (the survivor is its own producer
-        copy) acknowledges to r from now on. With ``fold_back`` (between stages; the egress
-        has one consumer and keeps reading from the survivor) copy r switches back to its own
-        producer copy: ``Rejoin`` r to send from above its progress X, the survivor to stop
-        sending and hold for it from X; it acknowledges to the survivor from now on. Both
-        hold every row above X: r everything it produced since it was installed, the
-        survivor everything since its ``psync`` (X is at least its progress then).
-
-        ``back`` False: that incarnation of r failed or was moved since. Nobody acknowledges
-        to it; copy r stays with the survivor and tells it to stop holding for it."""
-        rows: list[tuple[int, int, int, bool, bool, int]] = []
-        p, r = msg.p, msg.r
-        survivor_site = int(self.producer_site[p, 1 - r]) if self.producer_site.shape[1] > 1 \
-            else -1
+    def on_psync(self, msg: PSync) -> list[Outgoing]:
+        """``psync`` from the survivor of producer p: its replica r is back, so acknowledge
+        to r what arrives from the survivor (r holds its output until then)."""
+        entries = []
         for i in range(self.parts.size):
-            if not self.installed[i] or self.sender[i, p] != 1 - r:
-                continue
-            mine = fold_back and int(self.replica[i]) == r
-            if mine and back:
-                self.sender[i, p], self.ack_to[i, p] = r, 1 - r
-                rows.append((int(self.producer_site[p, r]), p, r, True, False, i))
-                rows.append((survivor_site, p, 1 - r, False, True, i))
-            elif mine:
-                rows.append((survivor_site, p, 1 - r, True, False, i))
-            elif back:
-                self.ack_to[i, p] = r
-                rows.append((int(self.producer_site[p, r]), p, r, False, True, i))
-        return self._rejoins_rows(rows) if rows else []
+            if self.installed[i] and self.sender[i, msg.p] == 1 - msg.r:
+                self.ack_to[i, msg.p] = msg.r
+                entries.append((int(self.producer_site[msg.p, msg.r]), msg.p, msg.r, False,
+                                True, i))
+        return self._rejoins_rows(entries) if entries else []
 
     def _rejoins(self, i: int, entries: list[tuple[int, int, int, bool, bool]]) -> list[Outgoing]:
         return self._rejoins_rows([(*e, i) for e in entries])

@@ -130,15 +130,12 @@ class Installed:
 
 @dataclass(frozen=True, slots=True)
 class PSync:
-    """Survivor -> downstream consumer sites on the data channel (``psync``): incarnation
-    ``epoch`` (the paper's version number) of replica r of producer partition p is back.
-    Consumer copy r switches back to it (the normal case: every consumer copy receives from
-    its own producer copy and acknowledges to the other); copy 1 - r acknowledges to it."""
+    """Survivor -> downstream consumer sites on the data channel (``psync``): replica r of
+    producer partition p is back; acknowledge to it what you receive from me."""
 
     stage: int
     p: int
     r: int
-    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,14 +258,10 @@ class ProducerBuffer:
             raise ProtocolError(f"rejoin for stage {self.stage} reached the wrong replica")
         c = msg.c.astype(np.intp)
         np.maximum.at(self.acked, (pi, msg.q, c), msg.floor)
-        # a consumer this replica already sends to has everything up to what is in flight:
-        # resending from its floor would duplicate that (a copy that stays with the
-        # survivor after ``psync`` only stops it holding rows for it)
-        fresh = ~self.send[pi, msg.q, c]
         self.send[pi, msg.q, c] = msg.send
         self.wait[pi, msg.q, c] = msg.wait
         out: list[Outgoing] = []
-        k = msg.send.astype(bool) & fresh
+        k = msg.send.astype(bool)
         if k.any():
             rev = Reverse(self.stage, p=msg.p[k], r=msg.r[k], q=msg.q[k], c=msg.c[k],
                           floor=msg.floor[k])
@@ -273,15 +269,6 @@ class ProducerBuffer:
             self.wait[pi[k], msg.q[k], c[k]] = msg.wait[k]
         self.evict()
         return out
-
-    def hold_for_fold_back(self, p: int, c: int) -> None:
-        """``psync`` goes out for replica c of producer p (fold-in): every consumer copy c
-        this replica sends to will switch back to its own producer copy from above what it
-        has received by then. Keep every row produced from now on for it until its
-        ``Rejoin`` says where it stands (without this, rows nobody waits for are evicted at
-        once, and the switch could find them gone everywhere)."""
-        i = self.pi(p)
-        self.wait[i, :, c] |= self.send[i, :, c]
 
     def install(self, p: int, progress_sn: int, progress_wm: int, alive: np.ndarray) -> None:
         """A new replica of producer p (catch-up): it has sent nothing; it holds every row it

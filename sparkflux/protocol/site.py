@@ -193,10 +193,7 @@ class SiteCore:
         if isinstance(msg, Installed):
             return self._fold_in(msg)
         if isinstance(msg, PSync):
-            # the incarnation it names may have failed or moved on since it was sent
-            back = (msg.epoch == self.epochs[msg.p, msg.r]
-                    and self.layout.site_of(msg.p, msg.r) not in self.dead_sites)
-            return self.cons[msg.stage].on_psync(msg, back=bool(back), fold_back=True)
+            return self.cons[msg.stage].on_psync(msg)
         if isinstance(msg, Rejoin):
             return self.prods[msg.stage - 1].on_rejoin(msg, src)
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
@@ -243,8 +240,8 @@ class SiteCore:
                     out += [Outgoing(x, Retain(s, q, r, e)) for x in sites]
                 case TransferState():
                     out.append(self._snapshot(a))
-                case SendPSync(stage=s, q=q, r=r, epoch=e):
-                    out += self._psync(s, q, r, e)
+                case SendPSync(stage=s, q=q, r=r):
+                    out += self._psync(s, q, r)
                 case ReportCuDone(stage=s, q=q, r=r):
                     # the runtime's StateMover fills in the bytes it moved
                     out.append(Outgoing(DRIVER, CuDone(s, q, r, 0)))
@@ -264,18 +261,12 @@ class SiteCore:
         }
         return Outgoing(self.layout.site_of(q, a.r), State(stage, q, a.r, snap, a.epoch))
 
-    def _psync(self, stage: int, q: int, r: int, epoch: int) -> list[Outgoing]:
+    def _psync(self, stage: int, q: int, r: int) -> list[Outgoing]:
         """Fold-in: tell every downstream consumer (``psync``, on the data channel after
         everything sent so far)."""
         last = stage == len(self.plan.stages) - 1
         sites = {DRIVER} if last else set(range(self.layout.sites)) - self.dead_sites
-        if not last:
-            # Consumer copy r reads from this survivor since r failed; on ``psync`` it
-            # switches back to r from above what it has then (at least everything sent
-            # before this ``psync``, which travels in order with the data). Hold what comes
-            # from now on for it until it says where it stands (``Rejoin``).
-            self.prods[stage].hold_for_fold_back(q, r)
-        return [Outgoing(s, PSync(stage + 1, q, r, epoch)) for s in sorted(sites)]
+        return [Outgoing(s, PSync(stage + 1, q, r)) for s in sorted(sites)]
 
     # -- catch-up: the new replica's side --------------------------------------------------------
     def _install(self, msg: State) -> list[Outgoing]:
