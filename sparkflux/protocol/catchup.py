@@ -30,7 +30,11 @@ The rules (the paper's names first, ours after):
    ``csync`` (consumer -> upstream, on the acknowledgement channel), our ``Rejoin``; then it
    says ``installed`` to the survivor (the StateMover's connection).
 5. On ``installed`` the survivor sends ``psync`` (producer -> downstream, on the data channel,
-   in order with the data) and reports ``cu-done``: *fold-in*, state ``FOLDED_IN``.
+   in order with the data) and reports ``cu-done``: *fold-in*, state ``FOLDED_IN``. Every
+   downstream consumer copy that reads from the survivor acknowledges to the new replica
+   from then on; both keep reading from the survivor (not the paper's Fig 3.15, where each
+   consumer copy returns to its own producer copy: ``docs/catchup.md`` says why and what it
+   costs). A caught-up *consumer* copy is back in the normal case by its own ``csync``.
 6. If the new replica's site fails (``target-failed``) or a ``cu-start`` for a newer
    incarnation of the same partition arrives (``superseded``), the catch-up is
    ``ABANDONED``; the controller starts another one later. A failed producer site
@@ -286,7 +290,8 @@ class CatchUps:
         self.running[(stage, q)] = cu
         out += cu.handle(CuStartEvent(producers=frozenset(producers), retained=retained,
                                       early=frozenset(early)))
-        return out + self._reap()
+        self._reap()
+        return out
 
     def retaining(self, stage: int, q: int, r: int, epoch: int, site: int
                   ) -> list[CatchUpAction]:
@@ -297,13 +302,17 @@ class CatchUps:
                 # while an abandoned catch-up of the same partition is still listed here
                 self.early.setdefault(((stage, q, r), epoch), set()).add(site)
             return []  # else the reply to the retain of an abandoned catch-up
-        return cu.handle(RetainingEvent(site=site)) + self._reap()
+        out = cu.handle(RetainingEvent(site=site))
+        self._reap()
+        return out
 
     def installed(self, stage: int, q: int, epoch: int) -> list[CatchUpAction]:
         cu = self.running.get((stage, q))
         if cu is None or cu.epoch != epoch:
             return []  # none, or the reply of an earlier incarnation (a process since gone)
-        return cu.handle(InstalledEvent()) + self._reap()
+        out = cu.handle(InstalledEvent())
+        self._reap()
+        return out
 
     def failed(self, new: set[int], target_sites: dict[tuple[int, int], int]
                ) -> list[CatchUpAction]:
@@ -315,7 +324,8 @@ class CatchUps:
                 out += cu.handle(TargetFailed())  # the controller retries later
             else:
                 out += cu.handle(ProducerFailed(sites=frozenset(new)))
-        return out + self._reap()
+        self._reap()
+        return out
 
     def prune_early(self, current: np.ndarray) -> None:
         """Drop stashed ``retaining`` of incarnations older than the current one
@@ -324,10 +334,10 @@ class CatchUps:
         self.early = {k: v for k, v in self.early.items()
                       if k[1] >= current[k[0][1], k[0][2]]}
 
-    def _reap(self) -> list[CatchUpAction]:
+    def _reap(self) -> None:
+        """Forget machines that are folded in or abandoned."""
         for key in [k for k, cu in self.running.items() if cu.done]:
             del self.running[key]
-        return []
 
 
 # -- the new replica's machine -------------------------------------------------------------------
