@@ -78,16 +78,16 @@ def test_the_stash_of_an_abandoned_move_goes_with_its_incarnation() -> None:
     and the copy is re-placed (e2): the stash for e1 is dropped, e2's is kept."""
     core = survivor()
     got(core, 0, Retaining(STAGE, Q, R, 1))  # ahead of move e1 here: stashed
-    assert core._early
+    assert core.catchups.early
     core.handle(cm.Move(q=Q, r=R, dst=3, epoch=1))
     got(core, 0, Retaining(STAGE, Q, R, 2))  # site 0 already re-placed it (e2)
     core.handle(cm.Fail(dead=(3,)))
     core.handle(cm.Move(q=Q, r=R, dst=0, epoch=2))
-    assert [k[1] for k in core._early] == [2]
+    assert [k[1] for k in core.catchups.early] == [2]
     got(core, 1, Retaining(STAGE, Q, R, 2))
     outs = got(core, DRIVER, CuStart(STAGE, Q, R, 2, retained=True))
     assert [o.site for o in states(outs)] == [0]
-    assert not core._early
+    assert not core.catchups.early
 
 
 def test_a_state_taken_for_an_older_incarnation_is_not_installed() -> None:
@@ -125,7 +125,7 @@ def test_a_cu_start_for_a_copy_whose_site_failed_since_asks_nobody_to_retain() -
     core.handle(cm.Avail(slot=1, epoch=1, host="h", port=1, attempt=1, registered=1))
     core.handle(cm.Fail(dead=(1,)))  # ... and dies in turn before S handles its cu-start
     assert got(core, DRIVER, CuStart(STAGE, Q, R, 1, retained=False)) == []
-    assert (STAGE, Q) not in core.catchups
+    assert (STAGE, Q) not in core.catchups.running
 
 
 def test_an_installed_of_an_older_incarnation_does_not_fold_in_the_current_one() -> None:
@@ -139,6 +139,9 @@ def test_an_installed_of_an_older_incarnation_does_not_fold_in_the_current_one()
     core.handle(cm.Avail(slot=3, epoch=2, host="h", port=1, attempt=1, registered=3))
     assert got(core, DRIVER, CuStart(STAGE, Q, R, 2, retained=False))  # retain asks
     assert got(core, 3, Installed(STAGE, Q, R, 1)) == []  # the zombie's: ignored
-    assert (STAGE, Q) in core.catchups
+    assert (STAGE, Q) in core.catchups.running
+    for site in (0, 1, 3):  # the producers retain: the state goes to the new process
+        got(core, site, Retaining(STAGE, Q, R, 2))
+    assert got(core, 3, Installed(STAGE, Q, R, 1)) == []  # still ignored while transferring
     outs = got(core, 3, Installed(STAGE, Q, R, 2))
     assert any(isinstance(o.message, CuDone) for o in outs)

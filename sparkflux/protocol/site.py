@@ -24,6 +24,15 @@ from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import Progress
 from sparkflux.model.schema import PART
 from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.catchup import (
+    AskRetain,
+    CatchUpAction,
+    CatchUps,
+    ReportCuDone,
+    SendPSync,
+    TransferState,
+    new_replica_step,
+)
 from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.messages import (
     SRC,
@@ -98,11 +107,8 @@ class SiteCore:
             send, wait = send & keep, wait & keep  # standby: send nothing, hold nothing yet
             self.prods.append(ProducerBuffer(s + 1, every, csite, send, wait,
                                              wire_schema(out_schema), hosted=live))
-        # Catch-ups this site runs as the survivor: (stage, q) -> sites still to confirm.
-        self.catchups: dict[tuple[int, int], dict] = {}
-        # A move's ``retaining`` replies that came before its cu-start: ((stage, q, c),
-        # epoch) -> the producer sites they came from.
-        self._early: dict[tuple[tuple[int, int, int], int], set[int]] = {}
+        # Catch-ups this site runs as the survivor, and a move's early ``retaining``.
+        self.catchups = CatchUps()
         # The epoch (the paper's version number) of every replica's current incarnation: set
         # when a standby adopts its site slot or a move re-places it.
         self.epochs = np.zeros((P, layout.replicas), dtype=np.int64)
@@ -204,35 +210,22 @@ class SiteCore:
             return self.prods[msg.stage - 1].on_rejoin(msg, src)
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
 
-    # -- catch-up: the survivor's side -----------------------------------------------------------
+    # -- catch-up: the survivor's side (the machine is in ``catchup.py``) -------------------
     def _producer_sites(self, stage: int) -> set[int]:
         if stage == 0:
             return {DRIVER}
         return set(range(self.layout.sites)) - self.dead_sites
 
     def _cu_start(self, msg: CuStart) -> list[Outgoing]:
-        """Start catching up replica r of partition q: ask every producer site to retain
-        stream p -> q for it (instead of the paper's pause: this partition keeps running).
-        A move's producers began retaining when they applied the move (``retained``): their
-        ``retaining`` may already be here, and nobody needs asking. A cu-start for an
-        incarnation of (q, r) that is no longer the current one (its move was abandoned and
-        the copy re-placed since) is stale and ignored."""
+        """``cu-start``: catch up replica r of partition q (``catchup.py``, rule 1-2). A
+        cu-start for an incarnation of (q, r) that is no longer the current one (its move was
+        abandoned and the copy re-placed since) is stale and ignored, and so is one for a
+        copy whose site failed since (``fail`` came first)."""
         if (msg.epoch != self.epochs[msg.q, msg.r]
                 or self.layout.site_of(msg.q, msg.r) in self.dead_sites):
-            return []  # a stale incarnation, or its site failed since (``fail`` came first)
-        sites = self._producer_sites(msg.stage)
-        key = (msg.stage, msg.q, msg.r)
-        early: set[int] = set()
-        for stash in [x for x in self._early if x[0] == key and x[1] <= msg.epoch]:
-            got = self._early.pop(stash)  # older epochs: moves that were abandoned
-            if stash[1] == msg.epoch:
-                early = got
-        waiting = set(sites) - early if msg.retained else set(sites)
-        self.catchups[(msg.stage, msg.q)] = {"r": msg.r, "waiting": waiting,
-                                             "epoch": msg.epoch}
-        if msg.retained:
-            return self._maybe_snapshot(msg.stage, msg.q)
-        return [Outgoing(s, Retain(msg.stage, msg.q, msg.r, msg.epoch)) for s in sorted(sites)]
+            return []
+        return self._carry_out(self.catchups.cu_start(
+            msg.stage, msg.q, msg.r, msg.epoch, self._producer_sites(msg.stage), msg.retained))
 
     def _retain(self, stage: int, q: int, c: int, epoch: int, survivor: int) -> Outgoing:
         """The producers here keep stream p -> q for the new replica (q, c), unless it is
@@ -242,31 +235,35 @@ class SiteCore:
         return Outgoing(survivor, Retaining(stage, q, c, epoch))
 
     def _retaining(self, msg: Retaining, src: int) -> list[Outgoing]:
-        cu = self.catchups.get((msg.stage, msg.q))
-        if cu is None or cu["epoch"] != msg.epoch:
-            if cu is None or msg.epoch > cu["epoch"]:
-                # a move's retention ahead of its cu-start (kept until that comes; it drops
-                # those of older epochs), possibly while an abandoned catch-up of the same
-                # partition is still listed here (its failure not yet seen)
-                self._early.setdefault(((msg.stage, msg.q, msg.c), msg.epoch), set()).add(src)
-            return []  # else the reply to the retain of an abandoned catch-up
-        cu["waiting"].discard(src)
-        return self._maybe_snapshot(msg.stage, msg.q)
+        return self._carry_out(self.catchups.retaining(msg.stage, msg.q, msg.c, msg.epoch, src))
 
     def _prune_early(self) -> None:
-        """Drop stashed ``retaining`` of incarnations older than the current one: a move
-        abandoned before its cu-start came here (its destination died) never gets one that
-        counts (it would be stale), so without this its stash stayed for the run."""
-        self._early = {k: v for k, v in self._early.items()
-                       if k[1] >= self.epochs[k[0][1], k[0][2]]}
+        self.catchups.prune_early(self.epochs)
 
-    def _maybe_snapshot(self, stage: int, q: int) -> list[Outgoing]:
-        """Once every producer retains for the new replica, everything the survivor has not
-        received yet is kept for it: snapshot partition q and move it (StateMover)."""
-        cu = self.catchups[(stage, q)]
-        if cu["waiting"] or cu.get("sent"):
-            return []
-        cu["sent"] = True
+    def _fold_in(self, msg: Installed) -> list[Outgoing]:
+        return self._carry_out(self.catchups.installed(msg.stage, msg.q, msg.epoch))
+
+    def _carry_out(self, actions: list[CatchUpAction]) -> list[Outgoing]:
+        """The survivor's catch-up actions as messages."""
+        out: list[Outgoing] = []
+        for a in actions:
+            match a:
+                case AskRetain(stage=s, q=q, r=r, epoch=e, sites=sites):
+                    out += [Outgoing(x, Retain(s, q, r, e)) for x in sites]
+                case TransferState():
+                    out.append(self._snapshot(a))
+                case SendPSync(stage=s, q=q, r=r):
+                    out += self._psync(s, q, r)
+                case ReportCuDone(stage=s, q=q, r=r):
+                    # the runtime's StateMover fills in the bytes it moved
+                    out.append(Outgoing(DRIVER, CuDone(s, q, r, 0)))
+        return out
+
+    def _snapshot(self, a: TransferState) -> Outgoing:
+        """State transfer: every producer retains for the new replica, so everything the
+        survivor has not received yet is kept for it: snapshot partition q and move it
+        (StateMover)."""
+        stage, q = a.stage, a.q
         pi = self.prods[stage].pi(q)
         snap = {
             "cons": self.cons[stage].snapshot(q),
@@ -274,21 +271,14 @@ class SiteCore:
             "out_sn": int(self.prods[stage].progress_sn[pi]),
             "out_wm": int(self.prods[stage].progress_wm[pi]),
         }
-        r = cu["r"]
-        return [Outgoing(self.layout.site_of(q, r), State(stage, q, r, snap, cu["epoch"]))]
+        return Outgoing(self.layout.site_of(q, a.r), State(stage, q, a.r, snap, a.epoch))
 
-    def _fold_in(self, msg: Installed) -> list[Outgoing]:
-        """The new replica is installed: tell every downstream consumer (``psync``, on the
-        data channel after everything sent so far) and report ``cu-done``."""
-        cu = self.catchups.get((msg.stage, msg.q))
-        if cu is None or cu["epoch"] != msg.epoch:
-            return []  # none, or the reply of an earlier incarnation (a process since gone)
-        del self.catchups[(msg.stage, msg.q)]
-        last = msg.stage == len(self.plan.stages) - 1
+    def _psync(self, stage: int, q: int, r: int) -> list[Outgoing]:
+        """Fold-in: tell every downstream consumer (``psync``, on the data channel after
+        everything sent so far)."""
+        last = stage == len(self.plan.stages) - 1
         sites = {DRIVER} if last else set(range(self.layout.sites)) - self.dead_sites
-        out = [Outgoing(s, PSync(msg.stage + 1, msg.q, msg.r)) for s in sorted(sites)]
-        # cu-done; the runtime's StateMover fills in the bytes it moved
-        return out + [Outgoing(DRIVER, CuDone(msg.stage, msg.q, msg.r, 0))]
+        return [Outgoing(s, PSync(stage + 1, q, r)) for s in sorted(sites)]
 
     # -- catch-up: the new replica's side --------------------------------------------------------
     def _install(self, msg: State) -> list[Outgoing]:
@@ -301,6 +291,8 @@ class SiteCore:
         if msg.epoch != self.epochs[msg.q, msg.r]:
             return []
         s, q = msg.stage, msg.q
+        new_replica_step(s, q, msg.r, bool(self.cons[s].installed[self.cons[s].index[q]]),
+                         "state")  # install, csync, installed (``catchup.py``)
         snap = msg.snapshot
         dead = self._dead_replicas() if s > 0 else np.zeros((1, 1), dtype=bool)
         out = self.cons[s].install(q, snap["cons"], dead)
@@ -367,13 +359,10 @@ class SiteCore:
         if not new:
             return []
         self.dead_sites |= new
-        out_cu: list[Outgoing] = []
-        for key, cu in list(self.catchups.items()):
-            if self.layout.site_of(key[1], cu["r"]) in new:
-                del self.catchups[key]  # the new replica died: the controller retries later
-            else:
-                cu["waiting"] -= new  # a dead producer site has nothing left to retain
-                out_cu += self._maybe_snapshot(*key)
+        # before take-over changes the buffers: a snapshot due now is taken as it was before
+        targets = {key: self.layout.site_of(key[1], cu.r)
+                   for key, cu in self.catchups.running.items()}
+        out_cu = self._carry_out(self.catchups.failed(new, targets))
         dead = np.isin(self.layout.table(), list(self.dead_sites))  # [P, R]
         return self._local(self._take_over(dead) + out_cu)
 
