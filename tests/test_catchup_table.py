@@ -156,7 +156,8 @@ class Quartet:
 
     def roles(self) -> dict[str, Any]:
         return {"sender": [int(self.cons[c].sender[0, 0]) for c in (0, 1)],
-                "ack_to": [int(self.cons[c].ack_to[0, 0]) for c in (0, 1)],
+                "ack_to": [next(iter(np.flatnonzero(self.cons[c].ack_to[0, 0]).tolist()), -1)
+                           for c in (0, 1)],
                 "send": [self.prod[r].send[0, 0].tolist() for r in (0, 1)],
                 "wait": [self.prod[r].wait[0, 0].tolist() for r in (0, 1)]}
 

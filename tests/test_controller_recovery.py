@@ -213,11 +213,12 @@ def test_a_report_before_the_view_is_ignored() -> None:
 
 # -- 4. a lost partition is reported by sites and partitions, first ------------------------------
 ADVICE = ("Their state is lost, so the run cannot go on. Each partition has 2 replicas (at the "
-          "start, replica r of partition q on site (q + r) mod 4), so the run survives two sites "
-          "that share a partition failing only if the first is recovered before the second "
-          "fails. Have fewer sites fail at once, or recover sooner: standbys launched up front "
+          "start, replica r of partition q on site (q + r) mod 4), so the run survives 2 sites "
+          "that share a partition failing only if the first is recovered before the last "
+          "fails. Have fewer sites fail at once, recover sooner: standbys launched up front "
           "(--spare-sites) start a recovery at once instead of after Spark restarts the failed "
-          "task. More replicas per partition are not supported yet.")
+          "task, or keep more replicas (--replicas 3 survives any 2 sites failing at once; it "
+          "needs --sites >= 3).")
 
 
 def test_two_neighbours_failing_name_the_sites_and_partitions_before_the_view_change() -> None:

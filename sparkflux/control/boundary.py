@@ -257,6 +257,8 @@ class Boundary:
             case Rejoin():
                 return self._sends(self.ingress.on_rejoin(msg, slot))
             case PSync():
+                if msg.epoch != self.ingress.epochs[msg.p, msg.r]:
+                    return []  # an earlier incarnation's fold-in (that process is gone)
                 return self._sends(self.egress.on_psync(msg))
             case CuDone():
                 done = CaughtUp(stage=msg.stage, q=msg.q, r=msg.r,
@@ -377,6 +379,7 @@ class Boundary:
         self.dead.discard(slot)
         epoch = self.controller.epoch
         self.ingress.on_avail(slot, epoch)
+        self.egress.on_avail(slot)
         self.registered[slot] = a.registered
         layout = self.controller.layout
         assert layout is not None
@@ -398,13 +401,14 @@ class Boundary:
         """Unified Flux's move: the ingress and egress take over from the moved copy here,
         every live site does the same (``move``) and confirms; catch-up follows. The
         ingress's ``retaining`` goes on the data channel, behind the rows sent so far."""
-        retaining = self.ingress.on_move(m.q, m.r, m.dst, m.epoch)
+        retaining = self.ingress.on_move(m.q, m.r, m.dst, m.epoch, m.survivor)
         try:
             back = self.egress.on_move(m.q, m.r, m.dst)
         except PartitionLost as e:
             return self._abort(str(e))
         out: list[BoundaryAction] = list(self._sends(back))
-        out += [Tell(site=s, message=cm.Move(q=m.q, r=m.r, dst=m.dst, epoch=m.epoch))
+        out += [Tell(site=s, message=cm.Move(q=m.q, r=m.r, dst=m.dst, epoch=m.epoch,
+                                             survivor=m.survivor))
                 for s in self.controller.view.members if s not in self.controller.dead]
         return out + self._sends(retaining)
 

@@ -104,6 +104,7 @@ class Controller:
         self.adopted: SiteAddress | None = None
         self.queue: list[tuple[int, int, int]] = []  # catch-ups of the current task
         self.in_flight: set[tuple[int, int, int]] = set()  # catch-ups running now
+        self._survivor_of: dict[tuple[int, int, int], int] = {}  # their survivors' sites
         self.recoveries: list[dict] = []
         self.epoch = 0
         # Replicas (stage, q, r) that are not complete: on a failed site, or being rebuilt.
@@ -289,6 +290,11 @@ class Controller:
         elif site not in self.awaiting and self.recovering != site:
             self.awaiting.append(site)
             self.awaiting_since[site] = self.now
+        orphans = self._orphaned(site)
+        aborts = [a for a in orphans if isinstance(a, Abort)]
+        actions += [a for a in orphans if not isinstance(a, Abort)]
+        if aborts:
+            return [*aborts, *actions]  # the reason the user sees comes first
         if self.moving:  # a site that died cannot confirm a move: don't wait for it
             actions += self._moves_ready() if not self._catching_up else self._next_catch_up()
         return actions + self._next_task()
@@ -332,10 +338,11 @@ class Controller:
         return (f"{who}; no complete replica is left of {gone}. Their state is lost, so the "
                 f"run cannot go on. Each partition has {replicas} "
                 f"replica{'s' if replicas > 1 else ''} (at the start, replica r of partition q "
-                f"on site (q + r) mod {self.layout.sites}), so the run survives two sites that "
-                f"share a partition failing only if the first is recovered before the second "
-                f"fails. Have fewer sites fail at once, or recover sooner{sooner}. More "
-                f"replicas per partition are not supported yet.")
+                f"on site (q + r) mod {self.layout.sites}), so the run survives {replicas} sites "
+                f"that share a partition failing only if the first is recovered before the "
+                f"last fails. Have fewer sites fail at once, recover sooner{sooner}, or keep "
+                f"more replicas (--replicas {replicas + 1} survives any {replicas} sites "
+                f"failing at once; it needs --sites >= {replicas + 1}).")
 
     # -- recovery and moves (catch-up orchestration, digest §5.4, §7) ------------------------------
     def _next_task(self) -> list[Action]:
@@ -410,20 +417,25 @@ class Controller:
                 break  # its other copy is the survivor of a move in this group
             self.pending_moves.pop(0)
             src = self.layout.site_of(q, r)
-            if dst in self.dead or self.layout.site_of(q, 1 - r) == dst or src == dst:
+            if dst in self.dead or dst in self.layout.others(q, r) or src == dst:
                 continue
+            survivor = self._survivor(q, r, range(self.stages))
+            if survivor is None:
+                continue  # no complete copy to rebuild it from (the failure is reported)
             taken.add(q)
             self.epoch += 1
             self.layout.move(q, r, dst)
             self.incomplete |= {(s, q, r) for s in range(self.stages)}
             self.moving[self.epoch] = {"q": q, "r": r, "src": src, "dst": dst,
                                        "epoch": self.epoch, "reason": reason,
-                                       "start": self.now, "bytes": 0, "left": self.stages}
+                                       "start": self.now, "bytes": 0, "left": self.stages,
+                                       "survivor": survivor}
             self._unconfirmed |= {(j, self.epoch) for j in self._live()}
             self.queue += [(s, q, r) for s in range(self.stages)]
             log.info("move %d: replica %d of partition %d, site %d -> %d (%s)", self.epoch, r,
                      q, src, dst, reason)
-            actions.append(Move(q=q, r=r, src=src, dst=dst, epoch=self.epoch, reason=reason))
+            actions.append(Move(q=q, r=r, src=src, dst=dst, epoch=self.epoch, reason=reason,
+                                survivor=survivor))
         self.queue.sort()  # bottom-up over the whole group
         self._catching_up = False
         return actions
@@ -493,9 +505,52 @@ class Controller:
             self.queue.pop(0)
             self.in_flight.add((s, q, r))
             m = self._move_of(q, r)
-            actions.append(CatchUp(stage=s, q=q, r=r, survivor=self.layout.site_of(q, 1 - r),
+            # A move's producers sent their ``retaining`` to the copy the move named; if that
+            # one failed since, another complete copy asks them again (``retain``).
+            retained = m is not None and self._complete(s, q, m["survivor"])
+            survivor = m["survivor"] if retained else self._survivor(q, r, (s,))
+            if survivor is None:  # nothing left to copy from: ``_lost_partition`` said so
+                survivor = (r + 1) % self.layout.replicas
+            site = self.layout.site_of(q, survivor)
+            self._survivor_of[(s, q, r)] = site
+            actions.append(CatchUp(stage=s, q=q, r=r, survivor=site,
                                    epoch=m["epoch"] if m is not None else self.epoch,
-                                   retained=m is not None))
+                                   retained=retained))
+        return actions
+
+    def _complete(self, stage: int, q: int, c: int) -> bool:
+        """Replica c of partition q of ``stage`` is live and caught up."""
+        assert self.layout is not None
+        return (self.layout.site_of(q, c) not in self.dead
+                and (stage, q, c) not in self.incomplete)
+
+    def _survivor(self, q: int, r: int, stages: Sequence[int]) -> int | None:
+        """The replica to catch replica r of q up from: the first after r (for two replicas,
+        the other one) that is live and complete in ``stages``."""
+        assert self.layout is not None
+        k = self.layout.replicas
+        for c in ((r + i) % k for i in range(1, k)):
+            if all(self._complete(s, q, c) for s in stages):
+                return c
+        return None
+
+    def _orphaned(self, site: int) -> list[Action]:
+        """Catch-ups whose survivor was ``site``: their new replicas may hold part of a
+        transfer that will never complete (state installed, no fold-in), so their sites fail
+        too and are recovered afresh from the copies left. With two replicas this never
+        happens: the partition is lost (``_lost_partition``) and the run stops first."""
+        assert self.layout is not None
+        targets = sorted({self.layout.site_of(q, r) for (s, q, r) in self.in_flight
+                          if self._survivor_of.get((s, q, r)) == site} - self.dead - {site})
+        actions: list[Action] = []
+        for t in targets:
+            m = self.view.members.get(t)
+            if m is None or t in self.dead:
+                continue
+            log.warning("site %d loses the catch-up it was receiving: its survivor, site %d, "
+                        "failed; it is recovered afresh", t, site)
+            actions += self._lost(t, m.attempt, f"the survivor it was being caught up from "
+                                  f"(site {site}) failed", self.now)
         return actions
 
     def _catch_up_done(self, ev: CatchUpDone) -> list[Action]:

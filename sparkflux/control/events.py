@@ -201,6 +201,7 @@ class Move:
     dst: int
     epoch: int
     reason: str  # "balance" or "recovery"
+    survivor: int = -1  # the replica its catch-up copies (-1: the next one after r)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

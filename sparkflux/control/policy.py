@@ -180,8 +180,8 @@ def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, m_d: fl
         n_p = int(n[q])
         if n_p <= 0:
             break
-        if table.shape[1] == 2 and table[q, 1 - rep] == r:
-            continue  # the two copies of a partition never share a site
+        if (np.delete(table[q], rep) == r).any():
+            continue  # two copies of a partition never share a site
         if q in recent:
             continue
         ud_new = ud - n_p * m_d
@@ -194,9 +194,9 @@ def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, m_d: fl
 
 def recovery_site(q: int, r: int, table: np.ndarray, live: list[int]) -> int | None:
     """Where to recover replica r of q without a standby (thesis Table 5.2): the live site
-    holding the fewest replicas that does not hold q's other copy."""
-    other = int(table[q, 1 - r]) if table.shape[1] == 2 else None
-    load = {j: int((table == j).sum()) for j in live if j != other}
+    holding the fewest replicas that holds none of q's other copies."""
+    others = {int(s) for s in np.delete(table[q], r)}
+    load = {j: int((table == j).sum()) for j in live if j not in others}
     if not load:
         return None
     return min(load, key=lambda j: (load[j], j))

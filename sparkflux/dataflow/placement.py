@@ -2,11 +2,13 @@
 whatever the moves of unified Flux made of it (thesis ch. 5, digest §7).
 
 Initially replica ``r`` of mini-partition ``q`` (the same for every stage) lives on site
-``(q + r) mod N``: the primary of partition k on site k, its copy on k+1. Two replicas of a
-partition never share a site, and with N = 4 one site failure produces all four survival
-cases of a partition-pair quartet. A move (load balancing, or recovery onto the surviving
-sites) re-places one replica; every party keeps its own copy of the table and changes it when
-it handles the move, in its own message order. The driver (ingress and egress) is ``DRIVER``.
+``(q + r) mod N``: the primary of partition k on site k, its copies on k+1, ..., k+K-1 for K
+replicas. Two replicas of a partition never share a site, and with N = 4 and K = 2 one site
+failure produces all four survival cases of a partition-pair quartet. With K replicas any
+K - 1 sites may fail at once and every partition keeps a copy. A move (load balancing, or
+recovery onto the surviving sites) re-places one replica; every party keeps its own copy of
+the table and changes it when it handles the move, in its own message order. The driver
+(ingress and egress) is ``DRIVER``.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ class Layout:
     """Where every replica of every mini-partition lives (``site[q, r]``, mutable by moves)."""
 
     def __init__(self, sites: int, partitions: int, replicas: int) -> None:
-        if replicas not in (1, 2):
-            raise PlanError(f"replicas must be 1 or 2 (got {replicas})")
-        if replicas == 2 and sites < 2:
-            raise PlanError("--ha flux keeps two replicas on different sites: use --sites >= 2")
+        if replicas < 1:
+            raise PlanError(f"replicas must be at least 1 (got {replicas})")
+        if sites < replicas:
+            raise PlanError(f"--ha flux keeps {replicas} replicas of every partition on "
+                            f"different sites: use --sites >= {replicas} or fewer --replicas")
         self.sites = sites
         self.partitions = partitions
         self.replicas = replicas
@@ -57,11 +60,14 @@ class Layout:
         mask[part, replica] = True
         return mask
 
+    def others(self, part: int, replica: int) -> list[int]:
+        """The sites of the partition's other replicas."""
+        return [int(s) for r, s in enumerate(self._site[part]) if r != replica]
+
     def move(self, part: int, replica: int, site: int) -> None:
-        """Re-place one replica; its partner must live elsewhere (never two on one site)."""
-        other = self._site[part, 1 - replica] if self.replicas == 2 else -2
-        if site == other:
-            raise PlanError(f"partition {part}: both replicas would be on site {site}")
+        """Re-place one replica; the others must live elsewhere (never two on one site)."""
+        if site in self.others(part, replica):
+            raise PlanError(f"partition {part}: two replicas would be on site {site}")
         self._site[part, replica] = site
 
     def load(self, table: list[list[int]] | np.ndarray) -> None:

@@ -4,8 +4,9 @@ For every hosted consumer replica (q, c) and every input stream p -> q (digest Â
 
 - ``sender[q, p]``: the producer replica c takes stream p -> q from: normally c itself (its
   *primary* producer, in the same dataflow copy); after that one fails, the other (``reverse``).
-- ``ack_to[q, p]``: the producer replica c acknowledges to, *before processing* anything it
-  received: normally 1 - c (the secondary producer), or none once that one is dead.
+- ``ack_to[q, p, r]``: the producer replicas c acknowledges to, *before processing* anything
+  it received: normally every r != c (the secondary producers), less those that died or that
+  c now receives from.
 - ``progress[q, p]``: the cumulative progress received on the stream.
 
 ``on_data`` takes a ``Data`` message, keeps only what comes from current senders, updates the
@@ -13,7 +14,7 @@ progress and returns the acknowledgements to send at once. ``release`` hands ove
 consumer partition, every buffered row at or below the minimum progress over its input
 streams, in SN order: the order-preserving merge that keeps replicas identical. ``on_fail``
 is the take-over of the egress / FH-Cons (SIGMOD Fig. 4 action 1): a dead sender means
-``reverse`` to the surviving producer replica; a dead acknowledgement target stops acks. The
+``reverse`` to a surviving producer replica; a dead acknowledgement target stops acks. The
 egress is this class with one consumer and the last stage's partitions as producers.
 """
 
@@ -68,7 +69,7 @@ class ConsumerSet:
         # [P, R]: the layout's live table (moves change it in place), or the driver's [[-1]]
         self.producer_site = np.asarray(producer_site, dtype=np.int32)
         self.sender = sender.astype(np.int8).copy()  # [Qn, P]
-        self.ack_to = ack_to.astype(np.int8).copy()  # [Qn, P], -1 = none
+        self.ack_to = _ack_mask(ack_to, self.producer_site.shape[1])  # [Qn, P, R]
         self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
         self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
         self.schema = schema  # wire schema (with _src)
@@ -83,6 +84,10 @@ class ConsumerSet:
         # Replicas this site does not host stay uninstalled (a move may add them later).
         self.installed = np.broadcast_to(np.asarray(installed, dtype=bool),
                                          (self.parts.size,)).copy()
+        # [P, R]: producer replicas that hold their whole stream (not being caught up). A
+        # take-over reverses only to one of them: with more than two replicas a live copy may
+        # be a new one whose buffer starts at its snapshot. ``psync`` completes a copy.
+        self.complete = np.ones(self.producer_site.shape, dtype=bool)
 
     # -- receive: acknowledge before processing ------------------------------------------------
     def on_data(self, msg: Data, src: int | None = None, more: Sequence[Data] = ()
@@ -162,11 +167,10 @@ class ConsumerSet:
             self.rows_in += int(keep.sum())
 
     def _acks(self, qi: np.ndarray, p: np.ndarray) -> list[Outgoing]:
-        target = self.ack_to[qi, p]
-        m = target >= 0
-        if not m.any():
+        k, target = np.nonzero(self.ack_to[qi, p])
+        if not k.size:
             return []
-        qi, p, target = qi[m], p[m], target[m]
+        qi, p = qi[k], p[k]
         sites = self.producer_site[p, target]
         out = []
         for s in np.unique(sites):
@@ -234,17 +238,17 @@ class ConsumerSet:
         n_rep = dead.shape[1]
         pp = np.arange(self.sender.shape[1])
         for i in np.flatnonzero(self.installed):
-            a_i = self.ack_to[i]
-            if not (dead[pp, self.sender[i]] | ((a_i >= 0) & dead[pp, np.maximum(a_i, 0)])).any():
+            if not (dead[pp, self.sender[i]] | (self.ack_to[i] & dead).any(axis=1)).any():
                 continue  # none of this replica's senders or ack targets failed
+            self.ack_to[i] &= ~dead  # ``ack_all`` on their side: no more acks to the dead
             for p in range(self.sender.shape[1]):
                 s = int(self.sender[i, p])
-                a = int(self.ack_to[i, p])
-                if a >= 0 and dead[p, a]:
-                    self.ack_to[i, p] = -1
                 if not dead[p, s]:
                     continue
-                alive = [r for r in range(n_rep) if r != s and not dead[p, r]]
+                # the next live, complete replica after the dead sender (for two replicas:
+                # the other)
+                alive = [(s + k) % n_rep for k in range(1, n_rep)
+                         if not dead[p, (s + k) % n_rep] and self.complete[p, (s + k) % n_rep]]
                 if not alive:
                     gone = [int(x) for x in np.flatnonzero(dead.all(axis=1))]
                     they, them, their = ("they", "them", "their") if len(gone) > 1 \
@@ -255,7 +259,7 @@ class ConsumerSet:
                         f"and cannot go on without losing {their} state")
                 alt = alive[0]
                 self.sender[i, p] = alt
-                self.ack_to[i, p] = -1
+                self.ack_to[i, p, alt] = False  # it sends to us now and waits for us no more
                 asks.append((p, alt, int(self.parts[i]), int(self.replica[i])))
         by_site: dict[int, list[tuple[int, int, int, int]]] = {}
         for a in asks:
@@ -322,34 +326,43 @@ class ConsumerSet:
         entries: list[tuple[int, int, int, bool, bool]] = []  # (site, p, r, send, wait)
         for p in range(self.sender.shape[1]):
             if n_rep == 1:  # the ingress: it sends to and waits for every replica
-                self.sender[i, p], self.ack_to[i, p] = 0, 0
+                self.sender[i, p] = 0
+                self.ack_to[i, p] = True
                 entries.append((int(self.producer_site[p, 0]), p, 0, True, True))
                 continue
-            sender = c if not dead[p, c] else 1 - c
-            other = 1 - sender
-            if dead[p, sender]:
+            # its own producer copy c if it lives, else the next live one after it
+            live = [(c + k) % n_rep for k in range(n_rep)
+                    if not dead[p, (c + k) % n_rep] and self.complete[p, (c + k) % n_rep]]
+            if not live:
                 what = (f"the copy of partition {q} of {self.name}"
                         if self.name.startswith("stage ") else self.name)
                 raise PartitionLost(f"every replica of partition {p} of {self.producers} "
                                     f"failed; {what}, which reads from it, cannot be caught "
                                     f"up")
+            sender = live[0]
             self.sender[i, p] = sender
-            self.ack_to[i, p] = other if not dead[p, other] else -1
+            self.ack_to[i, p] = False
+            self.ack_to[i, p, live[1:]] = True
             entries.append((int(self.producer_site[p, sender]), p, sender, True, False))
-            if not dead[p, other]:
-                entries.append((int(self.producer_site[p, other]), p, other, False, True))
+            entries += [(int(self.producer_site[p, r]), p, r, False, True) for r in live[1:]]
         return self._rejoins(i, entries)
 
     def on_psync(self, msg: PSync) -> list[Outgoing]:
         """``psync`` from the survivor of producer p: its replica r is back, so acknowledge
         to r what arrives from the survivor (r holds its output until then)."""
+        self.complete[msg.p, msg.r] = True
         entries = []
         for i in range(self.parts.size):
-            if self.installed[i] and self.sender[i, msg.p] == 1 - msg.r:
-                self.ack_to[i, msg.p] = msg.r
+            if self.installed[i] and self.sender[i, msg.p] != msg.r:
+                self.ack_to[i, msg.p, msg.r] = True
                 entries.append((int(self.producer_site[msg.p, msg.r]), msg.p, msg.r, False,
                                 True, i))
         return self._rejoins_rows(entries) if entries else []
+
+    def rebuilding(self, copies: np.ndarray) -> None:
+        """``copies[p, r]``: producer replicas that start over empty (a standby adopted their
+        slot, or a move re-placed them); complete again at their ``psync``."""
+        self.complete[copies] = False
 
     def _rejoins(self, i: int, entries: list[tuple[int, int, int, bool, bool]]) -> list[Outgoing]:
         return self._rejoins_rows([(*e, i) for e in entries])
@@ -367,6 +380,15 @@ class ConsumerSet:
                 q=self.parts[qi], c=self.replica[qi], floor=self.progress_sn[qi, p].copy(),
                 send=np.array([e[3] for e in es]), wait=np.array([e[4] for e in es]))))
         return out
+
+
+def _ack_mask(ack_to: np.ndarray, replicas: int) -> np.ndarray:
+    """``ack_to`` as a mask ``[Qn, P, R]``; a ``[Qn, P]`` array of one target each (-1: none)
+    is accepted too."""
+    ack_to = np.asarray(ack_to)
+    if ack_to.ndim == 3:
+        return ack_to.astype(bool).copy()
+    return ack_to[:, :, None] == np.arange(replicas)[None, None, :]
 
 
 def _partitions(parts: Sequence[int], at_most: int = 8) -> str:

@@ -160,12 +160,15 @@ class Fail:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Move:
-    """Unified Flux's move: replica ``r`` of partition ``q`` goes to site ``dst``."""
+    """Unified Flux's move: replica ``r`` of partition ``q`` goes to site ``dst``; its
+    catch-up will copy replica ``survivor`` (-1: the next replica after r), to which every
+    producer sends its ``retaining`` at once."""
 
     q: int
     r: int
     dst: int
     epoch: int
+    survivor: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -69,4 +69,9 @@ class Egress:
         the egress acknowledge to the new incarnation."""
         out = self.cons.on_fail(self.layout.only(q, r))
         self.layout.move(q, r, dst)
+        self.cons.rebuilding(self.layout.only(q, r))
         return out
+
+    def on_avail(self, slot: int) -> None:
+        """A standby adopted ``slot``: its replicas start over empty until their ``psync``."""
+        self.cons.rebuilding(self.layout.table() == slot)

@@ -28,7 +28,7 @@ from sparkflux.protocol.site import wire_schema
 
 
 class Ingress:
-    """Numbers admitted input and sends it to both replicas of its first-stage partition."""
+    """Numbers admitted input and sends it to every replica of its first-stage partition."""
 
     def __init__(self, plan: PhysicalPlan, layout: Layout) -> None:
         self.plan = plan
@@ -94,7 +94,8 @@ class Ingress:
     def on_rejoin(self, msg: Rejoin, src: int) -> list[Outgoing]:
         return self.buffer.on_rejoin(msg, src)
 
-    def on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
+    def on_move(self, q: int, r: int, dst: int, epoch: int, survivor: int = -1
+                ) -> list[Outgoing]:
         """Replica r of first-stage partition q moves to ``dst`` (see ``SiteCore._on_move``):
         ``ack_all`` for its old incarnation, and retain for the new one at once (its
         ``retaining`` goes to the survivor, after the rows sent to it so far); the new one is
@@ -102,10 +103,11 @@ class Ingress:
         self.buffer.on_fail(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
-        if self.layout.replicas != 2:
+        if self.layout.replicas < 2:
             return []
         self.on_retain(q, r, epoch)
-        return [Outgoing(self.layout.site_of(q, 1 - r), Retaining(0, q, r, epoch))]
+        sr = survivor if survivor >= 0 else (r + 1) % self.layout.replicas
+        return [Outgoing(self.layout.site_of(q, sr), Retaining(0, q, r, epoch))]
 
     def on_fail(self, dead_sites: set[int]) -> None:
         self.buffer.on_fail(np.isin(self.layout.table(), list(dead_sites)))

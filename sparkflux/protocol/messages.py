@@ -69,7 +69,8 @@ class Reverse:
 # -- catch-up (SIGMOD §3.3, §5.3; digest §5.3-5.4) -----------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CuStart:
-    """Controller -> survivor replica (q, 1 - r): catch up replica r of partition q."""
+    """Controller -> a survivor replica of partition q (a complete copy the controller
+    picks): catch up replica r of partition q."""
 
     stage: int
     q: int
@@ -131,11 +132,13 @@ class Installed:
 @dataclass(frozen=True, slots=True)
 class PSync:
     """Survivor -> downstream consumer sites on the data channel (``psync``): replica r of
-    producer partition p is back; acknowledge to it what you receive from me."""
+    producer partition p is back (its incarnation ``epoch``: a late one of an earlier
+    incarnation is ignored); acknowledge to it what you receive from me."""
 
     stage: int
     p: int
     r: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

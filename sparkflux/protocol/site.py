@@ -127,7 +127,14 @@ class SiteCore:
         core = cls(msg.slot, plan, layout, standby=True)
         core.dead_sites = set(msg.dead)
         core.epochs = np.asarray(msg.epochs, dtype=np.int64).copy()
+        core._rebuilding(layout.table() == msg.slot)
         return core
+
+    def _rebuilding(self, copies: np.ndarray) -> None:
+        """These replicas start over empty: no take-over may pick them until their
+        ``psync``."""
+        for cons in self.cons[1:]:  # the first stage's producer is the ingress
+            cons.rebuilding(copies)
 
     @property
     def hosted(self) -> dict[int, int]:
@@ -143,8 +150,8 @@ class SiteCore:
                     out += self._on_messages(list(items))
                 case cm.Fail(dead=dead):
                     out += self._on_fail(set(dead))
-                case cm.Move(q=q, r=r, dst=dst, epoch=epoch):
-                    out += self._on_move(q, r, dst, epoch)
+                case cm.Move(q=q, r=r, dst=dst, epoch=epoch, survivor=survivor):
+                    out += self._on_move(q, r, dst, epoch, survivor)
                 case cm.Avail(slot=slot, epoch=epoch):
                     self._on_avail(slot, epoch)
                 case _:
@@ -201,10 +208,12 @@ class SiteCore:
         if isinstance(msg, Retaining):
             return self._retaining(msg, src)
         if isinstance(msg, State):
-            return self._install(msg)
+            return self._install(msg, src)
         if isinstance(msg, Installed):
             return self._fold_in(msg)
         if isinstance(msg, PSync):
+            if msg.epoch != self.epochs[msg.p, msg.r]:
+                return []  # an earlier incarnation's fold-in (that process is gone)
             return self.cons[msg.stage].on_psync(msg)
         if isinstance(msg, Rejoin):
             return self.prods[msg.stage - 1].on_rejoin(msg, src)
@@ -252,8 +261,8 @@ class SiteCore:
                     out += [Outgoing(x, Retain(s, q, r, e)) for x in sites]
                 case TransferState():
                     out.append(self._snapshot(a))
-                case SendPSync(stage=s, q=q, r=r):
-                    out += self._psync(s, q, r)
+                case SendPSync(stage=s, q=q, r=r, epoch=e):
+                    out += self._psync(s, q, r, e)
                 case ReportCuDone(stage=s, q=q, r=r):
                     # the runtime's StateMover fills in the bytes it moved
                     out.append(Outgoing(DRIVER, CuDone(s, q, r, 0)))
@@ -273,15 +282,15 @@ class SiteCore:
         }
         return Outgoing(self.layout.site_of(q, a.r), State(stage, q, a.r, snap, a.epoch))
 
-    def _psync(self, stage: int, q: int, r: int) -> list[Outgoing]:
+    def _psync(self, stage: int, q: int, r: int, epoch: int) -> list[Outgoing]:
         """Fold-in: tell every downstream consumer (``psync``, on the data channel after
         everything sent so far)."""
         last = stage == len(self.plan.stages) - 1
         sites = {DRIVER} if last else set(range(self.layout.sites)) - self.dead_sites
-        return [Outgoing(s, PSync(stage + 1, q, r)) for s in sorted(sites)]
+        return [Outgoing(s, PSync(stage + 1, q, r, epoch)) for s in sorted(sites)]
 
     # -- catch-up: the new replica's side --------------------------------------------------------
-    def _install(self, msg: State) -> list[Outgoing]:
+    def _install(self, msg: State, survivor: int) -> list[Outgoing]:
         """Install the survivor's snapshot as this site's new replica, unless it was taken
         for an incarnation that is no longer current: a survivor that had not yet seen the
         failure of the process it was catching up can send one, and it can reach the process
@@ -302,7 +311,7 @@ class SiteCore:
         alive = ~self._dead_replicas()[:n_cons] if s < len(self.plan.stages) - 1 else \
             np.ones((1, 1), dtype=bool)
         self.prods[s].install(q, snap["out_sn"], snap["out_wm"], alive)
-        survivor = self.layout.site_of(q, 1 - msg.r)
+        # ``installed`` goes back to the survivor that sent the state (the StateMover's peer)
         return out + [Outgoing(survivor, Installed(s, q, msg.r, msg.epoch))] + self._drive(s)
 
     def _dead_replicas(self) -> np.ndarray:
@@ -312,9 +321,11 @@ class SiteCore:
         """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
         self.dead_sites.discard(site)
         self.epochs[self.layout.table() == site] = epoch
+        self._rebuilding(self.layout.table() == site)
         self._prune_early()
 
-    def _on_move(self, q: int, r: int, dst: int, epoch: int) -> list[Outgoing]:
+    def _on_move(self, q: int, r: int, dst: int, epoch: int, survivor: int = -1
+                 ) -> list[Outgoing]:
         """Unified Flux's move (thesis ch. 5): replica r of partition q (every stage) fails
         where it is and is re-placed on site ``dst``, where catch-up will rebuild it from the
         other replica. Here: the source site drops its copy; every site takes over from it
@@ -332,6 +343,7 @@ class SiteCore:
         out = self._take_over(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
+        self._rebuilding(self.layout.only(q, r))
         self._prune_early()
         if dst == self.site:
             for s in range(len(self.plan.stages)):
@@ -343,10 +355,11 @@ class SiteCore:
         # thesis: the overloaded site, usually one of them, is never on a move's critical
         # path). On the data channel, ``retaining`` follows everything sent to the survivor
         # before it, as the reply to a ``retain`` would.
-        if self.layout.replicas == 2:
-            survivor = self.layout.site_of(q, 1 - r)
-            if survivor not in self.dead_sites:
-                out += [self._retain(s, q, r, epoch, survivor)
+        if self.layout.replicas > 1:
+            sr = survivor if survivor >= 0 else (r + 1) % self.layout.replicas
+            at = self.layout.site_of(q, sr)
+            if at not in self.dead_sites:
+                out += [self._retain(s, q, r, epoch, at)
                         for s in range(1, len(self.plan.stages))]
         return self._local(out)
 

@@ -169,7 +169,12 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
                 case Deliver(batch=batch):
                     if batch.num_rows:
                         out.append(batch)
-                case FailSites():
+                case FailSites(dead=dead):
+                    for k in dead:
+                        if k not in crashed_now:  # failed by the controller while alive (the
+                            crashed.append(k)  # target of an orphaned catch-up): the runtime
+                            crashed_now.add(k)  # closes its connections, so it is gone
+                            net.drop_to(k)
                     for k in list(hellos):
                         maybe_ready(k)
                 case AdoptProcess(slot=k, attempt=att, message=message):
