@@ -9,7 +9,8 @@ Every test drives the real protocol cores (``SiteCore``, ``Ingress``, ``Egress``
 - two crashes that leave a replica of every partition ({0, 2} or {1, 3}) for 200 seeds;
 - two crashes of adjacent sites (both replicas of a partition) are a clear ``Violation``;
 - mutation tests: each deliberately broken rule of FH-Prod / FH-Cons is caught by some seed,
-  and that seed passes with the unmutated protocol;
+  and that seed passes with the unmutated protocol; one of them only because the runtime's
+  order lets a frame overtake held data (with strict FIFO links it survives 200 seeds);
 - a seed and a failure plan replay exactly.
 
 A failing seed is named in the assertion message together with its failure plan, so
@@ -30,17 +31,21 @@ import pytest
 
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import digest_of
-from sparkflux.protocol.consumer import ConsumerSet
+from sparkflux.protocol.consumer import ConsumerSet, PartitionLost
+from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.messages import Data, Outgoing, Reverse
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
 from sparkflux.sim.workload import tiny_plan
+
+from . import test_sim_moves
 
 SITES = 4
 PARTITIONS = 8
 SINGLE_SEEDS, SINGLE_CHUNKS = 1000, 10
 DOUBLE_SEEDS, DOUBLE_CHUNKS = 200, 4
 MUTATION_SEEDS = 200
+FIFO_SEEDS = 200  # strict-FIFO seeds a mutant that only the overtaking order exposes survives
 FAILURE_FREE_SEEDS = range(4)
 NON_ADJACENT = ((0, 2), (1, 3))  # no partition has both replicas on such a pair
 ADJACENT = ((0, 1), (1, 2), (2, 3), (3, 0))  # sites k, k+1 share partitions k+1, k+1+N
@@ -293,6 +298,57 @@ def test_mutation_consumer_ignores_fail(
 
     monkeypatch.setattr(ConsumerSet, "on_fail", ignore)
     caught(monkeypatch, baseline, LOSS, "no reverse on fail")
+
+
+def test_mutation_egress_reverses_to_its_ack_target(
+        monkeypatch: pytest.MonkeyPatch, baseline: Baseline) -> None:
+    """The egress takes over from a failed replica by reversing to the replica it
+    acknowledges to (the paper's secondary), and with none reports the partition lost,
+    instead of finding the live replica in the view. After a catch-up or a move, the egress
+    acknowledges to the new copy only once the survivor's ``psync`` has come; the survivor's
+    ``cu-done`` goes on the same connection but is written at once, so it may pass the
+    ``psync`` held in the skew buffer, and the controller then counts the copy as back (and
+    a plan may fail the survivor) while the egress still acknowledges to nobody. With strict
+    FIFO links ``psync`` always comes first, and no seed catches the mutant: only the
+    runtime's overtaking order exposes it."""
+    on_fail = Egress.on_fail
+
+    def to_ack_target(self: Egress, dead_sites: set[int]) -> list[Outgoing]:
+        cons = self.cons
+        dead = np.isin(self.layout.table(), list(dead_sites))
+        for p in range(cons.sender.shape[1]):
+            a = int(cons.ack_to[0, p])
+            if dead[p, cons.sender[0, p]] and (a < 0 or dead[p, a]):
+                raise PartitionLost(f"the output (egress): no secondary of partition {p} "
+                                    f"to reverse to")
+        return on_fail(self, dead_sites)
+
+    monkeypatch.setattr(Egress, "on_fail", to_ack_target)
+    symptom = "no secondary of partition"
+    caught_by = None
+    for seed in range(MUTATION_SEEDS):
+        failures, kw = test_sim_moves.plan_for(seed, baseline.steps)
+        try:
+            check(plan_factory, baseline.batches, seed, failures, expected=baseline.expected,
+                  **kw)
+        except Violation as e:
+            assert symptom in str(e), f"seed {seed} {failures}: another violation: {e}"
+            caught_by = (seed, failures, kw)
+            break
+    assert caught_by is not None, f"the mutation survived {MUTATION_SEEDS} seeds of moves"
+    seed, failures, kw = caught_by
+    print(f"mutation 'egress reverses to its ack target': caught by seed {seed} {failures}")
+    missed = []
+    for fifo_seed in range(FIFO_SEEDS):  # strict FIFO links: the mutant survives
+        fp, fkw = test_sim_moves.plan_for(fifo_seed, baseline.steps)
+        try:
+            check(plan_factory, baseline.batches, fifo_seed, fp, expected=baseline.expected,
+                  fifo=True, **fkw)
+        except Violation as e:
+            missed.append(f"seed {fifo_seed} {fp}: {e}")
+    assert not missed, "with FIFO links:\n" + "\n".join(missed[:5])
+    monkeypatch.undo()  # control: the very same seed passes with the real protocol
+    check(plan_factory, baseline.batches, seed, failures, expected=baseline.expected, **kw)
 
 
 # -- 6. reproducibility ------------------------------------------------------------------------

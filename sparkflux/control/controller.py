@@ -729,10 +729,11 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
     apart (after moves; never below zero). Then U_j = (F * wall + c * demand_j) / capacity_j,
     and moving N_p rows of demand changes U_j by c * N_p / capacity_j: the fixed part does not
     move with a partition (a slowed site relieved of most of its partitions stays busy, and
-    without this the policy kept moving). Otherwise U_j is the demand times the cost per row
-    measured *on that site* (busy over rows), over its capacity: a saturated site was measured
-    to spend 1.2-1.45 times its peers' CPU per row, and with the average cost it looked no
-    busier than they did while it held the rate down. A site that processed fewer than
+    counting that part as movable would keep the policy moving copies off it). Otherwise U_j
+    is the demand times the cost per row measured *on that site* (busy over rows), over its
+    capacity: a saturated site spends more CPU per row than its peers (README: "Statistics in
+    rounds"), and with the average cost it would look no busier than they while it holds the
+    rate down. A site that processed fewer than
     ``MIN_COST_ROWS`` rows (a fresh standby) is charged the average cost."""
     rows: dict[int, np.ndarray] = {}
     cap: dict[int, float] = {}

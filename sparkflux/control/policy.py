@@ -92,7 +92,7 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     (the controller's cost model, with its fixed part); without it the thesis' estimates,
     U proportional to the rows a site processes. A site in ``gave`` (a donor in the last
     rounds) receives nothing (ours: right after a move a relieved site can look idle for a
-    phase, and moving copies back onto it cost a slow catch-up there and a round of undoing).
+    phase, and moving copies back onto it costs a slow catch-up there and a round of undoing).
     ``previous``: the last round's U and busy fractions (empty after a start or a failure);
     a donor must have had U above ``th_busy`` and ``th_imb`` times that round's mean then too,
     and a receiver idle time (busy at most ``th_util``), so one noisy phase (the start-up, a

@@ -106,15 +106,19 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
              failures: FailurePlan = FailurePlan(), replicas: int = 2,
              detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
              window: int = 4, recovery: str = "standby", balance: bool = False,
-             policy: PolicyConfig | None = None) -> SimResult:
+             policy: PolicyConfig | None = None, fifo: bool = False) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     The driver side is the runtime's own core (``control.boundary.Boundary``): this loop
     only delivers its actions over the simulated links and feeds it what arrives, as the
-    runtime host does over sockets."""
+    runtime host does over sockets.
+
+    ``fifo``: every link strictly FIFO, no frame overtaking another. Only to compare with
+    the runtime's order (the default), e.g. to show that a mutant is caught only because
+    acknowledgements and control frames may pass held data."""
     rng = np.random.default_rng(seed)
     layout = Layout(plan.sites, plan.partitions, replicas)
-    net = Network(rng, overtakes=_overtakes)
+    net = Network(rng) if fifo else Network(rng, overtakes=_overtakes)
     # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan.
     sites = {s: SiteCore(s, copy.deepcopy(plan), layout) for s in range(plan.sites)}
     core = boundary_for(plan, replicas, {"heartbeat_timeout": 1e9, "recovery": recovery,
