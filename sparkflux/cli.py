@@ -73,6 +73,9 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--sites", type=int, default=4, help="number of sites (Spark tasks)")
     p.add_argument("--partitions", type=int, default=32, help="mini-partitions per stage")
     p.add_argument("--ha", choices=["none", "flux"], default="none", help="availability mode")
+    p.add_argument("--replicas", type=int, default=None,
+                   help="with --ha flux: copies of every partition, on different sites "
+                        "(default 2; K copies survive any K-1 sites failing at once)")
     p.add_argument("--master", default=None,
                    help="Spark master URL (default: embedded local mode local[SITES,400])")
     p.add_argument("--rate", type=float, default=None,

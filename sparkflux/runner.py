@@ -49,7 +49,9 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
                                     if args.output else None)
         dead = DeadLetters(path)
     cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
-                    ha=args.ha, rate=args.rate, ingress_buffer=args.ingress_buffer,
+                    ha=args.ha, replicas=replicas_option(args.ha, getattr(args, "replicas", None),
+                                                         args.sites),
+                    rate=args.rate, ingress_buffer=args.ingress_buffer,
                     window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
                     adopted_kills=parse_adopted_kills(getattr(args, "kill", []), args.sites),
                     hangs=parse_hangs(getattr(args, "hang", []), args.sites),
@@ -68,6 +70,22 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
                                                 getattr(args, "standby_wait", 5.0)))
     announce(plan.describe())
     return run(plan, cfg, sink, dead, spark=spark, display=display)
+
+
+def replicas_option(ha: str, replicas: int | None, sites: int) -> int:
+    """``--replicas``, checked against ``--ha`` and ``--sites`` (a bad one fails fast)."""
+    if replicas is None:
+        return 2 if ha == "flux" else 1
+    if ha != "flux":
+        raise PlanError("--replicas needs --ha flux (--ha none keeps one copy of every "
+                        "partition)")
+    if replicas < 2:
+        raise PlanError(f"--replicas {replicas}: Flux-HA keeps at least 2 copies of every "
+                        f"partition (for one copy, use --ha none)")
+    if replicas > sites:
+        raise PlanError(f"--replicas {replicas} keeps {replicas} copies of every partition on "
+                        f"different sites: use --sites >= {replicas}")
+    return replicas
 
 
 def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:

@@ -31,8 +31,7 @@ import pytest
 
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import digest_of
-from sparkflux.protocol.consumer import ConsumerSet, PartitionLost
-from sparkflux.protocol.egress import Egress
+from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.messages import Data, Outgoing, Reverse
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
@@ -300,33 +299,24 @@ def test_mutation_consumer_ignores_fail(
     caught(monkeypatch, baseline, LOSS, "no reverse on fail")
 
 
-def test_mutation_egress_reverses_to_its_ack_target(
+def test_mutation_cu_done_overtakes_psync(
         monkeypatch: pytest.MonkeyPatch, baseline: Baseline) -> None:
-    """The egress takes over from a failed replica by reversing to the replica it
-    acknowledges to (the paper's secondary), and with none reports the partition lost,
-    instead of finding the live replica in the view. After a catch-up or a move, the egress
-    acknowledges to the new copy only once the survivor's ``psync`` has come; the survivor's
-    ``cu-done`` goes on the same connection but is written at once, so it may pass the
-    ``psync`` held in the skew buffer, and the controller then counts the copy as back (and
-    a plan may fail the survivor) while the egress still acknowledges to nobody. With strict
-    FIFO links ``psync`` always comes first, and no seed catches the mutant: only the
-    runtime's overtaking order exposes it."""
-    on_fail = Egress.on_fail
+    """``cu-done`` written at once instead of behind the data and ``psync`` on the
+    survivor's connection to the driver. After a catch-up or a move the egress learns from
+    the survivor's ``psync`` that the new copy is complete (it has every row up to the cut
+    from the survivor); a ``cu-done`` that overtakes the held ``psync`` lets the controller
+    count the copy as back, and a plan may then fail the survivor while the egress still
+    lacks rows below the cut that only the survivor had. With strict FIFO links ``psync``
+    always comes first, and no seed catches the mutant: only the runtime's overtaking order
+    exposes it."""
+    from sparkflux.protocol.messages import CuDone
+    from sparkflux.runtime import outbox
 
-    def to_ack_target(self: Egress, dead_sites: set[int]) -> list[Outgoing]:
-        cons = self.cons
-        dead = np.isin(self.layout.table(), list(dead_sites))
-        for p in range(cons.sender.shape[1]):
-            a = int(cons.ack_to[0, p])
-            if dead[p, cons.sender[0, p]] and (a < 0 or dead[p, a]):
-                raise PartitionLost(f"the output (egress): no secondary of partition {p} "
-                                    f"to reverse to")
-        return on_fail(self, dead_sites)
-
-    monkeypatch.setattr(Egress, "on_fail", to_ack_target)
-    symptom = "no secondary of partition"
+    monkeypatch.setattr(outbox, "ORDERED_WITH_DATA",
+                        tuple(t for t in outbox.ORDERED_WITH_DATA if t is not CuDone))
+    symptom = "still being caught up"
     caught_by = None
-    for seed in range(MUTATION_SEEDS):
+    for seed in range(MUTATION_SEEDS * 2):
         failures, kw = test_sim_moves.plan_for(seed, baseline.steps)
         try:
             check(plan_factory, baseline.batches, seed, failures, expected=baseline.expected,
@@ -335,9 +325,9 @@ def test_mutation_egress_reverses_to_its_ack_target(
             assert symptom in str(e), f"seed {seed} {failures}: another violation: {e}"
             caught_by = (seed, failures, kw)
             break
-    assert caught_by is not None, f"the mutation survived {MUTATION_SEEDS} seeds of moves"
+    assert caught_by is not None, f"the mutation survived {MUTATION_SEEDS * 2} seeds of moves"
     seed, failures, kw = caught_by
-    print(f"mutation 'egress reverses to its ack target': caught by seed {seed} {failures}")
+    print(f"mutation 'cu-done overtakes psync': caught by seed {seed} {failures}")
     missed = []
     for fifo_seed in range(FIFO_SEEDS):  # strict FIFO links: the mutant survives
         fp, fkw = test_sim_moves.plan_for(fifo_seed, baseline.steps)

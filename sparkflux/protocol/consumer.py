@@ -251,6 +251,12 @@ class ConsumerSet:
                          if not dead[p, (s + k) % n_rep] and self.complete[p, (s + k) % n_rep]]
                 if not alive:
                     gone = [int(x) for x in np.flatnonzero(dead.all(axis=1))]
+                    if p not in gone:  # a live copy is left, but it is still being rebuilt
+                        raise PartitionLost(
+                            f"every complete replica of partition {p} of {self.producers} "
+                            f"failed; the one left is still being caught up (its fold-in, "
+                            f"psync, has not reached {self.name}), so it lacks rows "
+                            f"{self.name} has not received")
                     they, them, their = ("they", "them", "their") if len(gone) > 1 \
                         else ("it", "it", "its")
                     raise PartitionLost(

@@ -94,7 +94,7 @@ class Host:
                          self.security.handshake_timeout, self.security.max_pending)
         self.sink = sink
         self.dead_letters = dead_letters
-        self.replicas = 2 if cfg.ha == "flux" else 1
+        self.replicas = cfg.replicas if cfg.ha == "flux" else 1
         self.layout = Layout(plan.sites, plan.partitions, self.replicas)
         # The sans-I/O core of the driver side: everything the host does is carry out its
         # actions (``_carry_out``) and feed it events.

@@ -2,7 +2,8 @@
 
 Data frames, and the frames that must stay in order with them on a channel (``retaining``
 and ``psync``: the survivor's snapshot and the consumers' fold-in count on everything sent
-before them), go through the duplicate-eliminating transient skew buffer
+before them; ``cu-done``: the controller counts a copy as back only once the egress, on the
+same connection, has its ``psync``), go through the duplicate-eliminating transient skew buffer
 (``protocol.skew.SkewBuffer``): they are written only while the destination's connection has
 room (its write buffer below ``high_water``), otherwise held in the process's pool, FIFO per
 destination, so one slow site neither stalls the others (no head-of-line blocking) nor piles
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sparkflux.protocol.messages import Data, Message, PSync, Retaining
+from sparkflux.protocol.messages import CuDone, Data, Message, PSync, Retaining
 from sparkflux.protocol.skew import SkewBuffer
 from sparkflux.runtime.transport import Connection, ConnectionLost
 
-ORDERED_WITH_DATA = (Data, Retaining, PSync)
+ORDERED_WITH_DATA = (Data, Retaining, PSync, CuDone)
 
 
 def rows_of(msg: Message) -> int:

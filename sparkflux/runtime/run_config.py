@@ -24,6 +24,7 @@ class RunConfig:
     partitions: int = 32
     master: str | None = None
     ha: str = "none"
+    replicas: int = 2  # --replicas, with --ha flux (--ha none is one copy)
     rate: float | None = None
     ingress_buffer: int = 200_000
     window: int = 400_000
