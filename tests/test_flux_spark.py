@@ -126,3 +126,26 @@ def test_a_spare_site_takes_over_at_once(netmon: Any, spark: Any,
     assert len(rec) == 16
     # the spare (Spark task 4, registered before the failure) adopted slot 3, not the retry
     assert [(a["slot"], a["registered_as"]) for a in m["adoptions"]] == [(3, 4)]
+
+
+# -- three replicas: any two sites may fail at once -------------------------------------------
+def test_three_replicas_survive_two_sites_failing_at_once(netmon: Any, spark: Any,
+                                                         expected: tuple[str, int]) -> None:
+    """``--replicas 3`` on 5 sites: sites 1 and 2 (neighbours: partitions q = 0 and 1 mod 5
+    have copies on both) are killed 0.05 s apart; every partition keeps a complete copy,
+    Spark's restarted tasks are adopted and caught up, and the output is exact."""
+    m = run_flux(netmon, spark, sites=5, partitions=20, replicas=3, rate=60_000.0,
+                 kill=["1@0.8", "2@0.85"])
+    assert m["kills"] == 2 and sorted(f["site"] for f in m["failures"]) == [1, 2]
+    assert m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    # each slot holds 12 of the 20 partitions' copies of each of the 2 stages
+    caught_up = {(r["stage"], r["partition"], r["site"]) for r in m["recoveries"]}
+    assert {s for _, _, s in caught_up} <= {1, 2} and caught_up
+
+
+def test_two_replicas_of_the_same_layout_lose_a_partition_clearly(netmon: Any,
+                                                                  spark: Any) -> None:
+    with pytest.raises(RunFailed, match=r"sites 1 and 2 failed .* keep more replicas "
+                                        r"\(--replicas 3 survives any 2 sites failing"):
+        run_flux(netmon, spark, sites=5, partitions=20, replicas=2, kill=["1@0.8", "2@0.85"])
