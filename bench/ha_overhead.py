@@ -3,8 +3,9 @@
     .venv/bin/python bench/ha_overhead.py [--events 1000000] [--repeat 2] [--plot PNG]
 
 In one Spark session: (1) ``--ha none`` and ``--ha flux`` on the same input as fast as the
-dataflow accepts, each over authenticated plain TCP and over TLS, alternated, and their ratios
-(the paper: 36K vs 82K tuples/s, 0.44); (2) what authentication itself costs: every connection
+dataflow accepts, each over authenticated plain TCP and over TLS, and ``--ha flux
+--replicas 3`` over plain TCP, alternated, and their ratios (the paper: 36K vs 82K tuples/s,
+0.44); (2) what authentication itself costs: every connection
 of a run pays one handshake and nothing after it (frames carry no MAC), so the bench times the
 real handshake against a bare TCP connect on loopback and puts the difference, times the
 connections a run opens, against the run's duration; (3) ``--ha flux`` with the input held at
@@ -41,16 +42,23 @@ from sparkflux.runtime.transport import connect, serve, start_server  # noqa: E4
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
 SITES = 4
-MODES = (("none", False), ("flux", False), ("none", True), ("flux", True))
+# (mode, TLS): "flux3" is --ha flux --replicas 3
+MODES = (("none", False), ("flux", False), ("flux3", False), ("none", True), ("flux", True))
 
 
 def args_for(events: int, ha: str, rate: float | None = None,
              kill: list[str] | None = None, tls: bool = False) -> argparse.Namespace:
+    replicas = 3 if ha == "flux3" else None
     return argparse.Namespace(
         events=events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, sites=SITES,
-        partitions=32, ha=ha, master=None, rate=rate, ingress_buffer=200_000, window=400_000,
+        partitions=32, ha="flux" if replicas else ha, replicas=replicas, master=None,
+        rate=rate, ingress_buffer=200_000, window=400_000,
         output=None, dead_letter=None, kill=kill or [], heartbeat_timeout=10.0, tls=tls,
     )
+
+
+def label(mode: str) -> str:
+    return "--ha flux --replicas 3" if mode == "flux3" else f"--ha {mode}"
 
 
 def connections_per_run(sites: int) -> int:
@@ -129,7 +137,7 @@ def main() -> int:
             tps[key].append(res.metrics["throughput_tps"])
             durations[key].append(res.metrics["duration_s"])
             digests.add(res.metrics["output_digest"])
-            console.print(f"run {r + 1} --ha {ha}{' --tls' if tls else ''}: "
+            console.print(f"run {r + 1} {label(ha)}{' --tls' if tls else ''}: "
                           f"{res.metrics['throughput_tps']:,.0f} tuples/s")
 
     def ratio(num: str, den: str) -> float:
@@ -140,8 +148,11 @@ def main() -> int:
     t.add_column("mode")
     t.add_column("input tuples/s (median)", justify="right")
     for key, values in tps.items():
-        t.add_row(f"--ha {key.replace('+tls', ' --tls')}", f"{statistics.median(values):,.0f}")
+        t.add_row(label(key.replace("+tls", "")) + (" --tls" if "+tls" in key else ""),
+                  f"{statistics.median(values):,.0f}")
     t.add_row("flux / none (plain TCP)", f"{ratio('flux', 'none'):.2f} (paper: 0.44)")
+    t.add_row("flux, 3 replicas / none (plain TCP)", f"{ratio('flux3', 'none'):.2f}")
+    t.add_row("3 replicas / 2 (plain TCP)", f"{ratio('flux3', 'flux'):.2f}")
     t.add_row("flux / none (TLS)", f"{ratio('flux+tls', 'none+tls'):.2f}")
     t.add_row("TLS / plain, --ha none", f"{ratio('none+tls', 'none'):.2f}")
     t.add_row("TLS / plain, --ha flux", f"{ratio('flux+tls', 'flux'):.2f}")
@@ -182,6 +193,7 @@ def main() -> int:
                       "netmon --ha flux, 4 sites, site 1 killed at 3 s")
         console.print(f"timeline drawn to {a.plot}")
     out = {"tps": tps, "ratio_median": ratio("flux", "none"),
+           "ratio_median_3": ratio("flux3", "none"),
            "ratio_median_tls": ratio("flux+tls", "none+tls"), "auth_share": auth, "kill": m}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2, default=str))
