@@ -111,7 +111,7 @@ class Retaining:
 class ConsumerSnapshot:
     """FH-Cons state of one consumer partition q (``ConsumerSet.snapshot``): what the new
     replica's input streams resume from, and the rows received above the frontier that the
-    paper buffers inside FH-Cons (they were acknowledged, so no producer resends them)."""
+    paper buffers inside FH-Cons (at or below the progress: no producer sends them again)."""
 
     progress_sn: np.ndarray  # int64 [P]: stream p -> q received up to this SN
     progress_wm: np.ndarray  # int64 [P]: the watermark that came with it
