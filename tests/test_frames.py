@@ -17,10 +17,12 @@ import pytest
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import (
     Ack,
+    ConsumerSnapshot,
     CuDone,
     CuStart,
     Data,
     Installed,
+    PartitionSnapshot,
     PSync,
     Rejoin,
     Retain,
@@ -29,7 +31,8 @@ from sparkflux.protocol.messages import (
     State,
     Streams,
 )
-from sparkflux.runtime.codec import REGISTRY, EncodeError
+from sparkflux.runtime import codec
+from sparkflux.runtime.codec import PARTS, REGISTRY, EncodeError
 from sparkflux.runtime.frames import FRAME_HEADER, MSG, FrameError, decode, encode
 
 SCHEMA = pa.schema([("v", pa.int64()), ("_src", pa.int32())])
@@ -73,14 +76,15 @@ def i64(*v: int) -> np.ndarray:
 
 BATCH = pa.RecordBatch.from_pydict({"v": [1, 2, 3], "_src": [1, 1, 2]}, schema=SCHEMA)
 TABLE = pa.table({"k": ["a", "b"], "x": [1.5, None]})
-SNAPSHOT = {
-    "cons": {"progress_sn": i64(3, 4), "progress_wm": i64(-1, 7), "released_sn": 2,
-             "released_wm": -1, "pending": BATCH},
-    "ops": [None, {"code": i64(5, 6), "sub": i64(0, 0), "keys": TABLE,
-                   "cols": {"n": i64(1, 2), "last": np.arange(6.0).reshape(2, 3)}},
-            {"horizon": 9, "rows": TABLE, "side": i8(0, 1)}],
-    "out_sn": 12, "out_wm": 40,
-}
+CONS = ConsumerSnapshot(progress_sn=i64(3, 4), progress_wm=i64(-1, 7), released_sn=2,
+                        released_wm=-1, pending=BATCH)
+SNAPSHOT = PartitionSnapshot(
+    cons=CONS,
+    ops=(None, {"code": i64(5, 6), "sub": i64(0, 0), "keys": TABLE,
+                "cols": {"n": i64(1, 2), "last": np.arange(6.0).reshape(2, 3)}},
+         {"horizon": 9, "rows": TABLE, "side": i8(0, 1)}),
+    out_sn=12, out_wm=40,
+)
 EXAMPLES: list[Any] = [
     Data(3, Streams(i32(1, 2), i8(0, 1), i32(5, 5), i64(10, 20), i64(-1, 7)), BATCH),
     Data(3, Streams(i32(1), i8(0), i32(5), i64(10), i64(-1)), None),
@@ -90,6 +94,8 @@ EXAMPLES: list[Any] = [
     Retain(1, 4, 1, 3),
     Retaining(1, 4, 1, 3),
     State(1, 4, 0, SNAPSHOT, 5),
+    State(1, 4, 0, dataclasses.replace(SNAPSHOT, ops=(), cons=dataclasses.replace(
+        CONS, pending=None)), 0),  # no rows pending, an operator-less stage
     Installed(1, 4, 0, 5),
     PSync(2, 4, 1, 9),
     Rejoin(1, p=i32(3), r=i8(0), q=i32(4), c=i8(1), floor=i64(7), send=np.array([True]),
@@ -122,8 +128,30 @@ def test_every_field_survives(msg: Any) -> None:
     assert same(msg, roundtrip(msg))
 
 
-def test_every_registered_message_has_an_example() -> None:
-    assert {type(m) for m in EXAMPLES} >= set(REGISTRY) - {cm.Member}
+def _records(value: Any) -> set[type]:
+    """The types of ``value`` and of every registered record inside it."""
+    if dataclasses.is_dataclass(value):
+        return {type(value)}.union(*(_records(getattr(value, f.name))
+                                     for f in dataclasses.fields(value)))
+    if isinstance(value, dict):
+        return set().union(*map(_records, value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(_records, value))
+    return set()
+
+
+def test_every_registered_record_has_an_example() -> None:
+    assert set().union(*map(_records, EXAMPLES)) >= set(REGISTRY)
+
+
+def test_the_snapshot_survives_as_its_records() -> None:
+    """The new replica installs what the survivor took: typed records, field for field (the
+    operators' state stays what ``get_partition_state`` returned, lists for tuples)."""
+    snap = roundtrip(State(1, 4, 0, SNAPSHOT, 5)).snapshot  # type: ignore[attr-defined]
+    assert type(snap) is PartitionSnapshot and type(snap.cons) is ConsumerSnapshot
+    assert type(snap.ops) is tuple and type(snap.cons.pending) is pa.RecordBatch
+    assert snap.cons.progress_sn.dtype == np.int64 and snap.cons.progress_sn.tolist() == [3, 4]
+    assert (snap.out_sn, snap.out_wm, snap.cons.released_sn) == (12, 40, 2)
 
 
 def _msg_frame(items: Any, buffers: list[bytes] = ()) -> bytes:  # type: ignore[assignment]
@@ -172,6 +200,49 @@ def test_a_malformed_binary_frame_is_a_frame_error(kind: int, body: bytes) -> No
 
 def test_state_that_needs_pickle_is_refused_on_the_sending_site() -> None:
     with pytest.raises(EncodeError, match="plain values"):
-        encode(State(1, 0, 0, {"ops": [object()]}))
+        encode(State(1, 0, 0, dataclasses.replace(SNAPSHOT, ops=(object(),))))
     with pytest.raises(EncodeError, match="dtype object"):
-        encode(State(1, 0, 0, {"ops": [np.array(["a", None], dtype=object)]}))
+        encode(State(1, 0, 0, dataclasses.replace(
+            SNAPSHOT, ops=(np.array(["a", None], dtype=object),))))
+
+
+def _wrong(snap: Any = SNAPSHOT, **cons: Any) -> State:
+    """A ``State`` whose snapshot (or its FH-Cons part, given ``cons``) holds a value of the
+    wrong type: the dataclasses do not check on construction, the decoder must."""
+    if cons:
+        snap = dataclasses.replace(SNAPSHOT, cons=dataclasses.replace(CONS, **cons))
+    return State(1, 4, 0, snap, 5)
+
+
+@pytest.mark.parametrize("msg", [
+    State(1, 4, 0, {"cons": {}, "ops": [], "out_sn": 1, "out_wm": 2}, 5),  # the old dict
+    _wrong(dataclasses.replace(SNAPSHOT, cons={"released_sn": 2})),  # a map, not the record
+    _wrong(dataclasses.replace(SNAPSHOT, cons=CuDone(0, 2, 1, 123, 0.25))),  # another record
+    _wrong(dataclasses.replace(SNAPSHOT, ops={"a": 1})),  # a map where the list belongs
+    _wrong(dataclasses.replace(SNAPSHOT, out_sn=12.0)),  # a float where an int belongs
+    _wrong(dataclasses.replace(SNAPSHOT, out_wm=True)),  # a bool where an int belongs
+    _wrong(progress_sn=[3, 4]),  # a list where an array belongs
+    _wrong(released_wm="-1"),
+    _wrong(pending=TABLE),  # a table where a record batch belongs
+    _wrong(pending=i64(1, 2)),
+], ids=["dict", "cons-map", "cons-record", "ops-map", "out-sn", "out-wm", "progress-list",
+        "released-str", "pending-table", "pending-array"])
+def test_a_snapshot_with_a_wrong_field_type_is_a_frame_error(msg: State) -> None:
+    raw = b"".join(bytes(p) for p in encode(msg))  # the encoder writes what it is given
+    with pytest.raises(FrameError, match="PartitionSnapshot|ConsumerSnapshot|State"):
+        decode(MSG, raw[FRAME_HEADER.size:], {})
+
+
+@pytest.mark.parametrize("part", [SNAPSHOT, CONS, cm.Member(host="h", port=1, attempt=0,
+                                                             registered=0)],
+                         ids=lambda p: type(p).__name__)
+def test_a_record_that_travels_inside_a_message_is_no_message(
+        part: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert type(part) in PARTS
+    with pytest.raises(EncodeError, match="not a registered wire message"):
+        encode(part)
+    monkeypatch.setattr(codec, "PARTS", frozenset())  # a sender that writes one anyway
+    raw = b"".join(bytes(p) for p in encode(part))
+    monkeypatch.undo()
+    with pytest.raises(FrameError, match="travels inside a message"):
+        decode(MSG, raw[FRAME_HEADER.size:], {})

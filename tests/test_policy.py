@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from sparkflux.control.events import (
 )
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.dataflow.placement import Layout
+from sparkflux.runtime.reports import move_report
 
 P = 8
 
@@ -433,3 +436,29 @@ def test_a_move_starts_the_statistics_pool_afresh() -> None:
     s.advance(max(s.now, c.lb_at), slow)
     rnd, acts = _phase(c, s, rnd, slow)
     assert c.rounds[-1]["window_s"] == round(c.delta, 3)  # the new placement's phase alone
+
+
+def test_a_finished_move_is_recorded_and_reported() -> None:
+    """A move's record fills in as the sites confirm it and its stages are caught up; the
+    run's report lists it with these keys and values (the JSON of ``move_report``)."""
+    c = started(balance=False)
+    c.handle(Tick(now=1.0))
+    (move,) = _moves(c.request_moves([(1, 0, 3)], reason="recovery"))  # site 1 -> 3
+    rec = c.moving[move.epoch]
+    assert (rec.q, rec.r, rec.src, rec.dst, rec.reason, rec.start, rec.left) == \
+        (1, 0, 1, 3, "recovery", 1.0, 2)
+    assert rec.survivor == 1 and rec.confirmed is None and rec.end is None
+    cu: list = []
+    for j in range(4):
+        cu += c.handle(Moved(site=j, epoch=move.epoch, now=1.25))
+    assert rec.confirmed == 1.25 and [(a.stage, a.q, a.r) for a in cu] == [(0, 1, 0)]
+    cu = c.handle(CatchUpDone(stage=0, q=1, r=0, nbytes=100, now=1.5))
+    assert [(a.stage, a.q, a.r) for a in cu if isinstance(a, CatchUp)] == [(1, 1, 0)]
+    assert (rec.nbytes, rec.left, rec.end, c.moves) == (100, 1, None, [])
+    c.handle(CatchUpDone(stage=1, q=1, r=0, nbytes=23, now=2.0))
+    assert c.moves == [rec] and not c.moving
+    assert (rec.nbytes, rec.left, rec.end) == (123, 0, 2.0)
+    host = SimpleNamespace(move_started={move.epoch: 105.25}, metrics=SimpleNamespace(start=100.0))
+    assert json.dumps(move_report(host, rec)) == json.dumps(  # type: ignore[arg-type]
+        {"partition": 1, "replica": 0, "from": 1, "to": 3, "reason": "recovery",
+         "bytes": 123, "started_at_s": 5.25, "duration": 1.0, "confirmed_s": 0.25})

@@ -68,6 +68,28 @@ CATCH_UP_PARALLEL = 4
 MOVE_GROUP = 8
 
 
+@dataclass(slots=True, kw_only=True)
+class MoveRecord:
+    """One move of replica r of partition q from site ``src`` to ``dst`` (thesis ch. 5), from
+    its start to the fold-in of its last stage: the controller's bookkeeping while it runs
+    (``Controller.moving``) and the run's record once done (``Controller.moves``, reported by
+    ``runtime/reports.move_report``). Mutable: confirmations and catch-ups fill it in.
+    Times are the controller's clock (``Controller.now``)."""
+
+    q: int
+    r: int
+    src: int
+    dst: int
+    epoch: int  # the move's epoch: the new copy's incarnation
+    reason: str  # "balance" or "recovery"
+    start: float
+    survivor: int  # the replica of q the move named to rebuild the new copy from
+    left: int  # stages still to be caught up
+    nbytes: int = 0  # state moved by its catch-ups (``CuDone.nbytes``)
+    confirmed: float | None = None  # every live site had applied it (``moved``)
+    end: float | None = None  # its last stage folded in
+
+
 class Controller:
     """Membership, views, recovery and load balancing for ``sites`` site slots."""
 
@@ -110,10 +132,10 @@ class Controller:
         # Replicas (stage, q, r) that are not complete: on a failed site, or being rebuilt.
         self.incomplete: set[tuple[int, int, int]] = set()
         self.pending_moves: list[tuple[int, int, int, str]] = []  # (q, r, dst, reason)
-        self.moving: dict[int, dict] = {}  # epoch -> a move of the group in progress
+        self.moving: dict[int, MoveRecord] = {}  # epoch -> a move of the group in progress
         self._unconfirmed: set[tuple[int, int]] = set()  # (site, epoch): `moved` awaited
         self._catching_up = False  # the group's catch-ups have started
-        self.moves: list[dict] = []  # every move done (the run's metrics list them)
+        self.moves: list[MoveRecord] = []  # every move done (the run's metrics list them)
         self.balance = balance and ha
         self.policy = policy = policy or PolicyConfig()
         self.round = 0
@@ -426,10 +448,9 @@ class Controller:
             self.epoch += 1
             self.layout.move(q, r, dst)
             self.incomplete |= {(s, q, r) for s in range(self.stages)}
-            self.moving[self.epoch] = {"q": q, "r": r, "src": src, "dst": dst,
-                                       "epoch": self.epoch, "reason": reason,
-                                       "start": self.now, "bytes": 0, "left": self.stages,
-                                       "survivor": survivor}
+            self.moving[self.epoch] = MoveRecord(q=q, r=r, src=src, dst=dst, epoch=self.epoch,
+                                                 reason=reason, start=self.now,
+                                                 survivor=survivor, left=self.stages)
             self._unconfirmed |= {(j, self.epoch) for j in self._live()}
             self.queue += [(s, q, r) for s in range(self.stages)]
             log.info("move %d: replica %d of partition %d, site %d -> %d (%s)", self.epoch, r,
@@ -440,23 +461,23 @@ class Controller:
         self._catching_up = False
         return actions
 
-    def _move_of(self, q: int, r: int) -> dict | None:
-        return next((m for m in self.moving.values() if m["q"] == q and m["r"] == r), None)
+    def _move_of(self, q: int, r: int) -> MoveRecord | None:
+        return next((m for m in self.moving.values() if m.q == q and m.r == r), None)
 
     def catch_up_site(self, q: int, r: int) -> int | None:
         """The site a catch-up of replica r of q fills: a move's destination, or the slot
         being recovered."""
         m = self._move_of(q, r)
-        return m["dst"] if m is not None else self.recovering
+        return m.dst if m is not None else self.recovering
 
     def _abandon_moves_to(self, site: int) -> None:
         """A move's destination failed: its copy is now one of that site's failed replicas
         (recovered with the slot); the group's other moves go on."""
         for epoch, m in list(self.moving.items()):
-            if m["dst"] != site:
+            if m.dst != site:
                 continue
             del self.moving[epoch]
-            key = (m["q"], m["r"])
+            key = (m.q, m.r)
             self.queue = [x for x in self.queue if x[1:] != key]
             self.in_flight = {x for x in self.in_flight if x[1:] != key}
             self._unconfirmed = {x for x in self._unconfirmed if x[1] != epoch}
@@ -476,7 +497,8 @@ class Controller:
         if self._unconfirmed:
             return []
         for m in self.moving.values():  # how long the sites took to apply the group
-            m.setdefault("confirmed", self.now)
+            if m.confirmed is None:
+                m.confirmed = self.now
         self._catching_up = True
         return self._next_catch_up()
 
@@ -487,8 +509,9 @@ class Controller:
         assert self.layout is not None
         if not self.queue and not self.in_flight:
             if self.recovering is None:  # the move group is done (or was abandoned)
-                for m in sorted(self.moving.values(), key=lambda m: m["epoch"]):
-                    m.setdefault("end", self.now)
+                for m in sorted(self.moving.values(), key=lambda m: m.epoch):
+                    if m.end is None:
+                        m.end = self.now
                     self.moves.append(m)
                 self.moving, self._catching_up = {}, False
                 return self._next_task()
@@ -507,14 +530,14 @@ class Controller:
             m = self._move_of(q, r)
             # A move's producers sent their ``retaining`` to the copy the move named; if that
             # one failed since, another complete copy asks them again (``retain``).
-            retained = m is not None and self._complete(s, q, m["survivor"])
-            survivor = m["survivor"] if retained else self._survivor(q, r, (s,))
+            retained = m is not None and self._complete(s, q, m.survivor)
+            survivor = m.survivor if retained else self._survivor(q, r, (s,))
             if survivor is None:  # nothing left to copy from: ``_lost_partition`` said so
                 survivor = (r + 1) % self.layout.replicas
             site = self.layout.site_of(q, survivor)
             self._survivor_of[(s, q, r)] = site
             actions.append(CatchUp(stage=s, q=q, r=r, survivor=site,
-                                   epoch=m["epoch"] if m is not None else self.epoch,
+                                   epoch=m.epoch if m is not None else self.epoch,
                                    retained=retained))
         return actions
 
@@ -560,12 +583,12 @@ class Controller:
         self.in_flight.discard((ev.stage, ev.q, ev.r))
         self.incomplete.discard((ev.stage, ev.q, ev.r))
         m = self._move_of(ev.q, ev.r)
-        site = m["dst"] if m is not None else self.recovering
+        site = m.dst if m is not None else self.recovering
         if m is not None:
-            m["bytes"] += ev.nbytes
-            m["left"] -= 1
-            if m["left"] == 0:
-                m["end"] = self.now
+            m.nbytes += ev.nbytes
+            m.left -= 1
+            if m.left == 0:
+                m.end = self.now
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
                                 "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
         return self._next_catch_up()

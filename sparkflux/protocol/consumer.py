@@ -31,6 +31,7 @@ from sparkflux.model.schema import PART, SN, SNM
 from sparkflux.protocol.messages import (
     SRC,
     Ack,
+    ConsumerSnapshot,
     Data,
     Outgoing,
     PSync,
@@ -300,7 +301,7 @@ class ConsumerSet:
         self.replica[int(self.index[q])] = r
 
     # -- catch-up --------------------------------------------------------------------------------
-    def snapshot(self, q: int) -> dict:
+    def snapshot(self, q: int) -> ConsumerSnapshot:
         """FH-Cons state of consumer partition q: stream progress and the in-flight rows
         received above its frontier (the paper buffers them inside FH-Cons)."""
         i = int(self.index[q])
@@ -310,23 +311,23 @@ class ConsumerSet:
             mine = allrows.column(PART).to_numpy() == q
             if mine.any():
                 rows = allrows.filter(pa.array(mine))
-        return {"progress_sn": self.progress_sn[i].copy(),
-                "progress_wm": self.progress_wm[i].copy(),
-                "released_sn": int(self.released_sn[i]),
-                "released_wm": int(self.released_wm[i]), "pending": rows}
+        return ConsumerSnapshot(progress_sn=self.progress_sn[i].copy(),
+                                progress_wm=self.progress_wm[i].copy(),
+                                released_sn=int(self.released_sn[i]),
+                                released_wm=int(self.released_wm[i]), pending=rows)
 
-    def install(self, q: int, snap: dict, dead: np.ndarray) -> list[Outgoing]:
+    def install(self, q: int, snap: ConsumerSnapshot, dead: np.ndarray) -> list[Outgoing]:
         """Install a snapshot as this site's replica of q and rejoin its input streams:
         the sender feeds it from above the snapshot's progress, the other producer replica
         holds rows for it (the normal roles of digest §4.4, given the dead replicas)."""
         i = int(self.index[q])
         c = int(self.replica[i])
-        self.progress_sn[i] = snap["progress_sn"]
-        self.progress_wm[i] = snap["progress_wm"]
-        self.released_sn[i] = snap["released_sn"]
-        self.released_wm[i] = snap["released_wm"]
-        if snap["pending"] is not None and snap["pending"].num_rows:
-            self.pending.append(snap["pending"])
+        self.progress_sn[i] = snap.progress_sn
+        self.progress_wm[i] = snap.progress_wm
+        self.released_sn[i] = snap.released_sn
+        self.released_wm[i] = snap.released_wm
+        if snap.pending is not None and snap.pending.num_rows:
+            self.pending.append(snap.pending)
         self.installed[i] = True
         n_rep = self.producer_site.shape[1]
         entries: list[tuple[int, int, int, bool, bool]] = []  # (site, p, r, send, wait)

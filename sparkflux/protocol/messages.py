@@ -16,6 +16,7 @@ depends on that order (an acknowledgement sent before a ``reverse`` arrives befo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -106,6 +107,34 @@ class Retaining:
     epoch: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerSnapshot:
+    """FH-Cons state of one consumer partition q (``ConsumerSet.snapshot``): what the new
+    replica's input streams resume from, and the rows received above the frontier that the
+    paper buffers inside FH-Cons (at or below the progress: no producer sends them again)."""
+
+    progress_sn: np.ndarray  # int64 [P]: stream p -> q received up to this SN
+    progress_wm: np.ndarray  # int64 [P]: the watermark that came with it
+    released_sn: int  # the frontier already handed to the operators
+    released_wm: int
+    pending: pa.RecordBatch | None  # received, not yet released (wire schema); None: none
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionSnapshot:
+    """Partition q of one stage as the survivor takes it for a catch-up (the paper's
+    ``getState``): its FH-Cons state, its operators' state and its FH-Prod progress.
+
+    ``ops`` holds what each operator's ``get_partition_state`` returned, in plan order; the
+    codec carries it as plain values (numpy arrays of numbers and Arrow tables out of band)
+    and refuses anything that would need pickle."""
+
+    cons: ConsumerSnapshot
+    ops: tuple[Any, ...]
+    out_sn: int  # FH-Prod: the partition's output progress (SN) ...
+    out_wm: int  # ... and watermark
+
+
 @dataclass(frozen=True, slots=True)
 class State:
     """Survivor -> the new replica's site (the StateMover's transfer): partition q of ``stage``,
@@ -114,7 +143,7 @@ class State:
     stage: int
     q: int
     r: int
-    snapshot: dict
+    snapshot: PartitionSnapshot
     epoch: int = 0
 
 

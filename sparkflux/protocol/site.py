@@ -43,6 +43,7 @@ from sparkflux.protocol.messages import (
     Installed,
     Message,
     Outgoing,
+    PartitionSnapshot,
     PSync,
     Rejoin,
     Retain,
@@ -274,12 +275,12 @@ class SiteCore:
         (StateMover)."""
         stage, q = a.stage, a.q
         pi = self.prods[stage].pi(q)
-        snap = {
-            "cons": self.cons[stage].snapshot(q),
-            "ops": [op.get_partition_state(q) for op in self.plan.stages[stage].operators],
-            "out_sn": int(self.prods[stage].progress_sn[pi]),
-            "out_wm": int(self.prods[stage].progress_wm[pi]),
-        }
+        snap = PartitionSnapshot(
+            cons=self.cons[stage].snapshot(q),
+            ops=tuple(op.get_partition_state(q) for op in self.plan.stages[stage].operators),
+            out_sn=int(self.prods[stage].progress_sn[pi]),
+            out_wm=int(self.prods[stage].progress_wm[pi]),
+        )
         return Outgoing(self.layout.site_of(q, a.r), State(stage, q, a.r, snap, a.epoch))
 
     def _psync(self, stage: int, q: int, r: int, epoch: int) -> list[Outgoing]:
@@ -304,13 +305,13 @@ class SiteCore:
                          "state")  # install, csync, installed (``catchup.py``)
         snap = msg.snapshot
         dead = self._dead_replicas() if s > 0 else np.zeros((1, 1), dtype=bool)
-        out = self.cons[s].install(q, snap["cons"], dead)
-        for op, st in zip(self.plan.stages[s].operators, snap["ops"], strict=True):
+        out = self.cons[s].install(q, snap.cons, dead)
+        for op, st in zip(self.plan.stages[s].operators, snap.ops, strict=True):
             op.install_partition_state(q, st)
         n_cons = 1 if s == len(self.plan.stages) - 1 else self.layout.partitions
         alive = ~self._dead_replicas()[:n_cons] if s < len(self.plan.stages) - 1 else \
             np.ones((1, 1), dtype=bool)
-        self.prods[s].install(q, snap["out_sn"], snap["out_wm"], alive)
+        self.prods[s].install(q, snap.out_sn, snap.out_wm, alive)
         # ``installed`` goes back to the survivor that sent the state (the StateMover's peer)
         return out + [Outgoing(survivor, Installed(s, q, msg.r, msg.epoch))] + self._drive(s)
 

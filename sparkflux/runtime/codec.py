@@ -3,9 +3,11 @@
 Nothing received is unpickled or executed (DESIGN.md §7). A message is one of the registered
 frozen dataclasses (control messages, catch-up messages); it is written as a msgpack array
 ``[tag, field values...]`` and read back only into the class registered under that tag, each
-field checked against its declared type. Field values are plain: None, bool, int, float, str,
-bytes, lists, dicts, registered records, and two kinds of binary data that travel out of band
-(their bytes go to the socket as they are, after the msgpack body):
+field checked against its declared type. Some registered records travel only inside a message
+(``PARTS``: a view's members, a ``State``'s partition and FH-Cons snapshots), never as one.
+Field values are plain: None, bool, int, float, str, bytes, lists, dicts, registered records,
+and two kinds of binary data that travel out of band (their bytes go to the socket as they
+are, after the msgpack body):
 
 - numpy arrays of a numeric or boolean dtype (``dtype.str``, shape, buffer index): an array of
   any other dtype (``object`` above all) is refused on both ends;
@@ -48,7 +50,10 @@ REGISTRY: tuple[type, ...] = (
     cm.OpenControl, cm.Register, cm.Ready, cm.Heartbeat, cm.Moved, cm.SiteError,
     cm.Unreachable, cm.Member, cm.View, cm.Standby, cm.Adopt, cm.Avail, cm.Fail, cm.Move,
     cm.Slow, cm.Kill, cm.Stop,
+    pm.ConsumerSnapshot, pm.PartitionSnapshot,
 )
+# Records that are fields of a message, not messages: refused as a whole frame on both ends.
+PARTS: frozenset[type] = frozenset({cm.Member, pm.ConsumerSnapshot, pm.PartitionSnapshot})
 _TAG = {cls: i + 1 for i, cls in enumerate(REGISTRY)}
 _CLS = {i + 1: cls for i, cls in enumerate(REGISTRY)}
 
@@ -111,7 +116,7 @@ def _record(obj: Any, tag: int) -> list[Any]:
 def encode_message(msg: Any) -> list[Any]:
     """The body pieces of one typed message (for ``writelines``; buffers are not copied)."""
     tag = _TAG.get(type(msg))
-    if tag is None:
+    if tag is None or type(msg) in PARTS:
         raise EncodeError(f"{type(msg).__name__} is not a registered wire message")
     w = _Writer()
     body = w.pack(_record(msg, tag))
@@ -248,6 +253,8 @@ def decode_message(body: memoryview) -> Any:
             off += size
         reader = _Reader(bufs)
         msg = reader.record(reader.unpack(main))
+        if type(msg) in PARTS:
+            raise DecodeError(f"a {type(msg).__name__} travels inside a message, not alone")
     except DecodeError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, struct.error, OverflowError,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from sparkflux.control.controller import MoveRecord
     from sparkflux.runtime.driver import Host
 
 def result_metrics(host: Host) -> dict[str, Any]:
@@ -57,16 +58,19 @@ def utilisation(host: Host) -> dict[str, float]:
             out[str(site)] = round((b1 - b0) / (t1 - t0), 3)
     return out
 
-def move_report(host: Host, mv: dict[str, Any]) -> dict[str, Any]:
-    """One move: which copy went where, why, the state it took and how long."""
-    start = host.move_started.get(mv["epoch"], 0.0)
+def move_report(host: Host, mv: MoveRecord) -> dict[str, Any]:
+    """One move (a finished one: ``Controller.moves``): which copy went where, why, the state
+    it took and how long."""
+    assert mv.end is not None, f"move {mv.epoch} has not ended"
+    start = host.move_started.get(mv.epoch, 0.0)
     t0 = host.metrics.start or start
-    return {"partition": mv["q"], "replica": mv["r"], "from": mv["src"], "to": mv["dst"],
-            "reason": mv["reason"], "bytes": mv["bytes"],
+    confirmed = mv.confirmed if mv.confirmed is not None else mv.end
+    return {"partition": mv.q, "replica": mv.r, "from": mv.src, "to": mv.dst,
+            "reason": mv.reason, "bytes": mv.nbytes,
             "started_at_s": round(start - t0, 3),
-            "duration": round(mv["end"] - mv["start"], 4),
+            "duration": round(mv.end - mv.start, 4),
             # until every live site had applied it (``moved``); catch-up follows
-            "confirmed_s": round(mv.get("confirmed", mv["end"]) - mv["start"], 4)}
+            "confirmed_s": round(confirmed - mv.start, 4)}
 
 def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
     """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""

@@ -305,7 +305,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
         plan.output_schema.empty_table()
     return SimResult(seed, table, core.egress.ended, leftover, crashed, step, net.delivered,
                      core.ingress.next_isn, recovered, live_replicas,
-                     [(m["q"], m["r"], m["src"], m["dst"]) for m in controller.moves])
+                     [(m.q, m.r, m.src, m.dst) for m in controller.moves])
 
 
 def _at_driver(src: int, msg: Any, attempt: int, now: float) -> BoundaryEvent:
