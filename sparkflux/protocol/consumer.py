@@ -3,7 +3,8 @@
 For every hosted consumer replica (q, c) and every input stream p -> q (digest §4.4, §5.2):
 
 - ``sender[q, p]``: the producer replica c takes stream p -> q from: normally c itself (its
-  *primary* producer, in the same dataflow copy); after that one fails, the other (``reverse``).
+  *primary* producer, in the same dataflow copy); after that one fails, the next live copy
+  whose ``psync`` it has had (``reverse``; for two replicas, the other one).
 - ``ack_to[q, p, r]``: the producer replicas c acknowledges to, *before processing* anything
   it received: normally every r != c (the secondary producers), less those that died or that
   c now receives from.
