@@ -66,7 +66,7 @@ async def fake_sites(host: Host) -> tuple[dict[str, Any], int, int]:
     """Register SITES fake sites, let the ingress fill their data connections, then have
     the host slow site 0: return the frame site 0's control connection got, how many input
     bytes were still unread on its data connection (not read at all, in fact), and how many
-    rows the host still held for the sites."""
+    rows the host held for the sites when it sent the ``slow``."""
     assert host.port is not None and host._loop is not None
     schema_of = schemas_of(host.plan)
     data: list[Connection] = []
@@ -87,14 +87,15 @@ async def fake_sites(host: Host) -> tuple[dict[str, Any], int, int]:
         data[s].send(cm.Ready(site=s, attempt=0))
     # Input for both sites now queues in the host's skew buffer, the sockets and the
     # StreamReader buffers: nobody reads it. Wait for that to happen (the host's own count).
+    # (Read when the slow is sent: once the ingress pool is full it writes what it held,
+    # so a later reading may find it empty again.)
     deadline = asyncio.get_running_loop().time() + 20.0
-    while await on_host(host, host.outbox.held_rows) == 0:
+    while (held := await on_host(host, host.outbox.held_rows)) == 0:
         assert asyncio.get_running_loop().time() < deadline, "the host never held input"
         await asyncio.sleep(0.05)
     await on_host(host, lambda: host.faults.slow(0, 0.5))
     frame = await asyncio.wait_for(next_control(control[0], schema_of), 10.0)
     unread = len(data[0].reader._buffer)  # type: ignore[attr-defined]
-    held = await on_host(host, host.outbox.held_rows)
     for c in [*data, *control]:
         c.close()
     return frame, unread, held

@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from sparkflux.control.boundary import (
     AdoptProcess,
-    Boundary,
     BoundaryAction,
     CaughtUp,
     Deliver,
@@ -36,6 +35,7 @@ from sparkflux.control.boundary import (
     Rejects,
     SendView,
     Tell,
+    boundary_for,
 )
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
@@ -58,7 +58,6 @@ from sparkflux.control.events import (
 )
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
-from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
 from sparkflux.model.validate import Rejected
@@ -95,14 +94,12 @@ class Host:
         self.sink = sink
         self.dead_letters = dead_letters
         self.replicas = cfg.replicas if cfg.ha == "flux" else 1
-        self.layout = Layout(plan.sites, plan.partitions, self.replicas)
         # The sans-I/O core of the driver side: everything the host does is carry out its
         # actions (``_carry_out``) and feed it events.
-        self.core = Boundary(plan, self.layout, Controller(
-            plan.sites, cfg.heartbeat_timeout, ha=self.replicas > 1, layout=self.layout,
-            stages=len(plan.stages), recovery=cfg.recovery, balance=cfg.balance,
-            policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s),
-            standby_wait=cfg.standby_wait))
+        self.core = boundary_for(plan, self.replicas, {
+            "heartbeat_timeout": cfg.heartbeat_timeout, "recovery": cfg.recovery,
+            "balance": cfg.balance, "standby_wait": cfg.standby_wait,
+            "policy": PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)})
         self.digest = Digest()
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=total(plan))
