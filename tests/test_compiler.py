@@ -20,6 +20,18 @@ class Src(Source):
         yield from ()
 
 
+class Timed(Src):
+    event_time = "a"
+
+
+class Other(Source):
+    schema = pa.schema([pa.field("a", pa.int32()), pa.field("c", pa.float64())])
+    event_time = "a"
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        yield from ()
+
+
 class Stateful(Operator):
     stateful = True
 
@@ -88,7 +100,27 @@ def test_union_after_exchange_is_refused_and_before_is_fine() -> None:
     with pytest.raises(PlanError, match="only sources can be unioned"):
         compile_plan(df, 8, 4)
     df2 = Dataflow("y")
-    df2.source(Src(), name="a").union(df2.source(Src(), name="b")).exchange(
+    df2.source(Timed(), name="a").union(df2.source(Timed(), name="b")).exchange(
         by=["a"]).apply(Stateful()).sink()
     plan = compile_plan(df2, 8, 4)
     assert len(plan.sources) == 2
+
+
+def test_a_union_of_sources_pads_their_columns_and_needs_event_times() -> None:
+    df = Dataflow("u")
+    df.source(Timed(), name="a", lateness=5).union(df.source(Other(), name="o")).exchange(
+        by=["a"]).apply(Stateful()).sink()
+    plan = compile_plan(df, 8, 4)
+    assert plan.source_schema.names == ["a", "b", "c"]
+    assert plan.source_schema.field("a").type == pa.int64()
+    assert [(s.name, s.event_time, s.lateness) for s in plan.streams] == [
+        ("a", "a", 5), ("o", "a", 0)]
+    untimed = Dataflow("v")
+    untimed.source(Timed(), name="a").union(untimed.source(Src(), name="s")).exchange(
+        by=["a"]).sink()
+    with pytest.raises(PlanError, match="source 's' has no event_time"):
+        compile_plan(untimed, 8, 4)
+    with pytest.raises(PlanError, match="lateness must be an integer >= 0"):
+        Dataflow("w").source(Timed(), lateness=-1)
+    with pytest.raises(PlanError, match="lateness needs an event_time"):
+        Dataflow("w").source(Src(), lateness=3)

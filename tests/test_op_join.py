@@ -15,6 +15,7 @@ from sparkflux.operators.base import PlanError
 from sparkflux.operators.join import WindowJoin
 from tests.op_helpers import (
     assert_sn_increasing,
+    everywhere,
     make_batch,
     run,
     run_with_move,
@@ -117,7 +118,7 @@ def test_watermark_purges_state_without_changing_results() -> None:
     op.bind(batch.schema)
     op.process(batch)
     before = sum(i.nbytes for i in op.partition_info())
-    op.advance(Progress(batch.num_rows, int(t.max()) + 100))
+    op.advance(everywhere(Progress(batch.num_rows, int(t.max()) + 100)))
     after = op.partition_info()
     assert before > 0 and {i.nbytes for i in after} == {0} and len(after) == 3
 

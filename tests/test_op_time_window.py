@@ -10,12 +10,14 @@ import pytest
 
 import sparkflux.operators.time_window as time_window_mod
 from sparkflux.model.batch import child_minor, rank_within_runs
-from sparkflux.model.progress import ENDED, Progress
+from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
 from sparkflux.operators.base import PlanError
 from sparkflux.operators.time_window import TimeWindowAggregate
 from tests.op_helpers import (
-    assert_sn_increasing,
+    assert_sn_increasing_per_partition,
+    everywhere,
     make_batch,
+    per_partition,
     run,
     run_with_move,
     split,
@@ -83,42 +85,73 @@ def test_matches_model_with_watermarks(size: int, slide: int | None) -> None:
     s = Stream(size)
     batches = split(s.batch, np.random.default_rng(size), 12)
     out = run(factory(size, slide), batches, s.progress, finish=True)
-    assert user_rows(out) == model(s.batch, size, slide or size)
-    assert_sn_increasing(out)
+    rows = user_rows(out)
+    assert sorted(rows, key=lambda r: (r[-2], r[-1])) == model(s.batch, size, slide or size)
+    assert_sn_increasing_per_partition(out)
     assert out.schema.names[:3] == ["g", "window_start", "window_end"]
     assert out.schema.field("hi").type == pa.int64()
 
 
 def test_progress_claims_are_never_undercut() -> None:
+    """Per partition: no later output row has an SN at or below a claimed SN, nor a
+    window_start below a claimed watermark (the watermark is held back with the rows)."""
     s = Stream(3)
     op = factory(12, 4)()
     op.bind(s.batch.schema)
-    emitted: list[tuple[np.ndarray, int]] = []
+    emitted: list[tuple[pa.RecordBatch, Frontier]] = []
     for b in split(s.batch, np.random.default_rng(3), 25):
         assert op.process(b).num_rows == 0  # process itself emits nothing
         p = s.progress(b)
         if p is not None:
-            out, claim = op.advance(p)
-            assert claim.wm == p.wm and claim.sn <= p.sn
-            emitted.append((out.column("_sn").to_numpy(), claim.sn))
-    out, claim = op.advance(ENDED)
-    emitted.append((out.column("_sn").to_numpy(), claim.sn))
-    assert claim == ENDED
-    assert sum(len(e) for e, _ in emitted[:-1]) > 0  # windows close before the end
+            out, claim = op.advance(everywhere(p))
+            assert (claim.wm <= p.wm).all() and (claim.sn <= p.sn).all()
+            emitted.append((out, claim))
+    out, claim = op.advance(everywhere(ENDED))
+    emitted.append((out, claim))
+    assert (claim.sn == ENDED.sn).all() and (claim.wm == ENDED.wm).all()
+    assert sum(o.num_rows for o, _ in emitted[:-1]) > 0  # windows close before the end
+    assert any((c.wm[:3] < everywhere(s.progress(s.batch)).wm[:3]).any() for _, c in emitted)
     for k, (rows, claim_k) in enumerate(emitted):
-        assert (rows <= claim_k).all()
+        part = rows.column("_part").to_numpy()
+        assert (rows.column("_sn").to_numpy() <= claim_k.sn[part]).all()
         for later, _ in emitted[k + 1:]:
-            assert (later > claim_k).all()
+            lp = later.column("_part").to_numpy()
+            assert (later.column("_sn").to_numpy() > claim_k.sn[lp]).all()
+            assert (later.column("window_start").to_numpy() >= claim_k.wm[lp]).all()
+
+
+def test_a_partition_closes_on_its_own_watermark() -> None:
+    """A site hosts some partitions; the others never progress there. Partition 1's window
+    closes on partition 1's watermark although partition 0's stays at the start."""
+    batch = make_batch({"g": [1, 1], "t": [3, 5], "v": [1, 2]}, part=[1, 1])
+    op = factory(10, None)()
+    op.bind(batch.schema)
+    op.process(batch)
+    f = Frontier(np.array([-1, 1]), np.array([NO_WATERMARK, 10]))
+    out, claim = op.advance(f)
+    assert out.to_pydict()["hi"] == [2] and out.to_pydict()["_part"] == [1]
+    assert claim.sn.tolist() == [-1, 1] and claim.wm.tolist() == [NO_WATERMARK, 10]
+
+
+def test_an_open_window_holds_the_watermark_at_its_start() -> None:
+    batch = make_batch({"g": [1, 2], "t": [3, 14], "v": [1, 2]}, part=[0, 0])
+    op = factory(10, 5)()  # windows [-5, 5), [0, 10) for t=3; [5, 15), [10, 20) for t=14
+    op.bind(batch.schema)
+    op.process(batch)
+    out, claim = op.advance(Frontier(np.array([1]), np.array([12])))
+    assert out.to_pydict()["window_start"] == [0, -5]  # minors: (start // slide) % 2
+    assert claim.wm.tolist() == [5]  # [5, 15) is still open
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_batch_boundaries_do_not_matter(seed: int) -> None:
     s = Stream(seed, string_key=seed == 2)
     make = factory(10, 5)
-    whole = run(make, [s.batch], s.progress, finish=True)
+    whole = per_partition(run(make, [s.batch], s.progress, finish=True))
     rng = np.random.default_rng(seed)
     for pieces in (3, 17, 80):
-        assert run(make, split(s.batch, rng, pieces), s.progress, finish=True).equals(whole)
+        cut = run(make, split(s.batch, rng, pieces), s.progress, finish=True)
+        assert per_partition(cut).equals(whole)
 
 
 @pytest.mark.parametrize("string_key", [False, True])
@@ -126,9 +159,10 @@ def test_state_moves_to_a_fresh_operator(string_key: bool) -> None:
     s = Stream(8, string_key=string_key)
     batches = split(s.batch, np.random.default_rng(8), 10)
     make = factory(12, 4)
-    whole = run(make, batches, s.progress, finish=True)
+    whole = per_partition(run(make, batches, s.progress, finish=True))
     for cut in (2, 5, 9):
-        assert run_with_move(make, batches, cut, s.progress, finish=True).equals(whole)
+        moved = run_with_move(make, batches, cut, s.progress, finish=True)
+        assert per_partition(moved).equals(whole)
 
 
 def test_partition_info_counts_groups() -> None:

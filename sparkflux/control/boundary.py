@@ -65,6 +65,7 @@ from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.progress import Progress
 from sparkflux.model.validate import Rejected, validate
+from sparkflux.operators.union import pad_to
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
@@ -82,6 +83,7 @@ from sparkflux.protocol.messages import (
     Retaining,
 )
 from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.sequencer import Sequencer
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -108,16 +110,21 @@ class HeartbeatFrom:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Input:
-    """The source's next batch (user columns, or plain records): validated, numbered and
-    sent."""
+    """Source ``stream``'s next batch (user columns, or plain records): validated, put in
+    the merged order by the sequencer, then numbered and sent."""
 
     batch: pa.RecordBatch | list[dict[str, Any]]
     now: float
+    stream: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputEnd:
-    """The source is exhausted: every first-stage replica learns the stream is complete."""
+    """Source ``stream`` is exhausted (every source, when None); once all are, every
+    first-stage replica learns the input is complete."""
+
+    stream: int | None = None
+    now: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,6 +219,10 @@ class Boundary:
         # The simulator keeps going past it, so that recoveries it schedules late still run.
         self.end_with_output = end_with_output
         self.controller = controller
+        # sources with other columns than the union's are null-padded to it
+        padded = any(not sch.equals(plan.source_schema) for sch in plan.source_schemas)
+        self.sequencer = Sequencer(list(plan.streams), align=(
+            (lambda _, rows: pad_to(rows, plan.source_schema)) if padded else None))
         self.ingress = Ingress(plan, layout)
         self.egress = Egress(plan, layout)
         self.dead: set[int] = set()  # slots whose process failed and is not replaced yet
@@ -224,6 +235,10 @@ class Boundary:
         """Input records admitted and not yet past the egress (the end-to-end window)."""
         return self.ingress.next_isn - 1 - self.egress.progress.sn
 
+    def next_stream(self) -> int | None:
+        """The source to read next (the one the merge waits for); None once all ended."""
+        return self.sequencer.next_stream()
+
     # -- events ----------------------------------------------------------------------------
     def handle(self, *events: BoundaryEvent) -> list[BoundaryAction]:
         """Handle events in order; returns the actions to carry out, in order."""
@@ -235,10 +250,10 @@ class Boundary:
                         out += self._from_site(slot, msg, now)
                 case HeartbeatFrom():
                     out += self._heartbeat(ev)
-                case Input(batch=batch, now=now):
-                    out += self._admit(batch, now)
-                case InputEnd():
-                    out += self._sends(self.ingress.finish())
+                case Input(batch=batch, now=now, stream=stream):
+                    out += self._admit(stream, batch, now)
+                case InputEnd(stream=stream, now=now):
+                    out += self._end_input(stream, now)
                 case RequestMoves(moves=moves, reason=reason):
                     out += self._controller(self.controller.request_moves(moves, reason))
                 case _:
@@ -299,14 +314,31 @@ class Boundary:
                 at=b.at)))
         return out
 
-    def _admit(self, batch: pa.RecordBatch | list[dict[str, Any]], now: float
+    def _admit(self, stream: int, batch: pa.RecordBatch | list[dict[str, Any]], now: float
                ) -> list[BoundaryAction]:
-        good, rejected = validate(batch, self.plan.source_schema)
-        sends, late = self.ingress.admit(good, now)
+        good, rejected = validate(batch, self.plan.source_schemas[stream])
+        late = self.sequencer.offer(stream, good)
         out: list[BoundaryAction] = []
         if rejected or late:
             out.append(Rejects(rejected=tuple(rejected + late)))
-        return out + self._sends(sends)
+        return out + self._release(now)
+
+    def _end_input(self, stream: int | None, now: float) -> list[BoundaryAction]:
+        for i in range(len(self.plan.streams)) if stream is None else [stream]:
+            if not self.sequencer.ended[i]:
+                self.sequencer.end(i)
+        out = self._release(now)
+        if self.sequencer.ended.all() and not self.ingress.ended:
+            out += self._sends(self.ingress.finish())
+        return out
+
+    def _release(self, now: float) -> list[BoundaryAction]:
+        """Number and send what the sequencer can release (in its merged order)."""
+        wm = self.sequencer.watermark()
+        released = self.sequencer.release()
+        if released is None:
+            return []
+        return self._sends(self.ingress.admit(released[0], now, wm))
 
     def _sends(self, outs: Sequence[Outgoing]) -> list[BoundaryAction]:
         return [o for o in outs if o.site not in self.dead]

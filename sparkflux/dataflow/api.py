@@ -26,13 +26,17 @@ class Source(ABC):
     """A stream of input records.
 
     ``schema`` declares the user columns of a valid record (ingress rejects anything else to
-    the dead-letter output). ``event_time`` names an int64 column whose maximum so far becomes
-    the progress watermark, or None. ``batches()`` yields Arrow record batches (the fast path)
-    or lists of plain dict records (validated one by one where needed).
+    the dead-letter output). ``event_time`` names an integer column, the record's event time,
+    or None. ``lateness`` is how far behind the largest event time so far a record may still
+    come (Spark's ``withWatermark``): the source's watermark trails that maximum by it; records
+    within it are put in event-time order, a record behind it goes to the dead letters as
+    late. ``batches()`` yields Arrow record batches (the fast path) or lists of plain dict
+    records (validated one by one where needed).
     """
 
     schema: pa.Schema
     event_time: str | None = None
+    lateness: int = 0
 
     @abstractmethod
     def batches(self) -> Iterator[pa.RecordBatch | list[dict]]: ...
@@ -63,6 +67,7 @@ class Node:
     kind: str  # "source" | "exchange" | "apply" | "union" | "sink"
     parents: tuple[Node, ...] = ()
     source: Source | None = None
+    lateness: int | None = None  # the source's allowed lateness, when given to source()
     by: tuple[str, ...] = ()
     operator: Operator | None = None
     sink: Sink | None = None
@@ -92,7 +97,13 @@ class Stream:
         )
 
     def union(self, *others: Stream, name: str | None = None) -> Stream:
-        """Merge this stream with ``others`` (same columns) in sequence-number order."""
+        """Merge this source with other sources into one stream.
+
+        The sources' records are merged in event-time order (then by source, then by each
+        source's own order: the same order in every run and on every replica, whatever order
+        they arrive in). Their columns may differ: the union has every column of any of them,
+        null where a source lacks it; a column they share needs one type (or one that widens
+        to the other)."""
         for o in others:
             if o.dataflow is not self.dataflow:
                 raise PlanError("union() of streams from different dataflows")
@@ -112,10 +123,21 @@ class Dataflow:
     name: str
     nodes: list[Node] = field(default_factory=list)
 
-    def source(self, source: Source, name: str | None = None) -> Stream:
+    def source(self, source: Source, name: str | None = None,
+               lateness: int | None = None) -> Stream:
+        """An input stream. ``lateness`` overrides the source's allowed lateness (in the
+        units of its event-time column)."""
         if not isinstance(source, Source):
             raise PlanError(f"source() takes a Source, got {type(source).__name__}")
-        return self._add(Node(self._name(name, "source"), "source", source=source))
+        late = source.lateness if lateness is None else lateness
+        if isinstance(late, bool) or not isinstance(late, int) or late < 0:
+            raise PlanError(f"source {name or type(source).__name__!r}: lateness must be an "
+                            f"integer >= 0 in the units of its event time (got {late!r})")
+        if late and source.event_time is None:
+            raise PlanError(f"source {name or type(source).__name__!r}: lateness needs an "
+                            f"event_time column to order the records by")
+        return self._add(Node(self._name(name, "source"), "source", source=source,
+                              lateness=late))
 
     def _name(self, name: str | None, default: str) -> str:
         if name is not None:

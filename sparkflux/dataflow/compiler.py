@@ -2,8 +2,9 @@
 
 Rules (what a plan must look like to run):
 - exactly one sink, reached from the sources through a chain of steps;
-- ``union`` merges sources (and stateless steps on them) before the first exchange, where the
-  ingress assigns one sequence of ISNs over all inputs;
+- ``union`` merges sources before the first exchange, where the ingress sequencer puts their
+  records in one event-time order (each source needs an event_time then) and the ingress
+  numbers them with one sequence of ISNs; their columns may differ (null-padded);
 - a stateful operator must come after an ``exchange(by=...)``, which fixes its partitioning;
 - every exchange key and every operator column must exist at that point;
 - P mini-partitions >= N sites, so that every site holds at least one partition.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from sparkflux.dataflow.api import Dataflow, Node
-from sparkflux.dataflow.plan import PhysicalPlan, StagePlan
+from sparkflux.dataflow.plan import PhysicalPlan, StagePlan, StreamSpec
 from sparkflux.model.schema import PART, check_user_name, with_system
 from sparkflux.operators.base import Operator, PlanError, require_columns
 
@@ -39,10 +40,19 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
     chain = _chain_to(sinks[0])
     head, tail = chain[0], chain[1:]
 
+    source_nodes = [head] if head.kind == "source" else list(head.parents)
     sources, schema, ingress_ops = _compile_head(head)
-    event_time = sources[0].event_time
-    if any(s.event_time != event_time for s in sources):
-        raise PlanError("union of sources with different event_time columns")
+    if len(sources) > 1:
+        untimed = [n.name for n in source_nodes if n.source.event_time is None]  # type: ignore[union-attr]
+        if untimed:
+            raise PlanError(
+                f"union {head.name!r}: source {untimed[0]!r} has no event_time; sources are "
+                f"merged in event-time order (the same order in every run), so give each an "
+                f"event_time column")
+    streams = tuple(StreamSpec(n.name, n.source.event_time,  # type: ignore[union-attr]
+                               n.lateness if n.lateness is not None
+                               else n.source.lateness)  # type: ignore[union-attr]
+                    for n in source_nodes)
 
     stages: list[StagePlan] = []
     current: list[Operator] = ingress_ops
@@ -83,9 +93,10 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
     return PhysicalPlan(
         name=df.name,
         sources=tuple(sources),
+        streams=streams,
+        source_schemas=tuple(pa.schema(list(s.schema)) for s in sources),
         source_schema=pa.schema(list(sources[0].schema)) if len(sources) == 1
         else _user_schema(head),
-        event_time=event_time,
         ingress_operators=tuple(ingress_ops),
         stages=tuple(stages),
         sink=sinks[0].sink,
@@ -130,9 +141,9 @@ def _compile_head(head: Node) -> tuple[list, pa.Schema, list[Operator]]:
         assert parent.source is not None
         sources.append(parent.source)
         schemas.append(_source_schema(parent.source))
-    from sparkflux.operators.union import unify_schemas
+    from sparkflux.operators.union import padded_union_schema
 
-    return sources, stage_schema(list(unify_schemas(schemas))), []
+    return sources, stage_schema(list(padded_union_schema(schemas))), []
 
 
 def _source_schema(source) -> pa.Schema:  # noqa: ANN001
@@ -144,6 +155,6 @@ def _source_schema(source) -> pa.Schema:  # noqa: ANN001
 
 
 def _user_schema(head: Node) -> pa.Schema:
-    from sparkflux.operators.union import unify_schemas
+    from sparkflux.operators.union import padded_union_schema
 
-    return unify_schemas([p.source.schema for p in head.parents])  # type: ignore[union-attr]
+    return padded_union_schema([p.source.schema for p in head.parents])  # type: ignore[union-attr]

@@ -16,6 +16,16 @@ from sparkflux.dataflow.api import Sink, Source
 from sparkflux.operators.base import Operator
 
 
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """One input stream: its source's name, event-time column and allowed lateness (what
+    the ingress sequencer, ``protocol/sequencer.py``, orders it by)."""
+
+    name: str
+    event_time: str | None
+    lateness: int = 0
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """One stage: the exchange key that feeds it and its operator chain."""
@@ -34,8 +44,10 @@ class PhysicalPlan:
 
     name: str
     sources: tuple[Source, ...]
-    source_schema: pa.Schema
-    event_time: str | None
+    # each source's stream (name, event time, allowed lateness) and valid-record schema
+    streams: tuple[StreamSpec, ...]
+    source_schemas: tuple[pa.Schema, ...]
+    source_schema: pa.Schema  # what the ingress numbers: the union of the sources' columns
     ingress_operators: tuple[Operator, ...]
     stages: tuple[StagePlan, ...]
     sink: Sink | None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 NO_PROGRESS = -1
 END_OF_STREAM = (1 << 62)
 NO_WATERMARK = -(1 << 62)
@@ -36,3 +38,33 @@ class Progress:
 
 START = Progress()
 ENDED = Progress(END_OF_STREAM, END_OF_STREAM)
+
+
+@dataclass(frozen=True, slots=True)
+class Frontier:
+    """Progress per mini-partition: ``sn[q]`` and ``wm[q]`` for partition ``q`` of a stage.
+
+    What an operator shell's ``advance`` takes and returns (``operators/base.py``). A site
+    hosts some of a stage's partitions; the others never make progress here, so an operator
+    must read each partition's own entry (``at``), never a minimum over all of them.
+    """
+
+    sn: np.ndarray
+    wm: np.ndarray
+
+    @classmethod
+    def every(cls, progress: Progress, partitions: int) -> Frontier:
+        """The same progress for partitions ``0 .. partitions - 1``."""
+        return cls(np.full(partitions, progress.sn, dtype=np.int64),
+                   np.full(partitions, progress.wm, dtype=np.int64))
+
+    def at(self, parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ``(sn, wm)`` of each of ``parts`` (an array of partition numbers)."""
+        return self.sn[parts], self.wm[parts]
+
+    def of(self, part: int) -> Progress:
+        return Progress(int(self.sn[part]), int(self.wm[part]))
+
+    def min(self, sn: np.ndarray, wm: np.ndarray) -> Frontier:
+        """This frontier held back to at most ``sn`` / ``wm`` per partition."""
+        return Frontier(np.minimum(self.sn, sn), np.minimum(self.wm, wm))

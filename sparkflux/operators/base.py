@@ -12,11 +12,17 @@ site owns (thesis ch. 4: "one operator instance per machine"). It sees batches, 
   of DESIGN.md §3: an operator that emits at most one output per input keeps the input's
   ``(_sn, _snm)``; outputs ``k = 0, 1, ...`` triggered by one input get
   ``(_sn, child_minor(_snm, k))``. ``_t0`` and ``_part`` are those of the triggering input.
-- ``advance(progress)`` is called after ``process`` with the merged frontier of the input
-  (all SNs <= ``progress.sn`` and event times < ``progress.wm`` are complete); operators closed
-  by progress markers (time windows) emit here. It returns the output batch (possibly empty)
-  and the progress that the operator's *output* stream may claim: an operator that still holds
-  open windows must not claim progress beyond the lowest SN that a future output could carry.
+- ``advance(frontier)`` is called after ``process`` with each mini-partition's input
+  frontier (``model.progress.Frontier``: for partition q, every SN <= ``frontier.sn[q]`` and
+  every event time < ``frontier.wm[q]`` of q's input is complete). A site hosts only some
+  partitions and the others never progress there, so an operator reads each partition's own
+  entry, never a minimum over all. Operators closed by progress (time windows) emit here. It
+  returns the output batch (possibly empty) and the output frontier per partition, at most
+  the input's: an operator that holds rows back (open or closed windows) claims no SN beyond
+  the lowest SN a future output of the partition could carry, and no watermark beyond the
+  lowest event time such an output could carry. Holding the watermark back with the rows is
+  what lets windowed operators compose: a downstream window closes only once every row that
+  falls into it has been released upstream.
 
 Operators are deterministic: the output depends only on the SN-ordered input and the
 progress markers' values, never on batch boundaries, timing or randomness. Two replicas fed
@@ -37,7 +43,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkflux.model.batch import empty
-from sparkflux.model.progress import Progress
+from sparkflux.model.progress import Frontier
 
 
 class PlanError(ValueError):
@@ -58,8 +64,6 @@ class Operator(ABC):
 
     #: True when the operator keeps state between batches (needs an exchange before it).
     stateful: bool = False
-    #: True when ``advance`` may claim less progress than its input (it holds windows open).
-    holds_progress: bool = False
 
     def __init__(self) -> None:
         self._output_schema: pa.Schema | None = None
@@ -85,9 +89,9 @@ class Operator(ABC):
     @abstractmethod
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
 
-    def advance(self, progress: Progress) -> tuple[pa.RecordBatch, Progress]:
+    def advance(self, frontier: Frontier) -> tuple[pa.RecordBatch, Frontier]:
         """React to input progress; the default emits nothing and passes progress through."""
-        return empty(self.output_schema), progress
+        return empty(self.output_schema), frontier
 
     # -- state movement (stateless operators have none) --------------------------------------
     def get_partition_state(self, part: int) -> Any:

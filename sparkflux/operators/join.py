@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkflux.model.batch import child_minor, empty, rank_within_runs, sn_array, snm_array
-from sparkflux.model.progress import NO_WATERMARK, Progress
+from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier
 from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
@@ -303,11 +303,17 @@ class WindowJoin(TableState, Operator):
             raise KeyCollision("two mini-partition/key pairs share a state slot; please report it")
         return x, y, store.rows.take(pa.array(g))
 
-    def advance(self, progress: Progress) -> tuple[pa.RecordBatch, Progress]:
-        """Purge stored tuples that no future tuple (time >= watermark) can match."""
-        if progress.wm > NO_WATERMARK and len(self._store):
-            self._store.keep(self._store.a["time"] >= progress.wm - self.window)
-        return empty(self.output_schema), progress
+    def advance(self, frontier: Frontier) -> tuple[pa.RecordBatch, Frontier]:
+        """Purge, per partition, the stored tuples no future tuple (time >= the partition's
+        watermark) can match. A future output pairs such a tuple with a stored one as old as
+        ``watermark - window``, so that is the output watermark."""
+        store = self._store
+        if len(store):
+            wm = frontier.wm[store.a["part"]]
+            store.keep((wm <= NO_WATERMARK) | (store.a["time"] >= wm - self.window))
+        edge = (frontier.wm <= NO_WATERMARK) | (frontier.wm >= END_OF_STREAM)
+        held = np.where(edge, frontier.wm, np.maximum(frontier.wm - self.window, NO_WATERMARK))
+        return empty(self.output_schema), Frontier(frontier.sn, held)
 
     def _state(self) -> Any:
         return self._store

@@ -14,6 +14,16 @@ an open window will carry - 1)``; until then it waits, closed, in the state. Eve
 the operator is therefore above every progress it claimed before, and the output stream is
 in SN order across ``advance`` calls.
 
+Output watermark. Downstream operators read the output's ``window_start`` (or
+``window_end``) as their event time, so the watermark a partition claims is the lowest start
+of a window it has not emitted yet: a held or open window's, or the first window a tuple at or
+after the input watermark can open. Passing the input watermark on instead would let a
+downstream window close before the rows that fall into it are released, and re-open when
+they come.
+
+Everything is per mini-partition: a window closes when *its* partition's watermark passes
+its end, whatever the other partitions of the shell (the site hosts only some of them).
+
 A tuple that arrives for a window already released (a watermark that was wrong) opens that
 window again, and it is emitted once more at the next ``advance``.
 """
@@ -26,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
-from sparkflux.model.progress import Progress
+from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier
 from sparkflux.model.schema import T0
 from sparkflux.operators.base import Operator, PlanError, require_columns
 from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
@@ -50,12 +60,13 @@ class TimeWindowAggregate(TableState, Operator):
     """Aggregate ``value`` per group of ``by`` over event-time windows of ``time``.
 
     Output per closed window: the ``by`` columns, ``window_start``, ``window_end`` (int64, in
-    the units of ``time``), then each of ``aggs`` (``out_name -> func``, func in max, min, sum,
+    the units of ``time``; ``names`` renames them, e.g. for a second windowed step over the
+    first one's output), then each of ``aggs`` (``out_name -> func``, func in max, min, sum,
     count, avg; default ``{"count": "count"}``). ``slide=None`` means tumbling windows;
     ``size`` must be a multiple of ``slide``.
 
     >>> import pyarrow as pa
-    >>> from sparkflux.model.progress import Progress
+    >>> from sparkflux.model.progress import Frontier, Progress
     >>> batch = pa.RecordBatch.from_pydict({"g": [1, 1, 1], "t": [1, 4, 12], "v": [5, 7, 1],
     ...     "_sn": [0, 1, 2], "_snm": [0] * 3, "_t0": [0.0] * 3,
     ...     "_part": pa.array([0] * 3, pa.int32())})
@@ -63,15 +74,12 @@ class TimeWindowAggregate(TableState, Operator):
     >>> _ = op.bind(batch.schema)
     >>> op.process(batch).num_rows
     0
-    >>> out, progress = op.advance(Progress(sn=2, wm=10))
-    >>> out.to_pydict()["s"], out.to_pydict()["_sn"], progress.sn
-    ([12], [1], 1)
+    >>> out, frontier = op.advance(Frontier.every(Progress(sn=2, wm=10), 1))
+    >>> out.to_pydict()["s"], out.to_pydict()["_sn"], frontier.of(0)
+    ([12], [1], Progress(sn=1, wm=10))
     """
 
     stateful = True
-    # Closed windows are emitted at advance(): output progress may lag input progress, so the
-    # site core claims, per partition, no more than advance() returned (SiteCore._process).
-    holds_progress = True
 
     def __init__(
         self,
@@ -81,9 +89,13 @@ class TimeWindowAggregate(TableState, Operator):
         size: int,
         slide: int | None = None,
         aggs: Mapping[str, str] | None = None,
+        names: tuple[str, str] = ("window_start", "window_end"),
     ) -> None:
         super().__init__()
         op = "TimeWindowAggregate"
+        if len(names) != 2 or not all(isinstance(n, str) and n for n in names):
+            raise PlanError(f"{op}: names must be two column names (start, end); got {names!r}")
+        self.names = tuple(names)
         slide = size if slide is None else slide
         for name, v in (("size", size), ("slide", slide)):
             if not isinstance(v, int) or v < 1:
@@ -114,8 +126,8 @@ class TimeWindowAggregate(TableState, Operator):
         # The key values are kept for every window: the output carries them.
         fresh = KeyTable(self._spec(), self.coder.key_schema, verify=not self.coder.exact)
         self._table = rebind(self._table, fresh)
-        fields = [*self.coder.key_schema, pa.field("window_start", pa.int64()),
-                  pa.field("window_end", pa.int64()), *agg_fields(self.aggs, self._dtype)]
+        fields = [*self.coder.key_schema, pa.field(self.names[0], pa.int64()),
+                  pa.field(self.names[1], pa.int64()), *agg_fields(self.aggs, self._dtype)]
         check_output_names(op, fields)
         return output_schema(fields)
 
@@ -164,22 +176,39 @@ class TimeWindowAggregate(TableState, Operator):
                      {k: a[new] for k, a in partial.items()}, keys.filter(pa.array(new)))
         return empty(self.output_schema)
 
-    def advance(self, progress: Progress) -> tuple[pa.RecordBatch, Progress]:
+    def advance(self, frontier: Frontier) -> tuple[pa.RecordBatch, Frontier]:
+        """Close, per partition, the windows that end at or before its watermark; release
+        those at or below its output claim; hold the output frontier back with the rest."""
         table = self._table
         if len(table) == 0:
-            return empty(self.output_schema), progress
+            return empty(self.output_schema), Frontier(frontier.sn, self._future_wm(frontier.wm))
+        n = frontier.sn.size
+        part = table.part
         closed = table.cols["closed"]
-        closed |= table.sub + self.size <= progress.wm
+        closed |= table.sub + self.size <= frontier.wm[part]
         sn = table.cols["sn"]
-        # Lowest SN a future output may carry: an open window's, or a held-back window's.
-        lowest_open = int(sn[~closed].min()) if (~closed).any() else _NEVER
-        claim = min(progress.sn, lowest_open - 1)
-        release = closed & (sn <= claim)
-        if (closed & ~release).any():
-            claim = min(claim, int(sn[closed & ~release].min()) - 1)
+        # Per partition, the lowest SN a future output may carry: an open window's.
+        lowest_open = np.full(n, _NEVER, dtype=np.int64)
+        np.minimum.at(lowest_open, part[~closed], sn[~closed])
+        claim = np.minimum(frontier.sn, lowest_open - 1)
+        release = closed & (sn <= claim[part])
+        # ... or a closed window's that waits behind an open one (released in SN order)
+        held = closed & ~release
+        lowest_held = np.full(n, _NEVER, dtype=np.int64)
+        np.minimum.at(lowest_held, part[held], sn[held])
+        claim = np.minimum(claim, lowest_held - 1)
+        # The output watermark: no window not yet emitted starts before it.
+        wm = self._future_wm(frontier.wm)
+        np.minimum.at(wm, part[~release], table.sub[~release])
         out = self._rows(np.flatnonzero(release))
         table.keep(~release)
-        return out, Progress(claim, progress.wm)
+        return out, Frontier(claim, wm)
+
+    def _future_wm(self, wm: np.ndarray) -> np.ndarray:
+        """The lowest start of a window a tuple at or after ``wm`` can fall into, per
+        partition (a copy; the end of the stream stays the end)."""
+        first = (np.floor_divide(wm - self.size, self.slide) + 1) * self.slide
+        return np.where((wm >= END_OF_STREAM) | (wm <= NO_WATERMARK), wm, first)
 
     def _rows(self, rows: np.ndarray) -> pa.RecordBatch:
         """Output rows for the given state rows, in SN order."""

@@ -1,11 +1,12 @@
-"""Union of streams: one shared schema, and the SN-ordered merge of aligned batches.
+"""Union of streams: the shared (null-padded) schema, and the SN-ordered merge of aligned batches.
 
-The engine merges unioned sources at the ingress, into one sequence of input SNs; what it
-needs from here is the check that the inputs agree on their user columns (``unify_schemas``, at
-plan time) and, where inputs are merged by hand, ``union_batches``. Inputs may differ in
-column order and in types that widen without loss (``int32`` into ``int64``, ``float32`` into
-``float64``, ``string`` into ``large_string``); anything else is a ``PlanError`` that names
-the column.
+The engine merges unioned sources at the ingress (``protocol/sequencer.py``: one event-time
+order, then one sequence of input SNs); what it needs from here is their common schema
+(``padded_union_schema``: every column of any input, null where an input lacks it) and
+``pad_to`` for each source's batches. Where inputs with the same columns are merged by hand,
+``unify_schemas`` and ``union_batches``. Types may differ where they widen without loss
+(``int32`` into ``int64``, ``float32`` into ``float64``, ``string`` into ``large_string``);
+anything else is a ``PlanError`` that names the column.
 """
 
 from __future__ import annotations
@@ -46,6 +47,51 @@ def unify_schemas(schemas: Sequence[pa.Schema]) -> pa.Schema:
             fields[k] = pa.field(mine.name, common, mine.nullable or other.nullable,
                                  mine.metadata)
     return pa.schema(fields)
+
+
+def padded_union_schema(schemas: Sequence[pa.Schema]) -> pa.Schema:
+    """The user schema of a union of inputs whose columns may differ: every column of any
+    input, in order of first appearance; a column some input lacks is nullable (that input's
+    rows carry null there). A column the inputs share must have a common type.
+
+    >>> padded_union_schema([pa.schema([pa.field("a", pa.int32(), False)]),
+    ...                      pa.schema([pa.field("a", pa.int64(), False), ("b", pa.string())])])
+    a: int64 not null
+    b: string
+    """
+    if not schemas:
+        raise PlanError("union: needs at least one input")
+    fields: dict[str, pa.Field] = {}
+    seen: dict[str, int] = {}
+    for i, schema in enumerate(schemas):
+        for f in user_fields(schema):
+            mine = fields.get(f.name)
+            seen[f.name] = seen.get(f.name, 0) + 1
+            if mine is None:
+                fields[f.name] = f
+                continue
+            common = _common_type(mine.type, f.type)
+            if common is None:
+                raise PlanError(
+                    f"union: column {f.name!r} is {mine.type} in an earlier input but {f.type} "
+                    f"in input {i}, and neither widens to the other; cast or rename one")
+            fields[f.name] = pa.field(f.name, common, mine.nullable or f.nullable, mine.metadata)
+    return pa.schema([f if seen[f.name] == len(schemas) else f.with_nullable(True)
+                      for f in fields.values()])
+
+
+def pad_to(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (user columns) as ``schema``: columns it lacks are null, types widened."""
+    n = batch.num_rows
+    arrays = []
+    for f in schema:
+        i = batch.schema.get_field_index(f.name)
+        if i < 0:
+            arrays.append(pa.nulls(n, f.type))
+            continue
+        col = batch.column(i)
+        arrays.append(col if col.type == f.type else col.cast(f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def union_batches(

@@ -4,9 +4,10 @@ It assigns dense, increasing input sequence numbers (ISN) to accepted records, c
 event-time watermark, routes each record to its first-stage mini-partition and sends it to
 every replica of that partition, keeping it in its buffer until both have acknowledged it
 (``del = {PROD, PRIM, SEC}``; on a replica's failure ``ack_all`` drops it from ``del``).
-Progress markers go with every batch so no merge waits on a quiet partition. Records whose
-event time is behind the watermark are rejected (late) *before* they get an ISN, which keeps
-the watermark a true bound and every run deterministic.
+Progress markers go with every batch so no merge waits on a quiet partition. The records come
+from the sequencer (``sequencer.py``) in their one merged order, late ones already rejected
+*before* they get an ISN, which keeps the watermark a true bound and every run
+deterministic.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK
 from sparkflux.model.schema import PART, SN, SNM, T0
-from sparkflux.model.validate import Rejected
 from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin, Retaining
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import ingress_roles
@@ -44,21 +44,11 @@ class Ingress:
         self.watermark = NO_WATERMARK
         self.ended = False
 
-    def admit(self, batch: pa.RecordBatch, now: float) -> tuple[list[Outgoing], list[Rejected]]:
-        """Number, route and send a batch of valid records (user columns of the source)."""
-        rejected: list[Rejected] = []
-        et = self.plan.event_time
-        if et is not None and batch.num_rows:
-            ts = batch.column(et).to_numpy(zero_copy_only=False).astype(np.int64)
-            running = np.maximum.accumulate(np.r_[self.watermark, ts])
-            late = ts < running[:-1]
-            if late.any():
-                rows = batch.filter(pa.array(late)).to_pylist()
-                rejected = [Rejected(r, f"late: event time {r[et]} is behind the watermark")
-                            for r in rows]
-                batch = batch.filter(pa.array(~late))
-            if batch.num_rows:
-                self.watermark = max(self.watermark, int(running[-1]))
+    def admit(self, batch: pa.RecordBatch, now: float, watermark: int) -> list[Outgoing]:
+        """Number, route and send a batch of records (user columns of the union of the
+        sources), in the order the sequencer released them; ``watermark``: no later record
+        has an event time below it."""
+        self.watermark = max(self.watermark, watermark)
         n = batch.num_rows
         cols = [*batch.columns,
                 pa.array(np.arange(self.next_isn, self.next_isn + n, dtype=np.int64)),
@@ -69,7 +59,7 @@ class Ingress:
         self.next_isn += n
         for op in self.operators:  # stateless steps before the first exchange
             numbered = op.process(numbered)
-        return self._send(numbered), rejected
+        return self._send(numbered)
 
     def finish(self) -> list[Outgoing]:
         """The end of the input: every replica learns that the stream is complete."""

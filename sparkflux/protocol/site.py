@@ -21,7 +21,7 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.batch import concat, empty, sort_by_sn
 from sparkflux.model.keys import partition_of
-from sparkflux.model.progress import Progress
+from sparkflux.model.progress import Frontier
 from sparkflux.model.schema import PART
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.catchup import (
@@ -114,8 +114,6 @@ class SiteCore:
         # when a standby adopts its site slot or a move re-places it.
         self.epochs = np.zeros((P, layout.replicas), dtype=np.int64)
         self.state_bytes = 0
-        self.holds = [any(getattr(o, "holds_progress", False) for o in st.operators)
-                      for st in plan.stages]
         self.processed = np.zeros(P, dtype=np.int64)  # rows processed per partition (stats)
 
     @classmethod
@@ -439,19 +437,18 @@ class SiteCore:
             self.processed += np.bincount(rows.column(PART).to_numpy(),
                                           minlength=self.processed.size)
         batch = rows.drop_columns([SRC])
-        progress = Progress(int(f_sn.min()), int(f_wm.min()))
+        # Each partition's own frontier: the site hosts only some of them (the others never
+        # progress here), and a window of one closes on that partition's watermark alone.
+        frontier = Frontier(f_sn, f_wm)
         for op in stage.operators:
             # An operator's output depends on its SN-ordered input, never on batch boundaries,
             # so an empty batch is no input: skip the call (a pass carrying only progress
             # costs the operators nothing then; most passes of a lightly loaded site do).
             batch = op.process(batch) if batch.num_rows else empty(op.output_schema)
-            extra, progress = op.advance(progress)
+            extra, frontier = op.advance(frontier)
             if extra.num_rows:
                 batch = sort_by_sn(concat([batch, extra]))
-        prog_sn, prog_wm = f_sn.copy(), f_wm.copy()
-        if self.holds[s]:
-            np.minimum(prog_sn, progress.sn, out=prog_sn)
-            np.minimum(prog_wm, progress.wm, out=prog_wm)
+        prog_sn, prog_wm = frontier.sn, frontier.wm
         return self._route(s, batch), prog_sn, prog_wm
 
     def _route(self, s: int, batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -523,20 +523,26 @@ class Host:
             take: Callable[[], Any] = buffer.take
         else:
             pump = None
-            take = source.next
+
+            def take() -> Any:
+                item = source.next()
+                return None if item is None else [item]
         try:
             while True:
-                item = take()
-                if item is WAIT:
+                items = take()
+                if items is WAIT:
                     await asyncio.sleep(0.002)
                     continue
-                if item is None:
+                if items is None:
                     break
-                before = self.ingress.next_isn
-                self._carry_out(self.core.handle(Input(batch=item, now=time.time())))
-                self.ingress_times.append(time.time())
-                self.ingress_counts.append(self.ingress.next_isn - before)
-                self.stats.events_in = self.ingress.next_isn
+                for stream, item in items:
+                    before = self.ingress.next_isn
+                    event = (InputEnd(stream=stream, now=time.time()) if item is None
+                             else Input(batch=item, now=time.time(), stream=stream))
+                    self._carry_out(self.core.handle(event))
+                    self.ingress_times.append(time.time())
+                    self.ingress_counts.append(self.ingress.next_isn - before)
+                    self.stats.events_in = self.ingress.next_isn
                 await self._wait_window()
             self._carry_out(self.core.handle(InputEnd()))
         except ConnectionLost as e:

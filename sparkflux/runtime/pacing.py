@@ -11,30 +11,63 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.dataflow.plan import PhysicalPlan, StreamSpec
 from sparkflux.model.batch import concat
+from sparkflux.model.progress import NO_WATERMARK
 from sparkflux.runtime.run_config import LiveStats
 
 WAIT = object()
 
 
+Item = tuple[int, "pa.RecordBatch | list[dict] | None"]  # (source, batch); None: it ended
+
+
 class SourceFeed:
-    """Batches from the plan's sources (several sources are interleaved batch by batch)."""
+    """The plan's sources read batch by batch, as ``(source, batch)``, and ``(source, None)``
+    once a source is exhausted; ``None`` after the last.
+
+    With several sources it reads next from the one whose watermark (largest event time read
+    so far less its allowed lateness) is lowest: the one the sequencer's merge waits for, so
+    that what the merge holds stays small. Which source is read when never changes the
+    merged order (the sequencer's rule), only how much it holds."""
 
     def __init__(self, plan: PhysicalPlan) -> None:
-        self._iters: deque[Iterator] = deque(s.batches() for s in plan.sources)
+        self._iters: list[Iterator] = [s.batches() for s in plan.sources]
+        self._streams = plan.streams
+        self._wm = [NO_WATERMARK] * len(self._iters)
+        self._open = [True] * len(self._iters)
 
-    def next(self) -> pa.RecordBatch | list[dict] | None:
-        while self._iters:
-            it = self._iters.popleft()
-            try:
-                item = next(it)
-            except StopIteration:
-                continue
-            self._iters.append(it)
-            return item
-        return None
+    def next(self) -> Item | None:
+        live = [i for i, o in enumerate(self._open) if o]
+        if not live:
+            return None
+        i = min(live, key=lambda j: (self._wm[j], j))
+        try:
+            item = next(self._iters[i])
+        except StopIteration:
+            self._open[i] = False
+            return i, None
+        if len(self._iters) > 1:
+            self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
+        return i, item
+
+
+def _max_time(item: pa.RecordBatch | list[dict], spec: StreamSpec) -> int:
+    """The batch's largest event time less the lateness (NO_WATERMARK if none is valid)."""
+    col = spec.event_time
+    if col is None:
+        return NO_WATERMARK
+    if isinstance(item, pa.RecordBatch):
+        if item.schema.get_field_index(col) < 0 or not item.num_rows:
+            return NO_WATERMARK
+        top = pc.max(item.column(col)).as_py()
+    else:
+        times = [r.get(col) for r in item if isinstance(r, dict)]
+        top = max((t for t in times if isinstance(t, int) and not isinstance(t, bool)),
+                  default=None)
+    return NO_WATERMARK if not isinstance(top, int) else top - spec.lateness
 
 
 class PacedBuffer:
@@ -49,10 +82,10 @@ class PacedBuffer:
         self.rate = rate
         self.capacity = capacity
         self.stats = stats
-        self.buffer: deque[pa.RecordBatch | list[dict]] = deque()
+        self.buffer: deque[Item] = deque()
         self.held = 0
         self.exhausted = False
-        self._carry: pa.RecordBatch | list[dict] | None = None
+        self._carry: Item | None = None
         self.flush_rows = flush_rows
         self.flush_s = flush_s
         self._last_take = time.monotonic()
@@ -68,21 +101,27 @@ class PacedBuffer:
                 if item is None:
                     self.exhausted = True
                     break
-                n = len(item) if isinstance(item, list) else item.num_rows
+                stream, payload = item
+                if payload is None:  # a source's end: it takes no room and is never dropped
+                    self.buffer.append(item)
+                    continue
+                n = len(payload) if isinstance(payload, list) else payload.num_rows
                 if n > due:
-                    item, self._carry = split(item, due)
+                    payload, rest = split(payload, due)
+                    self._carry = (stream, rest)
                     n = due
                 produced += n
                 due -= n
                 if self.held + n > self.capacity:
                     self.stats.dropped += n
                     continue
-                self.buffer.append(item)
+                self.buffer.append((stream, payload))
                 self.held += n
             await asyncio.sleep(0.005)
 
     def take(self) -> Any:
-        """Everything buffered, once it fills a batch or the flush interval has passed.
+        """Everything buffered, once it fills a batch or the flush interval has passed, as
+        ``[(source, batch or None), ...]`` with each run of one source's batches merged.
 
         Admitting every few milliseconds would multiply the per-message cost (every admission
         fans out into data and acknowledgements to every site and both replicas); flushing on
@@ -92,12 +131,18 @@ class PacedBuffer:
         due = self.held >= self.flush_rows or now - self._last_take >= self.flush_s
         if self.buffer and (due or self.exhausted):
             self._last_take = now
-            parts = []
+            runs: list[tuple[int, list[Any]]] = []
             while self.buffer:
-                item = self.buffer.popleft()
-                self.held -= len(item) if isinstance(item, list) else item.num_rows
-                parts.append(item)
-            return merge(parts)
+                stream, payload = self.buffer.popleft()
+                if payload is None:
+                    runs.append((stream, []))
+                    continue
+                self.held -= len(payload) if isinstance(payload, list) else payload.num_rows
+                if runs and runs[-1][0] == stream and runs[-1][1]:
+                    runs[-1][1].append(payload)
+                else:
+                    runs.append((stream, [payload]))
+            return [(i, merge(parts) if parts else None) for i, parts in runs]
         return None if self.exhausted else WAIT
 
 

@@ -102,12 +102,14 @@ class SimResult:
     moves: list[tuple[int, int, int, int]] = field(default_factory=list)  # q, r, from, to
 
 
-def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
+def simulate(plan: PhysicalPlan, batches: list, seed: int,
              failures: FailurePlan = FailurePlan(), replicas: int = 2,
              detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
              window: int = 4, recovery: str = "standby", balance: bool = False,
              policy: PolicyConfig | None = None, fifo: bool = False) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
+
+    ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
 
     The driver side is the runtime's own core (``control.boundary.Boundary``): this loop
     only delivers its actions over the simulated links and feeds it what arrives, as the
@@ -250,7 +252,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch], seed: int,
             can_admit = (next_batch < len(batches)
                          and core.in_flight() < window * _rows(batches, 1))
             if can_admit and rng.random() < 0.3:
-                carry_out(core.handle(Input(batch=batches[next_batch], now=0.0)))
+                stream, b = _item(batches[next_batch])
+                carry_out(core.handle(Input(batch=b, now=0.0, stream=stream)))
                 next_batch += 1
                 continue
             if next_batch == len(batches) and not core.ingress.ended:
@@ -339,12 +342,13 @@ def _as_moved(msg: Any) -> Any:
     return msg
 
 
-def res_plan_schema(plan_factory: Callable[[], PhysicalPlan]) -> pa.Schema:
-    return plan_factory().source_schema
+def _item(item: pa.RecordBatch | tuple[int, pa.RecordBatch]) -> tuple[int, pa.RecordBatch]:
+    """An input item as ``(source, batch)``: a bare batch is source 0's."""
+    return item if isinstance(item, tuple) else (0, item)
 
 
-def _rows(batches: list[pa.RecordBatch], i: int) -> int:
-    return batches[0].num_rows * i if batches else 1
+def _rows(batches: list, i: int) -> int:
+    return _item(batches[0])[1].num_rows * i if batches else 1
 
 
 def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch], seed: int,
@@ -353,7 +357,8 @@ def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch
     if expected is None:
         expected = simulate(plan_factory(), batches, seed, FailurePlan(), **kw).output  # type: ignore[arg-type]
     res = simulate(plan_factory(), batches, seed, failures, **kw)  # type: ignore[arg-type]
-    total = sum(validate(b, res_plan_schema(plan_factory))[0].num_rows for b in batches)
+    schemas = plan_factory().source_schemas
+    total = sum(validate(b, schemas[k])[0].num_rows for k, b in map(_item, batches))
     if res.admitted != total:
         raise Violation(f"seed {seed}: the ingress admitted {res.admitted} of {total} inputs")
     if not res.ended:

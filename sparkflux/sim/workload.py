@@ -21,6 +21,7 @@ from sparkflux.model.random import counter_random
 from sparkflux.operators.count_window import CountWindowAggregate
 from sparkflux.operators.session import SessionReconstruction
 from sparkflux.operators.stateless import Filter, Map
+from sparkflux.operators.time_window import TimeWindowAggregate
 
 SCHEMA = pa.schema([pa.field("src", pa.int32(), nullable=False),
                     pa.field("dst", pa.int32(), nullable=False),
@@ -72,3 +73,123 @@ def tiny_plan(events: int = 400, batch: int = 40, sites: int = 4, partitions: in
               name="stats")
        .sink())
     return compile_plan(df, partitions, sites), list(src.batches())
+
+
+# The two chained windows of ``tiny_windows_plan`` (event time ``ts`` = 5 x event index).
+HOT_SIZE, HOT_SLIDE, TOP_SIZE = 60, 20, 40
+
+
+def tiny_windows_plan(events: int = 400, batch: int = 40, sites: int = 4, partitions: int = 8,
+                      seed: int = 1) -> tuple[PhysicalPlan, list[pa.RecordBatch]]:
+    """Two windowed aggregates in a row (the "hot items" shape): a count per (src, app) over
+    sliding windows, then per app the largest of those counts over tumbling windows of the
+    first one's ``window_start``. A window of the second closes only once every window of the
+    first that starts in it has been released, on every site (per-partition progress and an
+    output watermark held back with the open windows)."""
+    src = TinySessions(events, batch, seed)
+    df = Dataflow("tiny_windows")
+    (df.source(src, name="events")
+       .exchange(by=["src"])
+       .apply(TimeWindowAggregate(by=["src", "app"], time="ts", value="dst", size=HOT_SIZE,
+                                  slide=HOT_SLIDE, aggs={"n": "count"}), name="hot")
+       .exchange(by=["app"])
+       .apply(TimeWindowAggregate(by=["app"], time="window_start", value="n", size=TOP_SIZE,
+                                  aggs={"top": "max", "windows": "count"},
+                                  names=("top_start", "top_end")), name="top")
+       .sink())
+    return compile_plan(df, partitions, sites), list(src.batches())
+
+
+def tiny_windows_model(batches: list[pa.RecordBatch]) -> list[tuple[int, int, int, float, int]]:
+    """The expected rows of ``tiny_windows_plan`` computed directly (no engine, no SNs):
+    ``(app, top_start, top_end, top, windows)``, sorted."""
+    rows = pa.Table.from_batches(batches).to_pylist()
+    counts: dict[tuple[int, int, int], int] = {}
+    for r in rows:
+        start = r["ts"] // HOT_SLIDE * HOT_SLIDE
+        while start > r["ts"] - HOT_SIZE:
+            key = (r["src"], r["app"], start)
+            counts[key] = counts.get(key, 0) + 1
+            start -= HOT_SLIDE
+    top: dict[tuple[int, int], list[int]] = {}
+    for (_, app, start), n in counts.items():
+        top.setdefault((app, start // TOP_SIZE * TOP_SIZE), []).append(n)
+    return sorted((app, s, s + TOP_SIZE, float(max(ns)), len(ns))
+                  for (app, s), ns in top.items())
+
+
+# ``tiny_union_plan``: two sources with different columns, one shuffled within its lateness.
+VIEWS = pa.schema([pa.field("page", pa.int32(), nullable=False),
+                   pa.field("user", pa.int32(), nullable=False),
+                   pa.field("ts", pa.int64(), nullable=False)])
+CLICKS = pa.schema([pa.field("page", pa.int32(), nullable=False),
+                    pa.field("user", pa.int64(), nullable=False),
+                    pa.field("button", pa.string(), nullable=False),
+                    pa.field("ts", pa.int64(), nullable=False)])
+CLICK_LATENESS, UNION_WINDOW = 30, 50
+
+
+class _Fixed(Source):
+    """A source that yields given batches (the simulator feeds them itself)."""
+
+    def __init__(self, schema: pa.Schema, lateness: int) -> None:
+        self.schema, self.event_time, self.lateness = schema, "ts", lateness
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        yield from ()
+
+
+def tiny_union_records(events: int = 300, seed: int = 1) -> tuple[pa.Table, pa.Table]:
+    """Views (in time order) and clicks (each displaced by less than ``CLICK_LATENESS``)
+    with interleaved event times."""
+    n = np.arange(events, dtype=np.int64)
+    views = pa.table([pa.array((counter_random(seed, 11, n) % np.uint64(6)).astype(np.int32)),
+                      pa.array((counter_random(seed, 12, n) % np.uint64(50)).astype(np.int32)),
+                      pa.array(n * 3)], schema=VIEWS)
+    ts = n * 3 + 1
+    shuffled = np.argsort(ts + (counter_random(seed, 13, n) % np.uint64(CLICK_LATENESS)
+                                ).astype(np.int64), kind="stable")
+    clicks = pa.table([
+        pa.array((counter_random(seed, 14, n) % np.uint64(6)).astype(np.int32)),
+        pa.array((counter_random(seed, 15, n) % np.uint64(50)).astype(np.int64)),
+        pa.array([f"b{int(x)}" for x in counter_random(seed, 16, n) % np.uint64(3)]),
+        pa.array(ts)], schema=CLICKS).take(pa.array(shuffled))
+    return views, clicks
+
+
+def tiny_union_plan(sites: int = 4, partitions: int = 8) -> PhysicalPlan:
+    """views | clicks -> exchange(page) -> per page and tumbling window: count, max user."""
+    df = Dataflow("tiny_union")
+    views = df.source(_Fixed(VIEWS, 0), name="views")
+    clicks = df.source(_Fixed(CLICKS, CLICK_LATENESS), name="clicks")
+    (views.union(clicks)
+          .exchange(by=["page"])
+          .apply(TimeWindowAggregate(by=["page"], time="ts", value="user", size=UNION_WINDOW,
+                                     aggs={"events": "count", "top_user": "max"}), name="w")
+          .sink())
+    return compile_plan(df, partitions, sites)
+
+
+def tiny_union_arrivals(views: pa.Table, clicks: pa.Table, order_seed: int
+                        ) -> list[tuple[int, pa.RecordBatch]]:
+    """Both sources cut into random batches, interleaved in a random order (each source's
+    own order kept): one of the many orders in which they could reach the driver."""
+    rng = np.random.default_rng(order_seed)
+    pending = [views.to_batches(max_chunksize=17), clicks.to_batches(max_chunksize=23)]
+    out: list[tuple[int, pa.RecordBatch]] = []
+    pos = [0, 0]
+    while any(p < len(b) for p, b in zip(pos, pending, strict=True)):
+        k = int(rng.choice([i for i in range(2) if pos[i] < len(pending[i])]))
+        out.append((k, pending[k][pos[k]]))
+        pos[k] += 1
+    return out
+
+
+def tiny_union_model(views: pa.Table, clicks: pa.Table) -> list[tuple[int, int, int, int, int]]:
+    """``(page, window_start, window_end, events, top_user)`` computed directly, sorted."""
+    agg: dict[tuple[int, int], list[int]] = {}
+    for t in (views, clicks):
+        for r in t.to_pylist():
+            agg.setdefault((r["page"], r["ts"] // UNION_WINDOW * UNION_WINDOW), []).append(
+                r["user"])
+    return sorted((p, s, s + UNION_WINDOW, len(u), max(u)) for (p, s), u in agg.items())

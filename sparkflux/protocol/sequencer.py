@@ -1,0 +1,177 @@
+"""The ingress sequencer: several input streams, out-of-order within a bound, one order.
+
+Every source is its own input stream, with its own event-time column and its own *allowed
+lateness* ``L`` (Spark's ``withWatermark``). The stream's watermark trails the largest event
+time it has brought by ``L``: ``wm = max(et) - L``. A record behind its stream's watermark
+when it arrives is late and rejected (to the dead letters, with its reason); every other
+record is held until no record can still come before it, then released in the order
+
+    (event time, stream, arrival within the stream)
+
+which is SUnion's serialization (Borealis: buckets of event time, then stream, then sequence
+number) with buckets one time unit wide. A held record ``x`` of stream ``i`` is released once
+``(et(x), i) <= (wm_j, j)`` for every stream ``j`` still open: any later record of ``j`` has
+``et >= wm_j``, so it sorts after ``x``. The released sequence therefore depends only on each
+stream's own sequence of records, never on how the streams' arrivals interleave, so replicas
+and reruns see one order; the ingress numbers it (one ISN sequence over all streams). A
+stream that ended no longer holds anything back.
+
+The watermark the ingress claims downstream is the lowest open stream's ``wm_j``: nothing
+released later has an event time below it.
+
+``next_stream`` says which stream to read next: the open one that holds the others back (the
+lowest ``(wm_j, j)``). Reading that way keeps what is held to about one lateness bound of
+each stream when the streams' event times advance together.
+
+A stream without an event-time column (only possible as the only stream) is released as it
+arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.dataflow.plan import StreamSpec
+from sparkflux.model.batch import concat
+from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK
+from sparkflux.model.validate import Rejected
+
+
+class Sequencer:
+    """Holds each stream's records until their place in the merged order is certain."""
+
+    def __init__(self, streams: list[StreamSpec],
+                 align: Callable[[int, pa.RecordBatch], pa.RecordBatch] | None = None) -> None:
+        """``align(stream, batch)``: a stream's released rows as the merged batch's schema
+        (e.g. null-padded to the union of the streams' columns)."""
+        if not streams:
+            raise ValueError("the sequencer needs at least one stream")
+        if len(streams) > 1 and any(s.event_time is None for s in streams):
+            raise ValueError("several streams merge by event time: each needs an event_time")
+        self.streams = streams
+        n = len(streams)
+        self.max_et = np.full(n, NO_WATERMARK, dtype=np.int64)
+        self.ended = np.zeros(n, dtype=bool)
+        self.held: list[list[pa.RecordBatch]] = [[] for _ in range(n)]
+        self.held_rows = np.zeros(n, dtype=np.int64)
+        self.align = align or (lambda _, b: b)
+
+    # -- the streams' watermarks --------------------------------------------------------------
+    def watermarks(self) -> np.ndarray:
+        """``wm_j`` per stream (``END_OF_STREAM`` once it ended)."""
+        lateness = np.array([s.lateness for s in self.streams], dtype=np.int64)
+        wm = np.where(self.max_et > NO_WATERMARK, self.max_et - lateness, NO_WATERMARK)
+        return np.where(self.ended, END_OF_STREAM, wm)
+
+    def watermark(self) -> int:
+        """What the ingress may claim: no record released later has an event time below it."""
+        if self.streams[0].event_time is None:
+            return END_OF_STREAM if self.ended.all() else NO_WATERMARK
+        return int(self.watermarks().min())
+
+    def next_stream(self) -> int | None:
+        """The open stream to read next (the one holding the others back), None at the end."""
+        open_ = np.flatnonzero(~self.ended)
+        if not open_.size:
+            return None
+        wm = self.watermarks()[open_]
+        return int(open_[np.lexsort((open_, wm))[0]])
+
+    # -- input ---------------------------------------------------------------------------------
+    def offer(self, stream: int, batch: pa.RecordBatch) -> list[Rejected]:
+        """Take a batch of stream ``stream`` (valid records, in the stream's order); returns
+        the late ones, rejected."""
+        spec = self.streams[stream]
+        if self.ended[stream]:
+            raise ValueError(f"source {spec.name!r}: input after its end")
+        if batch.num_rows == 0:
+            return []
+        if spec.event_time is None:
+            self.held[stream].append(batch)
+            self.held_rows[stream] += batch.num_rows
+            return []
+        et = batch.column(spec.event_time).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        # each record against the watermark of the records before it (its stream's running max)
+        before = np.maximum.accumulate(np.r_[self.max_et[stream], et])[:-1]
+        wm_before = np.where(before > NO_WATERMARK, before - spec.lateness, NO_WATERMARK)
+        late = et < wm_before
+        rejected: list[Rejected] = []
+        if late.any():
+            rows = batch.filter(pa.array(late)).to_pylist()
+            lagged = wm_before[late]
+            rejected = [Rejected(r, f"late: event time {r[spec.event_time]} of source "
+                                    f"{spec.name!r} is behind its watermark {int(w)} (allowed "
+                                    f"lateness {spec.lateness})")
+                        for r, w in zip(rows, lagged.tolist(), strict=True)]
+            batch = batch.filter(pa.array(~late))
+            et = et[~late]
+        if et.size:
+            self.max_et[stream] = max(int(self.max_et[stream]), int(et.max()))
+            self.held[stream].append(batch)
+            self.held_rows[stream] += batch.num_rows
+        return rejected
+
+    def end(self, stream: int) -> None:
+        self.ended[stream] = True
+
+    # -- output --------------------------------------------------------------------------------
+    def release(self) -> tuple[pa.RecordBatch, np.ndarray] | None:
+        """The records whose place is now certain, as one batch in the merged order (each
+        stream's rows through ``align`` first), with the stream of each row; None if none."""
+        if self.streams[0].event_time is None:
+            return self._release_all_unordered()
+        wm = self.watermarks()
+        open_ = np.flatnonzero(~self.ended)
+        # the lowest (wm_j, j) over the open streams: a record (et, i) at or below it is certain
+        if open_.size:
+            k = open_[np.lexsort((open_, wm[open_]))[0]]
+            bound_et, bound_stream = int(wm[k]), int(k)
+        else:
+            bound_et, bound_stream = END_OF_STREAM, len(self.streams)
+        ets, streams, rows = [], [], []
+        for i, spec in enumerate(self.streams):
+            if not self.held_rows[i]:
+                continue
+            batch = concat(self.held[i]) if len(self.held[i]) > 1 else self.held[i][0]
+            et = batch.column(spec.event_time).cast(pa.int64()).to_numpy(  # type: ignore[arg-type]
+                zero_copy_only=False)
+            go = (et < bound_et) | ((et == bound_et) & (i <= bound_stream))
+            if not go.any():
+                self.held[i] = [batch]
+                continue
+            if go.all():
+                out, self.held[i] = batch, []
+            else:
+                out = batch.filter(pa.array(go))
+                self.held[i] = [batch.filter(pa.array(~go))]
+            self.held_rows[i] -= out.num_rows
+            ets.append(et[go])
+            streams.append(np.full(out.num_rows, i, dtype=np.int64))
+            rows.append(self.align(i, out))
+        if not rows:
+            return None
+        et_all, st_all = np.concatenate(ets), np.concatenate(streams)
+        pos = np.concatenate([np.arange(r.num_rows) for r in rows])
+        order = merged_order(et_all, st_all, pos)
+        both = rows[0] if len(rows) == 1 else concat(rows)
+        if (order == np.arange(order.size)).all():  # one stream, in event-time order already
+            return both, st_all
+        return both.take(pa.array(order)), st_all[order]
+
+    def _release_all_unordered(self) -> tuple[pa.RecordBatch, np.ndarray] | None:
+        if not self.held_rows[0]:
+            return None
+        out = concat(self.held[0]) if len(self.held[0]) > 1 else self.held[0][0]
+        self.held[0], self.held_rows[0] = [], 0
+        return self.align(0, out), np.zeros(out.num_rows, dtype=np.int64)
+
+    def held_total(self) -> int:
+        return int(self.held_rows.sum())
+
+
+def merged_order(et: np.ndarray, stream: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """SUnion's order: by event time, then stream, then arrival within the stream."""
+    return np.lexsort((pos, stream, et))
