@@ -4,7 +4,8 @@ run's secret and listening addresses, and its result (``run``, what ``sparkflux 
 The host (``runtime/driver.py``) is the real world's driver side; this module is what ties it to
 a SparkSession: where to listen (loopback in local mode, the driver's advertised address on a
 cluster), the security settings handed to the sites with the job, a start deadline that says
-what the master lacks, and the Spark job's own failure.
+what the master lacks, the sites' failed attempts while none has registered
+(``control/start_failures.py``), and the Spark job's own failure.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from sparkflux.runtime.sinks import DeadLetters, Sink
 from sparkflux.spark.launcher import (
     cancel_sites,
     default_master,
+    failed_attempts,
     is_local,
     launch_sites,
     spark_session,
 )
 
 log = logging.getLogger(__name__)
+FAILED_POLL_S = 1.0  # how often the sites' failed attempts are counted until the run starts
 
 
 def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
@@ -68,7 +71,14 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     watcher.start()
     if display is not None:
         display(host.stats, host.done)
+    next_poll = time.monotonic()
     while not host.done.wait(0.2):
+        if not host.controller.started and time.monotonic() >= next_poll:
+            # Failed attempts that sent no report (start_report.py says which cannot).
+            failed = failed_attempts(spark, job)
+            if failed is not None:
+                host.tasks_failed(failed)
+            next_poll = time.monotonic() + FAILED_POLL_S
         if not host.controller.started and time.monotonic() > deadline:
             host.stop(
                 f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
@@ -76,12 +86,12 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
                 f"task slots (local mode: local[{plan.sites}] or more)"
             )
     if host.failure:
-        cancel_sites(spark)
+        cancel_sites(spark, job)
         raise RunFailed(host.failure)
     if not job.done.wait(5):
         # A task Spark restarted near the end (a standby) cannot reach the finished driver;
         # stop it rather than let it retry.
-        cancel_sites(spark)
+        cancel_sites(spark, job)
         job.done.wait(15)
     if job.error is not None and not job.summaries:
         log.info("site job ended with %s", job.error)
