@@ -3,9 +3,10 @@ run's secret and listening addresses, and its result (``run``, what ``sparkflux 
 
 The host (``runtime/driver.py``) is the real world's driver side; this module is what ties it to
 a SparkSession: where to listen (loopback in local mode, the driver's advertised address on a
-cluster), the security settings handed to the sites with the job, a start deadline that says
-what the master lacks, the sites' failed attempts while none has registered
-(``control/start_failures.py``), and the Spark job's own failure.
+cluster), the security settings handed to the sites with the job, the modules beside the
+dataflow file shipped with it (``shipping.py``), a start deadline that says what the master
+lacks, the sites' failed attempts while none has registered (``control/start_failures.py``),
+and the Spark job's own failure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -32,18 +34,23 @@ from sparkflux.spark.launcher import (
     launch_sites,
     spark_session,
 )
+from sparkflux.spark.shipping import ship_beside
 
 log = logging.getLogger(__name__)
 FAILED_POLL_S = 1.0  # how often the sites' failed attempts are counted until the run starts
 
 
 def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
-        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None
-        ) -> RunResult:
-    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
+        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None,
+        dataflow_file: str | Path | None = None) -> RunResult:
+    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed).
+    ``dataflow_file``: the file the dataflow came from; the modules beside it are shipped."""
     master = cfg.master or default_master(cfg.sites + cfg.spares)
     if spark is None:
         spark = spark_session(master)
+    if dataflow_file is not None:
+        path = Path(dataflow_file).resolve()
+        cfg = replace(cfg, dataflow=path.name, shipped=ship_beside(spark, path.parent))
     conf = spark.sparkContext.getConf()
     if cfg.security is None:
         secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
