@@ -17,9 +17,10 @@ path). Rules:
   already added under a name).
 - ``sparkflux`` itself is never shipped (a dataflow file at the root of a source checkout):
   the engine on the executors is the one installed there, as the task's own code is.
-- Python workers are reused across tasks: a module a site of an earlier run in the same
-  session imported stays imported in that worker, so within one session a helper module must
-  keep its content (each ``sparkflux run`` has a session of its own).
+- A zip added to a session stays on the path of all its later tasks, and Python workers are
+  reused across tasks (a module once imported stays imported). So within one session (a
+  library caller's or the tests'; each ``sparkflux run`` has a session of its own), a helper
+  module must keep its content, and two dataflow folders must not hold modules of one name.
 """
 
 from __future__ import annotations
