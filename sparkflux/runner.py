@@ -69,7 +69,8 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
                     standby_wait=seconds_option("--standby-wait",
                                                 getattr(args, "standby_wait", 5.0)))
     announce(plan.describe())
-    return run(plan, cfg, sink, dead, spark=spark, display=display)
+    return run(plan, cfg, sink, dead, spark=spark, display=display,
+               dataflow_file=getattr(module, "__file__", None))
 
 
 def replicas_option(ha: str, replicas: int | None, sites: int) -> int:

@@ -4,7 +4,9 @@ An example module provides ``add_options(parser)``, ``options(args)`` (its optio
 which carries ``events``), ``build(options) -> Dataflow`` and, for checking, ``reference(spark,
 options)`` returning the expected output as a Spark DataFrame. The module is registered with
 cloudpickle *by value*, so functions and classes it defines reach the Spark sites even though
-the sites cannot import it by name.
+the sites cannot import it by name. Its directory goes on the driver's ``sys.path``, as for
+``python FILE``, so it may import modules beside it (``spark/shipping.py`` ships those to the
+executors).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def load_example(path: str | Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise PlanError(f"cannot load {p} as a Python module")
     module = importlib.util.module_from_spec(spec)
+    directory = str(p.resolve().parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     missing = [f for f in REQUIRED if not hasattr(module, f)]

@@ -11,7 +11,9 @@ Which connection carries what (DESIGN.md §1, README "two connections"): the sit
 connection carries ``OpenControl`` first, then the controller's ``Fail``, ``Avail``, ``Move``,
 ``Slow``, ``Kill``, ``Stop`` and ``cu-start`` out and ``Heartbeat``, ``Moved``, ``SiteError``
 and ``Unreachable`` back; the data connection carries ``Register`` first, then ``View``,
-``Standby``, ``Adopt`` (frames that must precede any input), ``Ready`` and ``Stop``.
+``Standby``, ``Adopt`` (frames that must precede any input), ``Ready`` and ``Stop``. A site task
+that fails before it registers opens a third kind, a report connection, for its one
+``StartFailed`` (``runtime/start_report.py``).
 """
 
 from __future__ import annotations
@@ -87,6 +89,24 @@ class SiteError:
     site: int
     attempt: int
     error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartFailed:
+    """A site task failed before it registered (the only frame of a report connection):
+    the exception's type and message, where it was raised (``file``, ``line``, ``function``
+    and the ``source`` line: the innermost frame of the dataflow's own code if the traceback
+    has one, else the innermost frame) and the whole ``traceback``."""
+
+    site: int
+    attempt: int
+    error_type: str
+    message: str
+    file: str
+    line: int
+    function: str
+    source: str
+    traceback: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,9 +213,10 @@ class Stop:
 
 
 ControlMessage = (OpenControl | Register | Ready | Heartbeat | Moved | SiteError | Unreachable
-                  | View | Standby | Adopt | Avail | Fail | Move | Slow | Kill | Stop)
+                  | View | Standby | Adopt | Avail | Fail | Move | Slow | Kill | Stop
+                  | StartFailed)
 
 CONTROL_TYPES = (OpenControl, Register, Ready, Heartbeat, Moved, SiteError, Unreachable, View,
-                 Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop)
+                 Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop, StartFailed)
 # Control frames a site handles before it has its core (see ``runtime.site.Site``).
 UNGATED = (Stop, Kill, Slow, Standby)

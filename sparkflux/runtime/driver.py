@@ -57,6 +57,7 @@ from sparkflux.control.events import (
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig
+from sparkflux.control.start_failures import StartWatch
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
@@ -138,6 +139,10 @@ class Host:
         self._progressed: asyncio.Event | None = None
         self._finished: asyncio.Event | None = None
         self.faults = Faults(self)  # --kill, --hang, --slow
+        # Site tasks that fail before they register: when their failures repeat, the run stops
+        # with the error (``control/start_failures.py``).
+        self.start_watch = StartWatch(tasks=plan.sites + cfg.spares, shipped=cfg.shipped,
+                                      dataflow=cfg.dataflow)
         self.failures: list[dict[str, Any]] = []
         self.ingress_times: list[float] = []
         self._mono_start = 0.0
@@ -197,11 +202,41 @@ class Host:
 
     def stop(self, reason: str) -> None:
         """Abort from another thread (e.g. the Spark job died)."""
+        self._call_soon(self._abort, reason)
+
+    def tasks_failed(self, failed: int) -> None:
+        """From another thread: Spark counts ``failed`` failed attempts of the site tasks."""
+        self._call_soon(self._tasks_failed, failed)
+
+    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
         if self._loop is not None and not self.done.is_set():
             try:
-                self._loop.call_soon_threadsafe(self._abort, reason)
+                self._loop.call_soon_threadsafe(fn, *args)
             except RuntimeError:
                 pass  # the loop has just closed: the run is over anyway
+
+    def _tasks_failed(self, failed: int) -> None:
+        if not self.controller.started:  # later, failed attempts are also the killed sites
+            verdict = self.start_watch.tasks_failed(failed)
+            if verdict is not None:
+                self._abort(verdict)
+
+    def _start_failed(self, conn: Connection, claim: Claim, msg: Any) -> None:
+        """A site task's report that it failed before it registered (its connection's only
+        frame); the connection closes once it is counted."""
+        if not isinstance(msg, cm.StartFailed) or (msg.site, msg.attempt) != (
+                claim.site, claim.attempt):
+            self._refuse(conn, "report does not match the handshake",
+                         f"report connection of site {claim.site} attempt {claim.attempt} "
+                         f"sent {type(msg).__name__}")
+            return
+        conn.close()
+        if not self.start_watch.reports:  # the first one in full: the rest repeat it, mostly
+            log.warning("site %d attempt %d failed before it registered:\n%s", msg.site,
+                        msg.attempt, msg.traceback)
+        verdict = self.start_watch.reported(msg)
+        if verdict is not None:
+            self._abort(verdict)
 
     # -- control plane -----------------------------------------------------------------------
     def _control_conn(self, token: str) -> asyncio.Future[Connection]:
@@ -230,12 +265,15 @@ class Host:
         if accepted is None:
             return
         conn, claim = accepted
-        if claim.channel not in (handshake.DATA, handshake.CONTROL):
-            self._refuse(conn, "wrong channel", "the driver takes data and control "
+        if claim.channel not in (handshake.DATA, handshake.CONTROL, handshake.REPORT):
+            self._refuse(conn, "wrong channel", "the driver takes data, control and report "
                          "connections only")
             return
         msg = await self._first(conn)
         if msg is None:
+            return
+        if claim.channel == handshake.REPORT:
+            self._start_failed(conn, claim, msg)
             return
         if claim.channel == handshake.CONTROL:
             if not isinstance(msg, cm.OpenControl):

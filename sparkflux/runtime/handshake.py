@@ -39,7 +39,8 @@ DATA = 1  # a site's data connection to the driver
 CONTROL = 2  # a site's control connection to the driver
 PEER = 3  # the dataflow link between two sites
 STATE = 4  # a StateMover connection between two sites
-CHANNELS = {DATA: "data", CONTROL: "control", PEER: "peer", STATE: "state"}
+REPORT = 5  # a site task's one report to the driver that it failed before it registered
+CHANNELS = {DATA: "data", CONTROL: "control", PEER: "peer", STATE: "state", REPORT: "report"}
 
 
 class HandshakeFailed(Exception):

@@ -48,6 +48,10 @@ class RunConfig:
     max_frame_mb: float | None = None  # --max-frame-mb
     # kills of a slot with no live process at that moment: (site, seconds after adoption)
     adopted_kills: tuple[tuple[int, float], ...] = ()
+    # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
+    # what a start failure's hint names.
+    dataflow: str = ""
+    shipped: tuple[str, ...] = ()
 
 
 @dataclass

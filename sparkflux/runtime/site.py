@@ -26,6 +26,7 @@ import signal
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,8 +105,12 @@ def schemas_of(plan: PhysicalPlan) -> dict:
 class Site:
     """The event loop of one site."""
 
-    def __init__(self, cfg: SiteConfig, plan: PhysicalPlan) -> None:
+    def __init__(self, cfg: SiteConfig, plan: PhysicalPlan,
+                 on_registered: Callable[[], None] | None = None) -> None:
         self.cfg = cfg
+        # Called once the registration is sent: from then on an error is the site's own
+        # (``SiteError``), before it a start failure (``runtime/start_report.py``).
+        self.on_registered = on_registered
         self.plan = plan
         self.id = cfg.site
         self.layout = Layout(plan.sites, plan.partitions, cfg.replicas)
@@ -183,6 +188,8 @@ class Site:
         self.driver.send(cm.Register(site=self.id, attempt=self.cfg.attempt,
                                      host=self.cfg.advertise_host, port=port, pid=os.getpid(),
                                      token=token))
+        if self.on_registered is not None:
+            self.on_registered()
         tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
                  asyncio.create_task(self._pump(self.control, DRIVER, control=True)),
                  asyncio.create_task(self._heartbeat()),
@@ -612,16 +619,18 @@ class Site:
         self._stop.set()
 
 
-def run_site(cfg: SiteConfig, plan: PhysicalPlan) -> dict[str, Any]:
-    """Run a site to completion in a fresh event loop (the body of a Spark site task)."""
+def run_site(cfg: SiteConfig, plan: PhysicalPlan,
+             on_registered: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Run a site to completion in a fresh event loop (the body of a Spark site task);
+    ``on_registered``: called once the site has sent its registration."""
     logging.basicConfig(level=logging.WARNING)
     prof_dir = os.environ.get("SPARKFLUX_PROFILE")  # developers: where sites write cProfile
     if not prof_dir:
-        return asyncio.run(Site(cfg, plan).run())
+        return asyncio.run(Site(cfg, plan, on_registered).run())
     import cProfile
 
     with cProfile.Profile() as prof:
         try:
-            return asyncio.run(Site(cfg, plan).run())
+            return asyncio.run(Site(cfg, plan, on_registered).run())
         finally:
             prof.dump_stats(os.path.join(prof_dir, f"site-{cfg.site}-{cfg.attempt}.prof"))

@@ -28,6 +28,8 @@ SOCKET_BUFFER = 1 << 15
 # asyncio's reader buffers up to twice this before it stops reading the socket: keep it
 # small too, or a slow site would pull megabytes of backlog into its own memory.
 READ_LIMIT = 1 << 14
+# A start-failure report (``handshake.REPORT``) is one message of text: a traceback, no rows.
+REPORT_MAX_FRAME = 1 << 20
 
 
 class ConnectionLost(Exception):
@@ -116,7 +118,11 @@ class Connection:
 
 
 def frame_limit(security: Security, channel: int) -> int:
-    return security.max_state_frame if channel == handshake.STATE else security.max_frame
+    if channel == handshake.STATE:
+        return security.max_state_frame
+    if channel == handshake.REPORT:
+        return min(REPORT_MAX_FRAME, security.max_frame)
+    return security.max_frame
 
 
 async def connect(host: str, port: int, peer: str, security: Security, claim: Claim,

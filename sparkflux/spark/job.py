@@ -3,8 +3,10 @@ run's secret and listening addresses, and its result (``run``, what ``sparkflux 
 
 The host (``runtime/driver.py``) is the real world's driver side; this module is what ties it to
 a SparkSession: where to listen (loopback in local mode, the driver's advertised address on a
-cluster), the security settings handed to the sites with the job, a start deadline that says
-what the master lacks, and the Spark job's own failure.
+cluster), the security settings handed to the sites with the job, the modules beside the
+dataflow file shipped with it (``shipping.py``), a start deadline that says what the master
+lacks, the sites' failed attempts while none has registered (``control/start_failures.py``),
+and the Spark job's own failure.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -26,21 +29,28 @@ from sparkflux.runtime.sinks import DeadLetters, Sink
 from sparkflux.spark.launcher import (
     cancel_sites,
     default_master,
+    failed_attempts,
     is_local,
     launch_sites,
     spark_session,
 )
+from sparkflux.spark.shipping import ship_beside
 
 log = logging.getLogger(__name__)
+FAILED_POLL_S = 1.0  # how often the sites' failed attempts are counted until the run starts
 
 
 def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
-        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None
-        ) -> RunResult:
-    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
+        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None,
+        dataflow_file: str | Path | None = None) -> RunResult:
+    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed).
+    ``dataflow_file``: the file the dataflow came from; the modules beside it are shipped."""
     master = cfg.master or default_master(cfg.sites + cfg.spares)
     if spark is None:
         spark = spark_session(master)
+    if dataflow_file is not None:
+        path = Path(dataflow_file).resolve()
+        cfg = replace(cfg, dataflow=path.name, shipped=ship_beside(spark, path.parent))
     conf = spark.sparkContext.getConf()
     if cfg.security is None:
         secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
@@ -68,7 +78,14 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
     watcher.start()
     if display is not None:
         display(host.stats, host.done)
+    next_poll = time.monotonic()
     while not host.done.wait(0.2):
+        if not host.controller.started and time.monotonic() >= next_poll:
+            # Failed attempts that sent no report (start_report.py says which cannot).
+            failed = failed_attempts(spark, job)
+            if failed is not None:
+                host.tasks_failed(failed)
+            next_poll = time.monotonic() + FAILED_POLL_S
         if not host.controller.started and time.monotonic() > deadline:
             host.stop(
                 f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
@@ -76,12 +93,12 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
                 f"task slots (local mode: local[{plan.sites}] or more)"
             )
     if host.failure:
-        cancel_sites(spark)
+        cancel_sites(spark, job)
         raise RunFailed(host.failure)
     if not job.done.wait(5):
         # A task Spark restarted near the end (a standby) cannot reach the finished driver;
         # stop it rather than let it retry.
-        cancel_sites(spark)
+        cancel_sites(spark, job)
         job.done.wait(15)
     if job.error is not None and not job.summaries:
         log.info("site job ended with %s", job.error)

@@ -7,12 +7,15 @@ retries a task whose process died (the retried task registers with the controlle
 stateless site). Local mode is ``local[SLOTS,F]`` with F in the hundreds so a long run's
 failures never exhaust the retries; on a cluster ``spark.task.maxFailures`` does the same.
 Speculation and dynamic allocation stay off: a speculative copy of a site would be a zombie.
+Each run's job has a job group of its own, so that cancelling it, and counting its failed task
+attempts (``failed_attempts``), never touches another run's job in the same session.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -67,6 +70,7 @@ class SiteJob:
     """The background Spark job that runs the sites; ``summaries`` once it returns."""
 
     thread: threading.Thread
+    group: str = JOB_GROUP
     summaries: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -88,11 +92,12 @@ def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bi
                                cpu_cap)
 
     sc = spark.sparkContext
-    job = SiteJob(thread=threading.Thread(target=lambda: None))
+    job = SiteJob(thread=threading.Thread(target=lambda: None),
+                  group=f"{JOB_GROUP}-{secrets.token_hex(4)}")
 
     def body() -> None:
         try:
-            sc.setJobGroup(JOB_GROUP, f"sparkflux sites of {plan.name}", interruptOnCancel=True)
+            sc.setJobGroup(job.group, f"sparkflux sites of {plan.name}", interruptOnCancel=True)
             rdd = sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(site_task)
             job.summaries = rdd.collect()
         except BaseException as e:  # noqa: BLE001 - reported to the driver thread
@@ -105,11 +110,28 @@ def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bi
     return job
 
 
-def cancel_sites(spark: Any) -> None:
+def cancel_sites(spark: Any, job: SiteJob) -> None:
     try:
-        spark.sparkContext.cancelJobGroup(JOB_GROUP)
+        spark.sparkContext.cancelJobGroup(job.group)
     except Exception as e:  # noqa: BLE001 - best effort while aborting
         log.debug("cancel failed: %s", e)
+
+
+def failed_attempts(spark: Any, job: SiteJob) -> int | None:
+    """How many attempts of the sites' tasks have failed so far (Spark's status tracker; 0
+    before the job is submitted; None if Spark cannot say)."""
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        failed = 0
+        for job_id in tracker.getJobIdsForGroup(job.group):
+            info = tracker.getJobInfo(job_id)
+            for stage_id in info.stageIds if info is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                failed += stage.numFailedTasks if stage is not None else 0
+        return failed
+    except Exception as e:  # noqa: BLE001 - a count is a hint; the start deadline still holds
+        log.debug("cannot count the sites' failed attempts: %s", e)
+        return None
 
 
 def _site_plan(plan: PhysicalPlan) -> PhysicalPlan:

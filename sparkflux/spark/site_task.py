@@ -4,6 +4,10 @@ Spark's retry of a crashed site task becomes a standby with nothing to do yet; i
 (importing pyarrow, pandas and the runtime: about a CPU-second) would otherwise compete with
 the surviving sites for cores exactly while they take over. So a retried attempt lowers its
 own priority *before* importing anything heavy.
+
+Everything up to the site's registration runs inside a ``StartGuard``: an error there (the plan
+that does not unpickle on this executor, a module it needs that is missing here, a server that
+cannot listen) is reported to the driver before the task fails (``runtime/start_report.py``).
 """
 
 from __future__ import annotations
@@ -28,17 +32,21 @@ def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_
         attempt = ctx.attemptNumber() if ctx is not None else 0
         if attempt > 0:
             os.nice(STANDBY_NICE)
-        from pyspark import cloudpickle
+        from sparkflux.runtime.start_report import StartGuard
 
-        from sparkflux.runtime.site import SiteConfig, run_site
+        with StartGuard(host, port, security, index, attempt) as guard:
+            from pyspark import cloudpickle
 
-        bind, advertise = bind_host, advertise_host
-        if not bind:
-            bind = advertise = local_address_towards(host, port)
-        cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
-                         controller_port=port, bind_host=bind, advertise_host=advertise,
-                         security=security, replicas=replicas, cpu_cap=cpu_cap)
-        yield run_site(cfg, cloudpickle.loads(blob))
+            from sparkflux.runtime.site import SiteConfig, run_site
+
+            bind, advertise = bind_host, advertise_host
+            if not bind:
+                bind = advertise = local_address_towards(host, port)
+            cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
+                             controller_port=port, bind_host=bind, advertise_host=advertise,
+                             security=security, replicas=replicas, cpu_cap=cpu_cap)
+            plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
+            yield run_site(cfg, plan, guard.registered)
 
     return site_task
 
