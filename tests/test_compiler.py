@@ -49,9 +49,11 @@ def test_a_valid_plan_has_one_stage_per_exchange() -> None:
      .exchange(by=["b"]).apply(Stateful(), name="s2").sink())
     plan = compile_plan(df, partitions=8, sites=4)
     assert [s.key for s in plan.stages] == [("a",), ("b",)]
-    assert [o.name for o in plan.ingress_operators] == ["Filter"]
+    assert [(st.name, st.kind) for st in plan.ingress.steps] == [("source0", "head"),
+                                                                ("f", "apply")]
     assert [p for p in range(plan.partitions) if plan.site_of(p) == 1] == [1, 5]
-    assert "stage 1: exchange(by=['b'])" in plan.describe()
+    assert "stage 1: exchange(by=['b']), Stateful" in plan.describe()
+    assert [len(s.program.in_ports) for s in plan.stages] == [1, 1]
 
 
 def test_exchange_on_unknown_column() -> None:
@@ -81,7 +83,7 @@ def test_duplicate_step_names_and_missing_sink() -> None:
     with pytest.raises(PlanError, match="duplicate step name 'in'"):
         df.source(Src(), name="in")
     s.exchange(by=["a"])
-    with pytest.raises(PlanError, match="exactly one sink"):
+    with pytest.raises(PlanError, match="has no sink"):
         compile_plan(df, 8, 4)
 
 
@@ -111,8 +113,10 @@ def test_a_union_of_sources_pads_their_columns_and_needs_event_times() -> None:
     df.source(Timed(), name="a", lateness=5).union(df.source(Other(), name="o")).exchange(
         by=["a"]).apply(Stateful()).sink()
     plan = compile_plan(df, 8, 4)
-    assert plan.source_schema.names == ["a", "b", "c"]
-    assert plan.source_schema.field("a").type == pa.int64()
+    union = plan.ingress.steps[-1]
+    assert union.kind == "union" and union.schema is not None
+    assert union.schema.names[:3] == ["a", "b", "c"]
+    assert union.schema.field("a").type == pa.int64()
     assert [(s.name, s.event_time, s.lateness) for s in plan.streams] == [
         ("a", "a", 5), ("o", "a", 0)]
     untimed = Dataflow("v")

@@ -63,9 +63,9 @@ from sparkflux.control.events import (
 )
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.dataflow.ports import encode_source, source_rows_schema
 from sparkflux.model.progress import Progress
 from sparkflux.model.validate import Rejected, validate
-from sparkflux.operators.union import pad_to
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
@@ -219,10 +219,10 @@ class Boundary:
         # The simulator keeps going past it, so that recoveries it schedules late still run.
         self.end_with_output = end_with_output
         self.controller = controller
-        # sources with other columns than the union's are null-padded to it
-        padded = any(not sch.equals(plan.source_schema) for sch in plan.source_schemas)
+        # each source's records as the ingress numbers them (its columns, and its port)
+        ports, rows_schema = plan.ingress.in_ports, source_rows_schema(plan.ingress.in_ports)
         self.sequencer = Sequencer(list(plan.streams), align=(
-            (lambda _, rows: pad_to(rows, plan.source_schema)) if padded else None))
+            lambda i, rows: encode_source(ports, rows_schema, ports[i], rows)))
         self.ingress = Ingress(plan, layout)
         self.egress = Egress(plan, layout)
         self.dead: set[int] = set()  # slots whose process failed and is not replaced yet

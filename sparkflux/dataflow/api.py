@@ -14,7 +14,7 @@ built.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -64,7 +64,7 @@ class Node:
     """One step of the logical dataflow."""
 
     name: str
-    kind: str  # "source" | "exchange" | "apply" | "union" | "sink"
+    kind: str  # "source" | "exchange" | "apply" | "union" | "join" | "sink"
     parents: tuple[Node, ...] = ()
     source: Source | None = None
     lateness: int | None = None  # the source's allowed lateness, when given to source()
@@ -110,6 +110,28 @@ class Stream:
         parents = (self.node, *(o.node for o in others))
         return self.dataflow._add(Node(self.dataflow._name(name, "union"), "union", parents))
 
+    def join(self, other: Stream, on: Sequence[str] | None = None, *,
+             left_on: Sequence[str] | None = None, right_on: Sequence[str] | None = None,
+             time: str | tuple[str, str], window: int, suffix: str = "_right",
+             name: str | None = None) -> Stream:
+        """Join this stream (left) with ``other`` (right): rows with equal keys (``on``, or
+        ``left_on`` = ``right_on``) whose times (``time``: one column name for both, or
+        ``(left, right)``) are within ``window`` of each other. Both inputs are repartitioned
+        on their keys; ``window`` also bounds the state (a row is kept no longer than that
+        behind the watermark). See ``operators/stream_join.py``."""
+        from sparkflux.operators.stream_join import StreamJoin
+
+        if other.dataflow is not self.dataflow:
+            raise PlanError("join() of streams from different dataflows")
+        if on is not None:
+            left_on = right_on = on
+        if left_on is None or right_on is None:
+            raise PlanError("join() needs on=[...] or both left_on=[...] and right_on=[...]")
+        times = (time, time) if isinstance(time, str) else tuple(time)
+        op = StreamJoin(list(left_on), list(right_on), times, window, suffix)  # type: ignore[arg-type]
+        return self.dataflow._add(Node(self.dataflow._name(name, "join"), "join",
+                                       (self.node, other.node), operator=op))
+
     def sink(self, sink: Sink | None = None, name: str | None = None) -> None:
         """Deliver this stream to ``sink`` (or to the run's ``--output``)."""
         self.dataflow._add(Node(self.dataflow._name(name, "sink"), "sink", (self.node,),
@@ -118,7 +140,8 @@ class Stream:
 
 @dataclass
 class Dataflow:
-    """A named logical dataflow: a DAG of steps ending in one sink."""
+    """A named logical dataflow: a DAG of steps (a stream may feed several steps) ending in
+    one or more sinks."""
 
     name: str
     nodes: list[Node] = field(default_factory=list)

@@ -1,29 +1,58 @@
-"""Compile a logical ``Dataflow`` into a ``PhysicalPlan``, or fail with a clear message.
+"""Compile a logical ``Dataflow`` (a DAG) into a ``PhysicalPlan``, or fail with a clear message.
+
+Depth. Sources are at depth 0; ``exchange`` is one deeper than its input; a ``join`` is one
+deeper than the deeper of its inputs (it repartitions both); every other step is at its
+input's depth; a sink at its input's. Physical stage ``s`` runs the steps at depth ``s + 1``
+(the ingress those at depth 0): one exchange feeds each stage, as the protocol needs.
+
+Ports. Every edge into an exchange, a join or a sink becomes a port of each exchange it
+crosses (``ports.py``): of the one right after its producer's depth up to the one into its
+consumer's stage (the egress for a sink). Where it crosses more than one, the stages in
+between relay it unchanged (a join input from a shallower depth is repartitioned on its key
+at once; rows towards a sink keep their partition).
 
 Rules (what a plan must look like to run):
-- exactly one sink, reached from the sources through a chain of steps;
-- ``union`` merges sources before the first exchange, where the ingress sequencer puts their
-  records in one event-time order (each source needs an event_time then) and the ingress
-  numbers them with one sequence of ISNs; their columns may differ (null-padded);
-- a stateful operator must come after an ``exchange(by=...)``, which fixes its partitioning;
+- at least one sink; steps that reach no sink are left out;
+- ``union`` merges sources before any exchange; the ingress sequencer puts their records in
+  one event-time order (each source needs an ``event_time`` then) and the ingress numbers
+  them with one sequence of ISNs; their columns may differ (null-padded);
+- a stateful operator needs an exchange (or a join) before it, which fixes its partitioning;
 - every exchange key and every operator column must exist at that point;
 - P mini-partitions >= N sites, so that every site holds at least one partition.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pyarrow as pa
 
 from sparkflux.dataflow.api import Dataflow, Node
-from sparkflux.dataflow.plan import PhysicalPlan, StagePlan, StreamSpec
+from sparkflux.dataflow.plan import PhysicalPlan, SinkSpec, StagePlan, StreamSpec
+from sparkflux.dataflow.ports import Port, port_schema
+from sparkflux.dataflow.program import StageProgram, Step
 from sparkflux.model.schema import PART, check_user_name, with_system
-from sparkflux.operators.base import Operator, PlanError, require_columns
+from sparkflux.operators.base import PlanError, require_columns
 
 
 def stage_schema(fields: list[pa.Field] | pa.Schema) -> pa.Schema:
     """User fields followed by the system columns and ``_part``."""
     base = with_system(list(fields))
     return base.append(pa.field(PART, pa.int32(), nullable=False))
+
+
+@dataclass
+class _Edge:
+    """A stream from ``src`` into ``dst`` (side ``side`` of a join), and the exchanges it
+    crosses (``first`` .. ``last``), with its port number at each."""
+
+    src: Node
+    dst: Node
+    side: int
+    key: tuple[str, ...] | None
+    first: int
+    last: int
+    ports: dict[int, int] = field(default_factory=dict)
 
 
 def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
@@ -35,115 +64,215 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
             f"site holds a mini-partition; raise --partitions (e.g. {sites * 8})"
         )
     sinks = df.sinks
-    if len(sinks) != 1:
-        raise PlanError(f"dataflow {df.name!r} must end in exactly one sink() (has {len(sinks)})")
-    chain = _chain_to(sinks[0])
-    head, tail = chain[0], chain[1:]
-
-    source_nodes = [head] if head.kind == "source" else list(head.parents)
-    sources, schema, ingress_ops = _compile_head(head)
-    if len(sources) > 1:
-        untimed = [n.name for n in source_nodes if n.source.event_time is None]  # type: ignore[union-attr]
-        if untimed:
-            raise PlanError(
-                f"union {head.name!r}: source {untimed[0]!r} has no event_time; sources are "
-                f"merged in event-time order (the same order in every run), so give each an "
-                f"event_time column")
-    streams = tuple(StreamSpec(n.name, n.source.event_time,  # type: ignore[union-attr]
-                               n.lateness if n.lateness is not None
-                               else n.source.lateness)  # type: ignore[union-attr]
-                    for n in source_nodes)
-
-    stages: list[StagePlan] = []
-    current: list[Operator] = ingress_ops
-    key: tuple[str, ...] | None = None
-    stage_input = schema
-    for node in tail:
-        if node.kind == "exchange":
-            if key is None:
-                ingress_ops = current
-            else:
-                stages.append(_stage(len(stages), key, current, stage_input, schema))
-            require_columns(f"exchange {node.name!r}", schema, list(node.by))
-            key, current, stage_input = node.by, [], schema
-        elif node.kind == "apply":
-            op = node.operator
-            assert op is not None
-            if key is None and op.stateful:
-                raise PlanError(
-                    f"step {node.name!r} ({op.name}) keeps state, so it needs an "
-                    f"exchange(by=[...]) before it that partitions its input"
-                )
-            schema = op.bind(schema)
-            current = current + [op]
-        elif node.kind == "union":
-            raise PlanError(
-                f"union {node.name!r} comes after an exchange; sparkflux merges streams at the "
-                f"ingress, so put union() before the first exchange()"
-            )
-        elif node.kind == "sink":
-            pass
-        else:  # pragma: no cover - Node kinds are closed
-            raise PlanError(f"unknown step kind {node.kind!r}")
-    if key is None:
+    if not sinks:
+        raise PlanError(f"dataflow {df.name!r} has no sink(): give its result a sink")
+    nodes = _reaching(df, sinks)
+    _check_union(nodes)
+    depth = _depths(nodes)
+    stages = max((depth[n.name] for n in nodes if n.kind in ("exchange", "join")), default=0)
+    if stages == 0:
         raise PlanError(
             f"dataflow {df.name!r} has no exchange(by=[...]): nothing to partition over sites"
         )
-    stages.append(_stage(len(stages), key, current, stage_input, schema))
+    schema = _schemas(nodes, depth)
+    sources = [n for n in nodes if n.kind == "source"]
+
+    edges = _edges(nodes, depth, stages)
+    ports: list[list[Port]] = [[] for _ in range(stages + 1)]  # per exchange
+    sink_of = {s.name: k for k, s in enumerate(n for n in nodes if n.kind == "sink")}
+    for e in edges:
+        for x in range(e.first, e.last + 1):
+            e.ports[x] = len(ports[x])
+            final = x == e.last
+            target = (f"sink:{sink_of[e.dst.name]}" if final and e.dst.kind == "sink"
+                      else e.dst.name if final else f"relay:{x + 1}")
+            ports[x].append(Port(e.ports[x], _user(schema[e.src.name]),
+                                 None if x == stages else e.key, target, e.side,
+                                 f"{e.src.name} -> {e.dst.name}"))
+    for x in range(stages + 1):  # the relays' targets: their port at the next exchange
+        for e in edges:
+            if e.first <= x < e.last:
+                p = ports[x][e.ports[x]]
+                ports[x][e.ports[x]] = Port(p.index, p.schema, p.key,
+                                            f"relay:{e.ports[x + 1]}", p.side, p.label)
+
+    source_ports = tuple(Port(i, _user(schema[s.name]), None, s.name, 0, s.name)
+                         for i, s in enumerate(sources))
+    ingress = _program(0, source_ports, tuple(ports[0]), nodes, depth, edges, schema,
+                       partitions, to_egress=stages == 0)
+    plans = []
+    for s in range(stages):
+        prog = _program(s + 1, tuple(ports[s]), tuple(ports[s + 1]), nodes, depth, edges,
+                        schema, partitions, to_egress=s == stages - 1)
+        name = "+".join(st.name for st in prog.steps if st.kind != "head") or f"stage{s}"
+        plans.append(StagePlan(s, name, ports[s][0].key or (), prog.operators, prog.in_schema,
+                               prog.out_schema, prog))
+    sink_nodes = [n for n in nodes if n.kind == "sink"]
+    sink_specs = tuple(
+        SinkSpec(n.name, n.sink, schema[n.name],
+                 next(e.ports[stages] for e in edges if e.dst is n))
+        for n in sink_nodes)
+    streams = tuple(StreamSpec(n.name, n.source.event_time,  # type: ignore[union-attr]
+                               n.lateness if n.lateness is not None
+                               else n.source.lateness)  # type: ignore[union-attr]
+                    for n in sources)
     return PhysicalPlan(
         name=df.name,
-        sources=tuple(sources),
+        sources=tuple(n.source for n in sources),  # type: ignore[misc]
         streams=streams,
-        source_schemas=tuple(pa.schema(list(s.schema)) for s in sources),
-        source_schema=pa.schema(list(sources[0].schema)) if len(sources) == 1
-        else _user_schema(head),
-        ingress_operators=tuple(ingress_ops),
-        stages=tuple(stages),
-        sink=sinks[0].sink,
+        source_schemas=tuple(pa.schema(list(n.source.schema)) for n in sources),  # type: ignore[union-attr]
+        ingress=ingress,
+        stages=tuple(plans),
+        sinks=sink_specs,
         partitions=partitions,
         sites=sites,
     )
 
 
-def _stage(index: int, key: tuple[str, ...], ops: list[Operator], inp: pa.Schema,
-           out: pa.Schema) -> StagePlan:
-    name = "+".join(o.name for o in ops) or f"stage{index}"
-    return StagePlan(index, name, tuple(key), tuple(ops), inp, out)
+def _reaching(df: Dataflow, sinks: list[Node]) -> list[Node]:
+    """The steps some sink depends on, in the order they were defined (a topological one)."""
+    keep: set[str] = set()
+    todo = list(sinks)
+    while todo:
+        n = todo.pop()
+        if n.name not in keep:
+            keep.add(n.name)
+            todo.extend(n.parents)
+    return [n for n in df.nodes if n.name in keep]
 
 
-def _chain_to(sink: Node) -> list[Node]:
-    """The steps from the head (a source, or a union of sources) to the sink, in order."""
-    chain: list[Node] = []
-    node = sink
-    while node.kind not in ("source", "union"):
-        chain.append(node)
-        if len(node.parents) != 1:
-            raise PlanError(f"step {node.name!r} has {len(node.parents)} inputs; expected 1")
-        node = node.parents[0]
-    chain.append(node)
-    chain.reverse()
-    return chain
-
-
-def _compile_head(head: Node) -> tuple[list, pa.Schema, list[Operator]]:
-    """Sources and the ingress operators for the head of the chain (a source or a union)."""
-    if head.kind == "source":
-        assert head.source is not None
-        return [head.source], _source_schema(head.source), []
-    sources = []
-    schemas = []
-    for parent in head.parents:
-        if parent.kind != "source":
+def _depths(nodes: list[Node]) -> dict[str, int]:
+    depth: dict[str, int] = {}
+    for n in nodes:
+        if n.kind == "source":
+            depth[n.name] = 0
+        elif n.kind == "exchange":
+            depth[n.name] = depth[n.parents[0].name] + 1
+        elif n.kind == "join":
+            depth[n.name] = max(depth[p.name] for p in n.parents) + 1
+        elif n.kind == "union":
+            depth[n.name] = 0
+        else:  # apply, sink
+            depth[n.name] = depth[n.parents[0].name]
+        if n.kind == "apply" and depth[n.name] == 0 and n.operator is not None \
+                and n.operator.stateful:
             raise PlanError(
-                f"union {head.name!r}: only sources can be unioned (got {parent.kind} "
-                f"{parent.name!r}); apply stateless steps after the union"
+                f"step {n.name!r} ({n.operator.name}) keeps state, so it needs an "
+                f"exchange(by=[...]) before it that partitions its input"
             )
-        assert parent.source is not None
-        sources.append(parent.source)
-        schemas.append(_source_schema(parent.source))
+    return depth
+
+
+def _check_union(nodes: list[Node]) -> None:
+    for n in nodes:
+        if n.kind != "union":
+            continue
+        for parent in n.parents:
+            if parent.kind != "source":
+                raise PlanError(
+                    f"union {n.name!r}: only sources can be unioned (got {parent.kind} "
+                    f"{parent.name!r}); sparkflux merges streams at the ingress, so put "
+                    f"union() right after the sources")
+        untimed = [p.name for p in n.parents if p.source.event_time is None]  # type: ignore[union-attr]
+        if len(n.parents) > 1 and untimed:
+            raise PlanError(
+                f"union {n.name!r}: source {untimed[0]!r} has no event_time; sources are "
+                f"merged in event-time order (the same order in every run), so give each an "
+                f"event_time column")
+
+
+def _schemas(nodes: list[Node], depth: dict[str, int]) -> dict[str, pa.Schema]:
+    """Each step's output rows (user columns, system columns, ``_part``); binds operators."""
     from sparkflux.operators.union import padded_union_schema
 
-    return sources, stage_schema(list(padded_union_schema(schemas))), []
+    out: dict[str, pa.Schema] = {}
+    for n in nodes:
+        if n.kind == "source":
+            out[n.name] = _source_schema(n.source)
+        elif n.kind == "union":
+            out[n.name] = stage_schema(list(padded_union_schema(
+                [p.source.schema for p in n.parents])))  # type: ignore[union-attr]
+        elif n.kind == "exchange":
+            require_columns(f"exchange {n.name!r}", out[n.parents[0].name], list(n.by))
+            out[n.name] = out[n.parents[0].name]
+        elif n.kind == "apply":
+            assert n.operator is not None
+            out[n.name] = n.operator.bind(out[n.parents[0].name])
+        elif n.kind == "join":
+            op = n.operator
+            left, right = (out[p.name] for p in n.parents)
+            out[n.name] = op.bind_sides(left, right)  # type: ignore[union-attr]
+        elif n.kind == "sink":
+            out[n.name] = out[n.parents[0].name]
+        else:  # pragma: no cover - Node kinds are closed
+            raise PlanError(f"unknown step kind {n.kind!r}")
+    return out
+
+
+def _edges(nodes: list[Node], depth: dict[str, int], stages: int) -> list[_Edge]:
+    """Every stream into an exchange, a join or a sink, with the exchanges it crosses."""
+    edges = []
+    for n in nodes:
+        if n.kind not in ("exchange", "join", "sink"):
+            continue
+        for side, parent in enumerate(n.parents):
+            first = depth[parent.name]
+            if n.kind == "exchange":
+                key: tuple[str, ...] | None = tuple(n.by)
+            elif n.kind == "join":
+                op = n.operator
+                key = tuple(op.left_on if side == 0 else op.right_on)  # type: ignore[union-attr]
+            else:
+                key = None
+            last = stages if n.kind == "sink" else depth[n.name] - 1
+            edges.append(_Edge(parent, n, side, key, first, last))
+    return edges
+
+
+def _program(level: int, in_ports: tuple[Port, ...], out_ports: tuple[Port, ...],
+             nodes: list[Node], depth: dict[str, int], edges: list[_Edge],
+             schema: dict[str, pa.Schema], partitions: int, to_egress: bool) -> StageProgram:
+    """The steps at depth ``level`` over ``in_ports`` (the sources at depth 0), and where
+    each out-port's rows come from."""
+    steps: list[Step] = []
+    at: dict[str, int] = {}  # node name -> its step
+    by_target: dict[str, list[Port]] = {}
+    for p in in_ports:
+        by_target.setdefault(p.target, []).append(p)
+    for n in nodes:
+        if depth[n.name] != level or n.kind == "sink":
+            continue
+        if n.kind in ("source", "exchange"):
+            (p,) = by_target[n.name]
+            steps.append(Step(n.name, "head", (p.index,), schema=schema[n.name]))
+        elif n.kind == "join":
+            sides = sorted(by_target[n.name], key=lambda p: p.side)
+            steps.append(Step(n.name, "join", tuple(p.index for p in sides), n.operator,
+                              schema[n.name]))
+        elif n.kind == "union":
+            srcs = tuple(by_target[p.name][0].index for p in n.parents)
+            steps.append(Step(n.name, "union", srcs, schema=schema[n.name]))
+        elif n.kind == "apply":
+            steps.append(Step(n.name, "apply", (at[n.parents[0].name],), n.operator,
+                              schema[n.name]))
+        at[n.name] = len(steps) - 1
+    outputs: list[tuple[str, int]] = []
+    for port in out_ports:
+        e = next(e for e in edges if e.ports.get(_exchange_of(level), -1) == port.index)
+        if e.first == level:
+            outputs.append(("step", at[e.src.name]))
+        else:
+            outputs.append(("relay", e.ports[_exchange_of(level) - 1]))
+    return StageProgram(in_ports, out_ports, steps, outputs, partitions, to_egress)
+
+
+def _exchange_of(level: int) -> int:
+    """The exchange the steps at ``level`` send into (level L feeds exchange L)."""
+    return level
+
+
+def _user(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f for f in schema if not f.name.startswith("_")])
 
 
 def _source_schema(source) -> pa.Schema:  # noqa: ANN001
@@ -154,7 +283,4 @@ def _source_schema(source) -> pa.Schema:  # noqa: ANN001
     return stage_schema(list(source.schema))
 
 
-def _user_schema(head: Node) -> pa.Schema:
-    from sparkflux.operators.union import padded_union_schema
-
-    return padded_union_schema([p.source.schema for p in head.parents])  # type: ignore[union-attr]
+__all__ = ["compile_plan", "port_schema", "stage_schema"]

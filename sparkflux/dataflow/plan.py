@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sparkflux.dataflow.api import Sink, Source
+from sparkflux.dataflow.ports import decode, port_schema, split_ports
+from sparkflux.dataflow.program import StageProgram, Step
 from sparkflux.operators.base import Operator
 
 
@@ -28,14 +30,27 @@ class StreamSpec:
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One stage: the exchange key that feeds it and its operator chain."""
+    """One stage: its program (the steps at its depth, over the ports of the exchange that
+    feeds it), every operator of it, and the rows of the exchanges in and out."""
 
     index: int
     name: str
-    key: tuple[str, ...]
+    key: tuple[str, ...]  # the first port's key (what ``describe`` shows)
     operators: tuple[Operator, ...]
     input_schema: pa.Schema
     output_schema: pa.Schema
+    program: StageProgram
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """One sink of the dataflow: its name, the user's Sink object (or None: the run's
+    output), the rows it gets (user columns and the system columns) and its egress port."""
+
+    name: str
+    sink: Sink | None
+    schema: pa.Schema
+    port: int
 
 
 @dataclass(frozen=True)
@@ -47,16 +62,32 @@ class PhysicalPlan:
     # each source's stream (name, event time, allowed lateness) and valid-record schema
     streams: tuple[StreamSpec, ...]
     source_schemas: tuple[pa.Schema, ...]
-    source_schema: pa.Schema  # what the ingress numbers: the union of the sources' columns
-    ingress_operators: tuple[Operator, ...]
+    ingress: StageProgram  # the sources as its ports; stateless steps before any exchange
     stages: tuple[StagePlan, ...]
-    sink: Sink | None
+    sinks: tuple[SinkSpec, ...]
     partitions: int
     sites: int
 
     @property
     def output_schema(self) -> pa.Schema:
+        """The rows the egress receives (every sink's port)."""
         return self.stages[-1].output_schema
+
+    def sink_schema(self, k: int) -> pa.Schema:
+        """The rows sink ``k`` receives: its user columns and the system columns."""
+        ports = self.stages[-1].program.out_ports
+        return port_schema(ports[self.sinks[k].port])
+
+    def by_sink(self, rows: pa.RecordBatch) -> list[tuple[int, pa.RecordBatch]]:
+        """The egress's rows (every sink's port, in SN order) as each sink's, in order."""
+        ports = self.stages[-1].program.out_ports
+        parts = split_ports(rows, len(ports))
+        out = []
+        for k, spec in enumerate(self.sinks):
+            mine = parts[spec.port]
+            if mine is not None:
+                out.append((k, decode(ports, ports[spec.port], mine)))
+        return out
 
     def site_of(self, part: int) -> int:
         """The site holding mini-partition ``part`` (the same for every stage)."""
@@ -65,9 +96,21 @@ class PhysicalPlan:
     def describe(self) -> str:
         lines = [f"dataflow {self.name!r}: {self.partitions} mini-partitions over "
                  f"{self.sites} sites"]
-        if self.ingress_operators:
-            lines.append("  ingress: " + " -> ".join(o.name for o in self.ingress_operators))
+        ingress = [s.name for s in self.ingress.steps if s.kind != "head"]
+        if ingress:
+            lines.append("  ingress: " + ", ".join(ingress))
         for s in self.stages:
-            ops = " -> ".join(o.name for o in s.operators) or "(pass-through)"
-            lines.append(f"  stage {s.index}: exchange(by={list(s.key)}) -> {ops}")
+            steps = ", ".join(_describe_step(s.program, st) for st in s.program.steps)
+            lines.append(f"  stage {s.index}: {steps or '(relay)'}")
+        if len(self.sinks) > 1:
+            lines.append("  sinks: " + ", ".join(k.name for k in self.sinks))
         return "\n".join(lines)
+
+
+def _describe_step(program: StageProgram, step: Step) -> str:
+    if step.kind == "head":
+        port = program.in_ports[step.inputs[0]]
+        return f"exchange(by={list(port.key or ())})"
+    if step.kind == "join":
+        return f"join {step.name}"
+    return step.operator.name if step.operator is not None else step.name

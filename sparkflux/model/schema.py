@@ -22,13 +22,15 @@ SN = "_sn"
 SNM = "_snm"
 T0 = "_t0"
 PART = "_part"
+PORT = "_port"  # which logical stream of an exchange a row belongs to (dataflow/ports.py)
+SRC = "_src"  # on the wire: the producer partition a row comes from
 
 SYSTEM_FIELDS: tuple[pa.Field, ...] = (
     pa.field(SN, pa.int64(), nullable=False),
     pa.field(SNM, pa.int64(), nullable=False),
     pa.field(T0, pa.float64(), nullable=False),
 )
-SYSTEM_COLUMNS: frozenset[str] = frozenset(f.name for f in SYSTEM_FIELDS) | {PART}
+SYSTEM_COLUMNS: frozenset[str] = frozenset(f.name for f in SYSTEM_FIELDS) | {PART, PORT}
 TIMING_COLUMNS: frozenset[str] = frozenset({T0, PART})
 
 # Outputs triggered by one input are numbered k = 0 .. MINOR_FANOUT-1 below the input's minor:

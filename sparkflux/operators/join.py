@@ -159,9 +159,15 @@ class WindowJoin(TableState, Operator):
         window: int,
         left: Sequence[str],
         right: Sequence[str],
+        by_watermark: bool = False,
     ) -> None:
+        """``by_watermark``: match within ``window`` of each tuple's own time and purge on
+        the watermark alone (``advance``), for inputs whose time is not ordered along SN (a
+        join of an aggregate, released late, with its input): exact whatever the order, as
+        long as no tuple comes behind its partition's watermark."""
         super().__init__()
         op = "WindowJoin"
+        self.by_watermark = by_watermark
         if not isinstance(window, int) or window < 0:
             raise PlanError(f"{op}: window must be an integer >= 0 (got {window!r})")
         if isinstance(left, str) or isinstance(right, str):
@@ -237,7 +243,8 @@ class WindowJoin(TableState, Operator):
             out = assemble(schema, columns, batch, x, child_minor(new["snm"][x], k))
 
         self._store.append(new, rows)
-        self._store.purge(self.window)
+        if not self.by_watermark:
+            self._store.purge(self.window)
         return out
 
     def _horizons(self, part: np.ndarray, time: np.ndarray) -> np.ndarray:
@@ -251,7 +258,7 @@ class WindowJoin(TableState, Operator):
             h = np.maximum.accumulate(time[rows])
             if p in self._store.horizon:
                 h = np.maximum(h, self._store.horizon[p])
-            out[rows] = h
+            out[rows] = time[rows] if self.by_watermark else h
             self._store.horizon[p] = int(h[-1])
         return out
 

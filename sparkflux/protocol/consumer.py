@@ -26,9 +26,10 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from sparkflux.dataflow.ports import sort_rows
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
-from sparkflux.model.schema import PART, SN, SNM
+from sparkflux.model.schema import PART, SN
 from sparkflux.protocol.messages import (
     SRC,
     Ack,
@@ -217,8 +218,7 @@ class ConsumerSet:
             self.pending, self._lowest = kept, lowest
             out = concat(ready, self.schema) if ready else None
         if out is not None and out.num_rows > 1:
-            order = np.lexsort((out.column(SNM).to_numpy(), out.column(SN).to_numpy()))
-            out = out.take(pa.array(order))
+            out = sort_rows(out)  # (_sn, _snm, _port): rows of one input on two ports tie
         self.released_sn, self.released_wm = f_sn, f_wm
         return (out if out is not None else concat([], self.schema)), f_sn, f_wm
 
@@ -269,6 +269,8 @@ class ConsumerSet:
                 self.sender[i, p] = alt
                 self.ack_to[i, p, alt] = False  # it sends to us now and waits for us no more
                 asks.append((p, alt, int(self.parts[i]), int(self.replica[i])))
+        if asks:
+            self._drop_above_progress({(int(self.index[q]), p) for p, _, q, _ in asks})
         by_site: dict[int, list[tuple[int, int, int, int]]] = {}
         for a in asks:
             by_site.setdefault(int(self.producer_site[a[0], a[1]]), []).append(a)
@@ -281,6 +283,30 @@ class ConsumerSet:
                                               r=r_.astype(np.int8), q=q_.astype(np.int32),
                                               c=c_.astype(np.int8), floor=floor.copy())))
         return out
+
+    def _drop_above_progress(self, streams: set[tuple[int, int]]) -> None:
+        """Forget the pending rows of these streams ``(consumer index, producer)`` that lie
+        above the stream's progress: their (new) sender sends them again from there.
+
+        A producer stage's claim covers every row it sent only when one step runs there; a
+        stage with several steps claims the lowest of their claims, so it may already have
+        sent some steps' rows above it (they wait here, above the frontier). Acknowledgements
+        and the floors of ``reverse`` and ``rejoin`` are the progress, so a new sender sends
+        those rows again; the copies from before would be duplicates."""
+        if not self.pending:
+            return
+        rows = concat(self.pending, self.schema)
+        qi = self.index[rows.column(PART).to_numpy()]
+        src = rows.column(SRC).to_numpy()
+        sn = rows.column(SN).to_numpy()
+        drop = np.zeros(rows.num_rows, dtype=bool)
+        for i, p in streams:
+            drop |= (qi == i) & (src == p) & (sn > self.progress_sn[i, p])
+        if drop.any():
+            keep = rows.filter(pa.array(~drop))
+            self.rows_in -= int(drop.sum())
+            self.pending = [keep] if keep.num_rows else []
+            self._lowest = {}
 
     # -- moves -----------------------------------------------------------------------------------
     def drop(self, q: int) -> None:
@@ -329,6 +355,8 @@ class ConsumerSet:
         self.released_wm[i] = snap.released_wm
         if snap.pending is not None and snap.pending.num_rows:
             self.pending.append(snap.pending)
+            # its sender sends again everything above the progress (the rejoin's floor)
+            self._drop_above_progress({(i, p) for p in range(self.sender.shape[1])})
         self.installed[i] = True
         n_rep = self.producer_site.shape[1]
         entries: list[tuple[int, int, int, bool, bool]] = []  # (site, p, r, send, wait)

@@ -15,16 +15,17 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.dataflow.compiler import stage_schema
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.keys import partition_of
-from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK
+from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, Progress
 from sparkflux.model.schema import PART, SN, SNM, T0
 from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin, Retaining
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import ingress_roles
-from sparkflux.protocol.site import wire_schema
+
+# The ingress's steps are stateless (a stateful one needs an exchange before it): they get
+# no progress to react to.
+_STATELESS = Frontier.every(Progress(), 1)
 
 
 class Ingress:
@@ -33,10 +34,8 @@ class Ingress:
     def __init__(self, plan: PhysicalPlan, layout: Layout) -> None:
         self.plan = plan
         self.layout = layout.copy()  # the ingress's view of the placement; moves change it
-        self.schema = stage_schema(plan.source_schema)
-        self.operators = plan.ingress_operators
-        self.key = list(plan.stages[0].key)
-        self.wire = wire_schema(plan.stages[0].input_schema)
+        self.program = plan.ingress  # the sources as ports; stateless steps before exchanges
+        self.wire = self.program.wire_schema
         site, send, wait = ingress_roles(self.layout)
         self.buffer = ProducerBuffer(0, {0: 0}, site, send, wait, self.wire)
         self.next_isn = 0
@@ -45,35 +44,33 @@ class Ingress:
         self.ended = False
 
     def admit(self, batch: pa.RecordBatch, now: float, watermark: int) -> list[Outgoing]:
-        """Number, route and send a batch of records (user columns of the union of the
-        sources), in the order the sequencer released them; ``watermark``: no later record
-        has an event time below it."""
+        """Number, route and send a batch of records (``source_rows_schema``: each source's
+        columns and ``_port``, its source), in the order the sequencer released them;
+        ``watermark``: no later record has an event time below it."""
         self.watermark = max(self.watermark, watermark)
         n = batch.num_rows
-        cols = [*batch.columns,
-                pa.array(np.arange(self.next_isn, self.next_isn + n, dtype=np.int64)),
-                pa.array(np.zeros(n, dtype=np.int64)),
-                pa.array(np.full(n, now, dtype=np.float64)),
-                pa.array(np.zeros(n, dtype=np.int32))]
-        numbered = pa.RecordBatch.from_arrays(cols, schema=self.schema)
+        system = {SN: pa.array(np.arange(self.next_isn, self.next_isn + n, dtype=np.int64)),
+                  SNM: pa.array(np.zeros(n, dtype=np.int64)),
+                  T0: pa.array(np.full(n, now, dtype=np.float64)),
+                  PART: pa.array(np.full(n, -1, dtype=np.int32))}  # no partition yet
+        schema = self.program.in_schema
+        numbered = pa.RecordBatch.from_arrays(
+            [system[f.name] if f.name in system else batch.column(f.name) for f in schema],
+            schema=schema)
         self.next_isn += n
-        for op in self.operators:  # stateless steps before the first exchange
-            numbered = op.process(numbered)
-        return self._send(numbered)
+        out, _ = self.program.run(numbered, _STATELESS)
+        return self._send(out)
 
     def finish(self) -> list[Outgoing]:
         """The end of the input: every replica learns that the stream is complete."""
         self.ended = True
         return self._send(None)
 
-    def _send(self, numbered: pa.RecordBatch | None) -> list[Outgoing]:
+    def _send(self, rows: pa.RecordBatch | None) -> list[Outgoing]:
         batch = None
-        if numbered is not None and numbered.num_rows:
-            dest = partition_of(numbered, self.key, self.plan.partitions)
-            cols = [numbered.column(n) for n in numbered.schema.names]
-            cols[numbered.schema.get_field_index(PART)] = pa.array(dest, type=pa.int32())
-            cols.append(pa.array(np.zeros(len(dest), dtype=np.int32)))
-            batch = pa.RecordBatch.from_arrays(cols, schema=self.wire)
+        if rows is not None and rows.num_rows:  # the ingress is producer partition 0
+            src = rows.schema.get_field_index(SRC)
+            batch = rows.set_column(src, SRC, pa.array(np.zeros(rows.num_rows, np.int32)))
         sn = END_OF_STREAM if self.ended else self.next_isn - 1
         wm = END_OF_STREAM if self.ended else self.watermark
         return self.buffer.produce(batch, np.array([sn]), np.array([wm]))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-SRC = "_src"
+from sparkflux.model.schema import SRC  # noqa: F401 - re-exported: the producer partition
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,6 @@ import pyarrow as pa
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.batch import concat, empty, sort_by_sn
-from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import Frontier
 from sparkflux.model.schema import PART
 from sparkflux.protocol import control_messages as cm
@@ -432,43 +430,17 @@ class SiteCore:
 
     def _process(self, s: int, rows: pa.RecordBatch, f_sn: np.ndarray, f_wm: np.ndarray
                  ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
-        stage = self.plan.stages[s]
+        """Run stage ``s``'s program (``dataflow/program.py``) on the released rows with each
+        partition's own frontier: the site hosts only some partitions (the others never
+        progress here), and a window of one closes on that partition's watermark alone.
+        The output is routed (``_part``: the next stage's partition, 0 for the egress) and
+        carries ``_src``, the partition it comes from."""
         if rows.num_rows:
             self.processed += np.bincount(rows.column(PART).to_numpy(),
                                           minlength=self.processed.size)
-        batch = rows.drop_columns([SRC])
-        # Each partition's own frontier: the site hosts only some of them (the others never
-        # progress here), and a window of one closes on that partition's watermark alone.
-        frontier = Frontier(f_sn, f_wm)
-        for op in stage.operators:
-            # An operator's output depends on its SN-ordered input, never on batch boundaries,
-            # so an empty batch is no input: skip the call (a pass carrying only progress
-            # costs the operators nothing then; most passes of a lightly loaded site do).
-            batch = op.process(batch) if batch.num_rows else empty(op.output_schema)
-            extra, frontier = op.advance(frontier)
-            if extra.num_rows:
-                batch = sort_by_sn(concat([batch, extra]))
-        prog_sn, prog_wm = frontier.sn, frontier.wm
-        return self._route(s, batch), prog_sn, prog_wm
-
-    def _route(self, s: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Set ``_part`` to the next stage's partition (0 for the egress), ``_src`` to mine."""
-        last = s == len(self.plan.stages) - 1
-        n = batch.num_rows
-        src = batch.column(PART).to_numpy().astype(np.int32)
-        if last:
-            dest = np.zeros(n, dtype=np.int32)
-            schema = wire_schema(self.plan.output_schema)
-        else:
-            nxt = self.plan.stages[s + 1]
-            dest = partition_of(batch, list(nxt.key), self.plan.partitions) if n else \
-                np.zeros(0, np.int32)
-            schema = wire_schema(nxt.input_schema)
-        cols = [batch.column(name) if name not in (PART, SRC) else None
-                for name in schema.names]
-        cols[schema.get_field_index(PART)] = pa.array(dest, type=pa.int32())
-        cols[schema.get_field_index(SRC)] = pa.array(src, type=pa.int32())
-        return pa.RecordBatch.from_arrays(cols, schema=schema)
+        out, frontier = self.plan.stages[s].program.run(rows.drop_columns([SRC]),
+                                                        Frontier(f_sn, f_wm))
+        return out, frontier.sn, frontier.wm
 
     # -- introspection -----------------------------------------------------------------------
     def buffered_rows(self) -> int:

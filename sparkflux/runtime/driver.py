@@ -74,7 +74,7 @@ from sparkflux.runtime.outbox import Outbox
 from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed, total
 from sparkflux.runtime.run_config import LiveStats, RunConfig
 from sparkflux.runtime.security import make_security
-from sparkflux.runtime.sinks import DeadLetters, Sink
+from sparkflux.runtime.sinks import DeadLetters, NullSink, Sink
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start_server
 
@@ -92,7 +92,17 @@ class Host:
         self.security = cfg.security or make_security(secrets.token_bytes(32))
         self.gate = Gate(self.security.secret, lambda: (DRIVER_ID, 0),
                          self.security.handshake_timeout, self.security.max_pending)
-        self.sink = sink
+        # Each sink of the dataflow writes to its own Sink object; the run's ``sink`` (its
+        # --output) takes the first one that has none, the others with none are counted only.
+        run_sink: Sink | None = sink
+        self.sinks: list[Sink] = []
+        for spec in plan.sinks:
+            mine = spec.sink if spec.sink is not None else run_sink
+            if spec.sink is None:
+                run_sink = None
+            self.sinks.append(mine if mine is not None else NullSink())
+        self.sink = self.sinks[0]
+        self.digests = [Digest() for _ in plan.sinks]
         self.dead_letters = dead_letters
         self.replicas = cfg.replicas if cfg.ha == "flux" else 1
         # The sans-I/O core of the driver side: everything the host does is carry out its
@@ -101,7 +111,7 @@ class Host:
             "heartbeat_timeout": cfg.heartbeat_timeout, "recovery": cfg.recovery,
             "balance": cfg.balance, "standby_wait": cfg.standby_wait,
             "policy": PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)})
-        self.digest = Digest()
+        self.digest = self.digests[0]  # the output digest: the first sink's
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=total(plan))
         self.conns: dict[int, Connection] = {}  # slot -> its process's data connection
@@ -177,8 +187,9 @@ class Host:
         self._finished = asyncio.Event()
         server = await start_server(self._accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
-        self.sink.open(self.plan.output_schema)
-        self.digest.update(pa.RecordBatch.from_pylist([], schema=self.plan.output_schema))
+        for k, (out, digest) in enumerate(zip(self.sinks, self.digests, strict=True)):
+            out.open(self.plan.sink_schema(k))
+            digest.update(pa.RecordBatch.from_pylist([], schema=self.plan.sink_schema(k)))
         self.ready.set()
         ticker = asyncio.create_task(self._ticker())
         flusher = asyncio.create_task(self._flusher())
@@ -196,7 +207,8 @@ class Host:
                     except (TimeoutError, ConnectionLost):
                         pass
             server.close()
-            self.sink.close()
+            for out in self.sinks:
+                out.close()
             self.dead_letters.close()
             self.done.set()
 
@@ -536,8 +548,9 @@ class Host:
     def _deliver(self, d: Deliver) -> None:
         now = time.time()
         if d.batch.num_rows:
-            self.sink.write(d.batch)
-            self.digest.update(d.batch)
+            for k, rows in self.plan.by_sink(d.batch):
+                self.sinks[k].write(rows)
+                self.digests[k].update(rows)
             self.metrics.delivered(d.batch, now)
             self.stats.results_out = self.egress.delivered
         self.completed.append((now, d.progress.sn))

@@ -100,6 +100,7 @@ class SimResult:
     recovered: list[int] = field(default_factory=list)
     replicas_live: dict[tuple[int, int], int] = field(default_factory=dict)
     moves: list[tuple[int, int, int, int]] = field(default_factory=list)  # q, r, from, to
+    outputs: list[pa.Table] = field(default_factory=list)  # every sink's (``output``: the first)
 
 
 def simulate(plan: PhysicalPlan, batches: list, seed: int,
@@ -132,7 +133,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     for at, q, dst in failures.moves:
         move_at.setdefault(at, []).append((q, dst))
     crash_after_moves = dict((n, site) for site, n in failures.after_moves)
-    out: list[pa.RecordBatch] = []
+    out: list[list[pa.RecordBatch]] = [[] for _ in plan.sinks]  # per sink
     crashed: list[int] = []
     pending_detect: list[tuple[int, int, int]] = []  # (step it is noticed, site, attempt)
     crash_at: dict[int, list[int]] = {}
@@ -174,7 +175,8 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     net.send(DRIVER, site, message, CONTROL)
                 case Deliver(batch=batch):
                     if batch.num_rows:
-                        out.append(batch)
+                        for k, rows in plan.by_sink(batch):
+                            out[k].append(rows)
                 case FailSites(dead=dead):
                     for k in dead:
                         if k not in crashed_now:  # failed by the controller while alive (the
@@ -304,11 +306,11 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             for st, cons in enumerate(site_core.cons):
                 for q in cons.parts[cons.installed]:
                     live_replicas[(st, int(q))] = live_replicas.get((st, int(q)), 0) + 1
-    table = pa.Table.from_batches(out, schema=plan.output_schema) if out else \
-        plan.output_schema.empty_table()
-    return SimResult(seed, table, core.egress.ended, leftover, crashed, step, net.delivered,
+    tables = [pa.Table.from_batches(rows, schema=plan.sink_schema(k))
+              for k, rows in enumerate(out)]
+    return SimResult(seed, tables[0], core.egress.ended, leftover, crashed, step, net.delivered,
                      core.ingress.next_isn, recovered, live_replicas,
-                     [(m.q, m.r, m.src, m.dst) for m in controller.moves])
+                     [(m.q, m.r, m.src, m.dst) for m in controller.moves], tables)
 
 
 def _at_driver(src: int, msg: Any, attempt: int, now: float) -> BoundaryEvent:
@@ -354,8 +356,10 @@ def _rows(batches: list, i: int) -> int:
 def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch], seed: int,
           failures: FailurePlan, expected: pa.Table | None = None, **kw: object) -> SimResult:
     """Run a seed and enforce the contract against the failure-free output."""
+    expected_all = None
     if expected is None:
-        expected = simulate(plan_factory(), batches, seed, FailurePlan(), **kw).output  # type: ignore[arg-type]
+        base = simulate(plan_factory(), batches, seed, FailurePlan(), **kw)  # type: ignore[arg-type]
+        expected, expected_all = base.output, base.outputs
     res = simulate(plan_factory(), batches, seed, failures, **kw)  # type: ignore[arg-type]
     schemas = plan_factory().source_schemas
     total = sum(validate(b, schemas[k])[0].num_rows for k, b in map(_item, batches))
@@ -364,7 +368,9 @@ def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch
     if not res.ended:
         raise Violation(f"seed {seed}: the egress never saw the end of the stream "
                         f"(crashes {res.crashed}, {res.steps} steps)")
-    if res.output.num_rows != expected.num_rows or digest_of(res.output) != digest_of(expected):
+    if res.output.num_rows != expected.num_rows or digest_of(res.output) != digest_of(expected) \
+            or (expected_all is not None and [digest_of(t) for t in res.outputs]
+                != [digest_of(t) for t in expected_all]):
         raise Violation(
             f"seed {seed}: egress output differs from the failure-free run "
             f"({res.output.num_rows} rows vs {expected.num_rows}; crashes {res.crashed})")

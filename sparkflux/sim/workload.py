@@ -193,3 +193,45 @@ def tiny_union_model(views: pa.Table, clicks: pa.Table) -> list[tuple[int, int, 
             agg.setdefault((r["page"], r["ts"] // UNION_WINDOW * UNION_WINDOW), []).append(
                 r["user"])
     return sorted((p, s, s + UNION_WINDOW, len(u), max(u)) for (p, s), u in agg.items())
+
+
+# ``tiny_dag_plan``: fan-out, three sinks, a join of two sources, a join of an aggregate with
+# a source (which crosses two exchanges).
+JOIN_WINDOW = 20
+
+
+def tiny_dag_plan(sites: int = 4, partitions: int = 8) -> PhysicalPlan:
+    """views -> exchange(page) -> count per page and window      -> sink "counts"
+    views ⋈ clicks on (page, user) within JOIN_WINDOW             -> sink "pairs"
+    counts ⋈ clicks on page, window_start vs ts within UNION_WINDOW -> sink "hot"."""
+    df = Dataflow("tiny_dag")
+    views = df.source(_Fixed(VIEWS, 0), name="views")
+    clicks = df.source(_Fixed(CLICKS, CLICK_LATENESS), name="clicks")
+    counts = (views.exchange(by=["page"])
+                   .apply(TimeWindowAggregate(by=["page"], time="ts", value="user",
+                                              size=UNION_WINDOW, aggs={"views": "count"}),
+                          name="per_page"))
+    counts.sink(name="counts")
+    views.join(clicks, on=["page", "user"], time="ts", window=JOIN_WINDOW,
+               name="pairs").sink(name="pairs_out")
+    counts.join(clicks, on=["page"], time=("window_start", "ts"), window=UNION_WINDOW,
+                name="hot").sink(name="hot_out")
+    return compile_plan(df, partitions, sites)
+
+
+def tiny_dag_model(views: pa.Table, clicks: pa.Table) -> dict[str, list[tuple]]:
+    """Each sink's rows computed directly (sorted, no sequence numbers)."""
+    v, c = views.to_pylist(), clicks.to_pylist()
+    per: dict[tuple[int, int], int] = {}
+    for r in v:
+        k = (r["page"], r["ts"] // UNION_WINDOW * UNION_WINDOW)
+        per[k] = per.get(k, 0) + 1
+    counts = sorted((p, s, s + UNION_WINDOW, n) for (p, s), n in per.items())
+    pairs = sorted((a["page"], a["user"], a["ts"], b["button"], b["ts"])
+                   for a in v for b in c
+                   if (a["page"], a["user"]) == (b["page"], b["user"])
+                   and abs(a["ts"] - b["ts"]) <= JOIN_WINDOW)
+    hot = sorted((p, s, s + UNION_WINDOW, n, b["user"], b["button"], b["ts"])
+                 for (p, s, _, n) in counts for b in c
+                 if b["page"] == p and abs(s - b["ts"]) <= UNION_WINDOW)
+    return {"counts": counts, "pairs_out": pairs, "hot_out": hot}

@@ -135,7 +135,7 @@ def failed_attempts(spark: Any, job: SiteJob) -> int | None:
 
 
 def _site_plan(plan: PhysicalPlan) -> PhysicalPlan:
-    """The plan without what only the driver needs (sources, sink, ingress operators)."""
+    """The plan without what only the driver needs (sources, the sinks' objects)."""
     from dataclasses import replace
 
-    return replace(plan, sources=(), sink=None, ingress_operators=())
+    return replace(plan, sources=(), sinks=tuple(replace(k, sink=None) for k in plan.sinks))
