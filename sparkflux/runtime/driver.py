@@ -61,6 +61,7 @@ from sparkflux.control.start_failures import StartWatch
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
+from sparkflux.model.rows_digest import RowsDigest
 from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
@@ -102,6 +103,7 @@ class Host:
             "balance": cfg.balance, "standby_wait": cfg.standby_wait,
             "policy": PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)})
         self.digest = Digest()
+        self.rows_digest = RowsDigest()  # the same rows, order and numbering aside
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=total(plan))
         self.conns: dict[int, Connection] = {}  # slot -> its process's data connection
@@ -178,7 +180,9 @@ class Host:
         server = await start_server(self._accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
         self.sink.open(self.plan.output_schema)
-        self.digest.update(pa.RecordBatch.from_pylist([], schema=self.plan.output_schema))
+        nothing = pa.RecordBatch.from_pylist([], schema=self.plan.output_schema)
+        self.digest.update(nothing)
+        self.rows_digest.update(nothing)
         self.ready.set()
         ticker = asyncio.create_task(self._ticker())
         flusher = asyncio.create_task(self._flusher())
@@ -538,6 +542,7 @@ class Host:
         if d.batch.num_rows:
             self.sink.write(d.batch)
             self.digest.update(d.batch)
+            self.rows_digest.update(d.batch)
             self.metrics.delivered(d.batch, now)
             self.stats.results_out = self.egress.delivered
         self.completed.append((now, d.progress.sn))

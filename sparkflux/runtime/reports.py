@@ -22,6 +22,7 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "duration_s": round(duration, 4),
         "throughput_tps": round(inp / duration, 1) if duration > 0 else 0.0,
         "output_digest": host.digest.hexdigest(),
+        "rows_digest": host.rows_digest.hexdigest(),
         **m.summary(),
         "ingress_dropped": host.stats.dropped,
         "dead_letters": host.stats.dead_letters,
