@@ -1,5 +1,6 @@
 """A dataflow whose reference does not number its rows (``examples/clicks.py``): the run and
-``sparkflux reference`` agree on ``rows_digest``, and ``sparkflux run --check`` says so."""
+``sparkflux reference`` agree on ``rows_digest``, and ``sparkflux run --check`` says so; netmon's
+reference, which numbers its rows, prints ``output_digest`` too."""
 
 from __future__ import annotations
 
@@ -55,3 +56,11 @@ def test_run_check_reports_a_match(spark: Any, capsys: Any, tmp_path: Any) -> No
     assert code == 0, text
     assert "check: match" in text and "the same " in text
     assert pq.read_table(out).num_rows > 1_000
+
+
+def test_a_numbered_reference_prints_both_digests(spark: Any, capsys: Any) -> None:
+    netmon = str(ROOT / "examples" / "netmon.py")
+    assert main(["reference", netmon, "--events", "20000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(out)[:3] == ["output_digest", "rows_digest", "output_tuples"]
+    assert out["output_digest"] != out["rows_digest"] and out["output_tuples"] > 1_000
