@@ -2,10 +2,11 @@
 command, the demo, the tests and the benchmarks.
 
 An example is a Python module with ``options(args)``, ``build(options)`` and, for checking,
-``reference(spark, options)`` (a Spark SQL formulation of the same query). ``run_example``
-turns the parsed options into a ``RunConfig`` (every option checked, a bad one a ``PlanError``
-that says what to change), compiles the dataflow and runs it; ``reference_digest`` computes
-the reference's output digest.
+``reference(spark, options)`` (a Spark SQL or DataFrame formulation of the same query).
+``run_example`` turns the parsed options into a ``RunConfig`` (every option checked, a bad one
+a ``PlanError`` that says what to change), compiles the dataflow and runs it;
+``reference_result`` collects the reference as the dataflow's output (``output_digest`` when
+it numbers its rows as the engine does, ``rows_digest`` always).
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.operators.base import PlanError
 from sparkflux.runtime.run_config import LiveStats, RunConfig, RunResult
 from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
 from sparkflux.spark.job import run
+
+if TYPE_CHECKING:
+    from sparkflux.spark.expected import Expected
 
 log = logging.getLogger(__name__)
 
@@ -184,16 +188,32 @@ def parse_slows(specs: list[str], sites: int) -> tuple[tuple[int, float, float],
     return _site_at_value("--slow", "FACTOR", "2@2=0.5", specs, sites)
 
 
-def reference_digest(module: Any, args: argparse.Namespace, spark: Any = None
-                     ) -> tuple[str, int, float]:
+def reference_result(module: Any, args: argparse.Namespace, spark: Any = None
+                     ) -> tuple[Expected, float]:
+    """The example's ``reference(spark, options)`` collected with the columns and types of
+    its compiled dataflow's output (PlanError if it has none, or other columns), and the
+    seconds it took."""
+    from sparkflux.spark.expected import collect
     from sparkflux.spark.launcher import spark_session
-    from sparkflux.spark.reference import reference_digest as digest_of_df
 
     if not hasattr(module, "reference"):
         raise PlanError(f"{module.__file__} has no reference(spark, options)")
     opts = module.options(args)
+    # The output schema does not depend on the layout: compile for one site. The reference
+    # is the first sink's (the run's output).
+    schema = compile_plan(module.build(opts), 1, 1).sink_schema(0)
     t = time.time()
     spark = spark or spark_session(getattr(args, "master", None) or "local[2]",
                                    "sparkflux-reference")
-    digest, rows = digest_of_df(module.reference(spark, opts))
-    return digest, rows, time.time() - t
+    expected = collect(module.reference(spark, opts), schema,
+                       f"the reference of {Path(module.__file__).name}")
+    _ = expected.rows_digest, expected.output_digest  # computed within the timing
+    return expected, time.time() - t
+
+
+def reference_digest(module: Any, args: argparse.Namespace, spark: Any = None
+                     ) -> tuple[str | None, int, float]:
+    """``(output_digest, rows, seconds)`` of the example's reference; the digest is None when
+    the reference has no ``_sn``/``_snm`` (``reference_result`` has its rows digest)."""
+    expected, seconds = reference_result(module, args, spark)
+    return expected.output_digest, expected.rows, seconds

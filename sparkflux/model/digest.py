@@ -4,7 +4,12 @@
 (``_t0``, ``_part``) excluded. It is independent of how the rows are split into batches: each
 column keeps its own sha256 over a canonical encoding (integers and booleans as int64, floats
 as float64 with -0.0 normalised, strings as their lengths and UTF-8 bytes), fed batch by batch
-in row order; the digest combines the column names, the row count and the column hashes.
+in row order; the digest combines the column names, the row count and the column hashes. A
+column's null mask has a hash of its own, fed for every batch, which enters the digest only
+when the column held a null (so the digests of null-free outputs are those of earlier builds).
+
+The canonical encoding (``canonical_ints``, ``canonical_floats``, ``is_bytes``) is shared with
+the order-independent rows digest (``sparkflux.model.rows_digest``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,11 @@ class Digest:
 
     def __init__(self) -> None:
         self._columns: list[str] | None = None
+        # per column: [values, lengths (strings)], then its null mask's hash and whether a
+        # null was seen
         self._hashers: dict[str, list[hashlib._Hash]] = {}
+        self._nulls: dict[str, hashlib._Hash] = {}
+        self._had_null: dict[str, bool] = {}
         self.rows = 0
 
     def update(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -31,6 +40,8 @@ class Digest:
         if self._columns is None:
             self._columns = names
             self._hashers = {n: [hashlib.sha256(), hashlib.sha256()] for n in names}
+            self._nulls = {n: hashlib.sha256() for n in names}
+            self._had_null = dict.fromkeys(names, False)
         elif names != self._columns:
             raise ValueError(f"digest columns changed from {self._columns} to {names}")
         if batch.num_rows == 0:
@@ -41,6 +52,8 @@ class Digest:
             if isinstance(col, pa.ChunkedArray):
                 col = col.combine_chunks()
             _feed(self._hashers[name], col)
+            self._had_null[name] |= col.null_count > 0
+            self._nulls[name].update(_null_mask(col).tobytes())
 
     def hexdigest(self) -> str:
         top = hashlib.sha256()
@@ -48,21 +61,47 @@ class Digest:
         for name in self._columns or []:
             for h in self._hashers[name]:
                 top.update(h.digest())
+            if self._had_null[name]:
+                top.update(self._nulls[name].digest())
         return top.hexdigest()
+
+
+def is_bytes(t: pa.DataType) -> bool:
+    """Whether values of type ``t`` are encoded as their bytes (strings and binaries)."""
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def is_integral(t: pa.DataType) -> bool:
+    """Whether values of type ``t`` are encoded as int64 (integers, booleans, times)."""
+    return pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t)
+
+
+def canonical_ints(col: pa.Array) -> np.ndarray:
+    """An integer, boolean or temporal column as int64 values, nulls as 0."""
+    vals = pc.cast(col, pa.int64(), safe=False).fill_null(0).to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(vals, dtype="<i8")
+
+
+def canonical_floats(col: pa.Array) -> np.ndarray:
+    """A floating column as float64 values, nulls as 0.0 and -0.0 as 0.0."""
+    vals = pc.cast(col, pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(np.where(vals == 0.0, 0.0, vals), dtype="<f8")
+
+
+def _null_mask(col: pa.Array) -> np.ndarray:
+    if not col.null_count:
+        return np.zeros(len(col), dtype=bool)
+    return np.asarray(col.is_null().to_numpy(zero_copy_only=False))
 
 
 def _feed(hashers: list[hashlib._Hash], col: pa.Array) -> None:
     t = col.type
-    if col.null_count:
-        hashers[1].update(np.asarray(col.is_null().to_numpy(zero_copy_only=False)).tobytes())
-    if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
-        vals = pc.cast(col, pa.int64(), safe=False).fill_null(0).to_numpy(zero_copy_only=False)
-        hashers[0].update(np.ascontiguousarray(vals, dtype="<i8").tobytes())
+    if is_integral(t):
+        hashers[0].update(canonical_ints(col).tobytes())
     elif pa.types.is_floating(t):
-        vals = pc.cast(col, pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
-        vals = np.where(vals == 0.0, 0.0, vals)
-        hashers[0].update(np.ascontiguousarray(vals, dtype="<f8").tobytes())
-    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
+        hashers[0].update(canonical_floats(col).tobytes())
+    elif is_bytes(t):
         col = pc.cast(col, pa.large_binary()).fill_null(b"")
         lengths = pc.binary_length(col).to_numpy(zero_copy_only=False).astype("<i8")
         hashers[1].update(lengths.tobytes())

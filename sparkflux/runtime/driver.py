@@ -61,6 +61,7 @@ from sparkflux.control.start_failures import StartWatch
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
+from sparkflux.model.rows_digest import RowsDigest
 from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
@@ -112,6 +113,10 @@ class Host:
             "balance": cfg.balance, "standby_wait": cfg.standby_wait,
             "policy": PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)})
         self.digest = self.digests[0]  # the output digest: the first sink's
+        # the same rows, order and numbering aside (each sink's)
+        self.rows_digests = [RowsDigest() for _ in plan.sinks]
+        self.rows_digest = self.rows_digests[0]
+        self.sink_rows = [0 for _ in plan.sinks]
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=total(plan))
         self.conns: dict[int, Connection] = {}  # slot -> its process's data connection
@@ -188,8 +193,10 @@ class Host:
         server = await start_server(self._accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
         for k, (out, digest) in enumerate(zip(self.sinks, self.digests, strict=True)):
+            nothing = pa.RecordBatch.from_pylist([], schema=self.plan.sink_schema(k))
             out.open(self.plan.sink_schema(k))
-            digest.update(pa.RecordBatch.from_pylist([], schema=self.plan.sink_schema(k)))
+            digest.update(nothing)
+            self.rows_digests[k].update(nothing)
         self.ready.set()
         ticker = asyncio.create_task(self._ticker())
         flusher = asyncio.create_task(self._flusher())
@@ -551,6 +558,8 @@ class Host:
             for k, rows in self.plan.by_sink(d.batch):
                 self.sinks[k].write(rows)
                 self.digests[k].update(rows)
+                self.rows_digests[k].update(rows)
+                self.sink_rows[k] += rows.num_rows
             self.metrics.delivered(d.batch, now)
             self.stats.results_out = self.egress.delivered
         self.completed.append((now, d.progress.sn))

@@ -22,6 +22,12 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "duration_s": round(duration, 4),
         "throughput_tps": round(inp / duration, 1) if duration > 0 else 0.0,
         "output_digest": host.digest.hexdigest(),
+        "rows_digest": host.rows_digest.hexdigest(),
+        **({"sinks": {spec.name: {"rows": host.sink_rows[k],
+                                  "output_digest": host.digests[k].hexdigest(),
+                                  "rows_digest": host.rows_digests[k].hexdigest()}
+                      for k, spec in enumerate(host.plan.sinks)}}
+           if len(host.plan.sinks) > 1 else {}),
         **m.summary(),
         "ingress_dropped": host.stats.dropped,
         "dead_letters": host.stats.dead_letters,

@@ -14,8 +14,9 @@ plain Spark SQL window functions, on the same deterministic input (``examples/ne
   ``_sn`` order: the n-th update emits iff n is even, with the max and avg of ``dur`` over the
   current and the previous update.
 
-The result has the columns and types of the engine's sink output so that ``reference_digest``
-and the engine's egress digest (``sparkflux.model.digest``) are comparable.
+The result has netmon's output columns and its ``_sn``/``_snm``, so both of the run's digests
+can be compared with it; ``sparkflux.spark.expected`` collects it (as it does any example's
+reference) with the columns and types of the compiled dataflow's output.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from sparkflux.model.digest import digest_of
+from sparkflux.spark.expected import collect
 
+# netmon's output columns and its numbering, as the engine's sink receives them.
 RESULT_SCHEMA = pa.schema(
     [
         pa.field("app", pa.int32()),
@@ -154,14 +156,13 @@ def netmon_reference(spark: SparkSession, source: _Source, words: list[str] | No
 
 
 def reference_table(df: DataFrame) -> pa.Table:
-    """The reference result collected as an Arrow table with exactly ``RESULT_SCHEMA``."""
-    table = df.toArrow()
-    table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
-    # Re-establish the order locally: cheap, and independent of how the plan collects.
-    return table.sort_by([("_sn", "ascending"), ("_snm", "ascending")])
+    """netmon's reference result as an Arrow table with exactly ``RESULT_SCHEMA``, in SN
+    order."""
+    return collect(df, RESULT_SCHEMA, "netmon's reference").table
 
 
 def reference_digest(df: DataFrame) -> tuple[str, int]:
-    """``(digest_of(result) hex digest, row count)`` of the ordered reference result."""
-    table = reference_table(df)
-    return digest_of(table), table.num_rows
+    """``(digest_of(result) hex digest, row count)`` of netmon's ordered reference result."""
+    expected = collect(df, RESULT_SCHEMA, "netmon's reference")
+    assert expected.output_digest is not None
+    return expected.output_digest, expected.rows
