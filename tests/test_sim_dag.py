@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from sparkflux.dataflow.program import HeldRows
 from sparkflux.operators.join import WindowJoin
-from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.sim.run import FailurePlan, Violation, check, simulate
 from sparkflux.sim.workload import (
     tiny_dag_model,
@@ -109,11 +109,15 @@ def test_mutation_join_bounded_by_the_horizon_is_caught(records: Any,
     assert sink_rows(res)["hot_out"] != tiny_dag_model(*records)["hot_out"]
 
 
-def test_mutation_rows_above_progress_kept_on_take_over_is_caught(
+def test_mutation_rows_above_the_claim_sent_is_caught(
         records: Any, expected: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     outputs, steps = expected
-    fp, _ = plan_for(19, steps)  # a seed of test_the_dag_survives_a_crash_and_catch_up
-    monkeypatch.setattr(ConsumerSet, "_drop_above_progress", lambda self, streams: None)
-    res = simulate(tiny_dag_plan(), tiny_union_arrivals(*records, 19), 19, fp)
-    assert any(not mine.equals(theirs) for mine, theirs in zip(res.outputs, outputs,
-                                                                 strict=True))
+    monkeypatch.setattr(HeldRows, "release", lambda self, rows, claim: rows)
+    caught = []
+    for seed in range(20):  # seeds of test_the_dag_survives_a_crash_and_catch_up
+        fp, _ = plan_for(seed, steps)
+        res = simulate(tiny_dag_plan(), tiny_union_arrivals(*records, seed), seed, fp)
+        if any(not mine.equals(theirs) for mine, theirs in zip(res.outputs, outputs,
+                                                                 strict=True)):
+            caught.append(seed)
+    assert caught, "rows sent above the claim went unnoticed"

@@ -66,22 +66,27 @@ class StageProgram:
     in_schema: pa.Schema = field(init=False)
     out_schema: pa.Schema = field(init=False)
     wire_schema: pa.Schema = field(init=False)  # out_schema and ``_src``
+    held: HeldRows = field(init=False)
 
     def __post_init__(self) -> None:
         self.in_schema = exchange_schema(self.in_ports)
         self.out_schema = exchange_schema(self.out_ports)
         self.wire_schema = self.out_schema.append(pa.field(SRC, pa.int32(), nullable=False))
+        self.held = HeldRows(self.wire_schema)
 
     @property
     def operators(self) -> tuple[Operator, ...]:
-        """Every operator of the stage, in a fixed order (a partition's state is theirs)."""
-        return tuple(s.operator for s in self.steps if s.operator is not None)
+        """Every operator of the stage, in a fixed order (a partition's state is theirs), the
+        rows held above the stage's claim last."""
+        return (*(s.operator for s in self.steps if s.operator is not None), self.held)
 
-    def run(self, rows: pa.RecordBatch, frontier: Frontier
+    def run(self, rows: pa.RecordBatch, frontier: Frontier, hold: bool = True
             ) -> tuple[pa.RecordBatch, Frontier]:
         """The stage's input rows (exchange rows, SN order) and each partition's input
         frontier -> its output rows (the next exchange's, routed, with ``_src``: the
-        partition that produced each) and output frontier."""
+        partition that produced each) and output frontier. ``hold``: keep rows above the
+        claim back (``HeldRows``); the ingress, whose steps are stateless and whose claim is
+        its numbering, does not."""
         ports = split_ports(rows, len(self.in_ports))
         inputs = [None if b is None else decode(self.in_ports, p, b)
                   for p, b in zip(self.in_ports, ports, strict=True)]
@@ -106,9 +111,9 @@ class StageProgram:
             src = batch.column(PART).cast(pa.int32())
             sends.append(pa.RecordBatch.from_arrays([*rows.columns, src],
                                                     schema=self.wire_schema))
-        if not sends:
-            return empty(self.wire_schema), result
-        return sort_rows(sends[0] if len(sends) == 1 else concat(sends, self.wire_schema)), result
+        rows = empty(self.wire_schema) if not sends else \
+            sort_rows(sends[0] if len(sends) == 1 else concat(sends, self.wire_schema))
+        return (self.held.release(rows, result.sn) if hold else rows), result
 
     def _step(self, step: Step, inputs: list[pa.RecordBatch | None],
               out: list[pa.RecordBatch | None], fronts: list[Frontier], frontier: Frontier
@@ -162,3 +167,59 @@ def _pad(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             col = batch.column(i)
             arrays.append(col if col.type == f.type else col.cast(f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class HeldRows(Operator):
+    """Output rows above the stage's claim, held until the claim covers them.
+
+    A stage of several steps claims the lowest of their claims, while one step (a relay, a
+    join) may already have rows above it. Sent, they would break what a claim promises
+    downstream: every row with an event time below the claimed watermark has an SN at or
+    below the claimed SN (FH-Cons releases rows up to the SN frontier and hands the
+    operators the watermark of the claims that frontier covers). So they wait here, in SN
+    order, and are part of the partition's state (a catch-up moves them with the rest)."""
+
+    stateful = True
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__()
+        self._output_schema = schema
+        self.rows: pa.RecordBatch | None = None
+
+    def _bind(self, input_schema: pa.Schema) -> pa.Schema:
+        return input_schema
+
+    def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        raise TypeError("HeldRows is fed by its stage program (release)")
+
+    def release(self, rows: pa.RecordBatch, claim: np.ndarray) -> pa.RecordBatch:
+        """The rows (new and held) at or below their partition's claim, in SN order."""
+        if self.rows is not None:
+            rows = sort_rows(concat([self.rows, rows], self.output_schema))
+            self.rows = None
+        if not rows.num_rows:
+            return rows
+        src = rows.column(SRC).to_numpy()
+        go = rows.column(SN).to_numpy() <= claim[src]
+        if go.all():
+            return rows
+        self.rows = rows.filter(pa.array(~go))
+        return rows.filter(pa.array(go))
+
+    def get_partition_state(self, part: int) -> pa.RecordBatch | None:
+        if self.rows is None:
+            return None
+        mine = self.rows.column(SRC).to_numpy() == part
+        return self.rows.filter(pa.array(mine)) if mine.any() else None
+
+    def install_partition_state(self, part: int, state: pa.RecordBatch | None) -> None:
+        self.drop_partition(part)
+        if state is not None and state.num_rows:
+            held = [self.rows] if self.rows is not None else []
+            self.rows = sort_rows(concat([*held, state.cast(self.output_schema)],
+                                         self.output_schema))
+
+    def drop_partition(self, part: int) -> None:
+        if self.rows is not None:
+            keep = self.rows.column(SRC).to_numpy() != part
+            self.rows = self.rows.filter(pa.array(keep)) if keep.any() else None

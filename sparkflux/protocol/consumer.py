@@ -48,6 +48,7 @@ class PartitionLost(ProtocolError):
     """Both replicas of a producer partition failed: the dataflow cannot go on."""
 
 
+CLAIMS = 4  # claims remembered per input stream (``frontier``)
 PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
 
 
@@ -75,6 +76,12 @@ class ConsumerSet:
         self.ack_to = _ack_mask(ack_to, self.producer_site.shape[1])  # [Qn, P, R]
         self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
         self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
+        # per stream: its last CLAIMS claims (a ring) and the watermark its claims covered by
+        # the SN frontier have given so far (``frontier``)
+        self.claims_sn = np.full((*self.sender.shape, CLAIMS), NO_PROGRESS, dtype=np.int64)
+        self.claims_wm = np.full((*self.sender.shape, CLAIMS), NO_WATERMARK, dtype=np.int64)
+        self.claims_at = np.zeros(self.sender.shape, dtype=np.int64)
+        self.safe_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
         self.schema = schema  # wire schema (with _src)
         self.pending: list[pa.RecordBatch] = []
         # per pending batch (by identity): its partitions and each one's lowest SN, so that a
@@ -123,11 +130,21 @@ class ConsumerSet:
             self._accept_rows(frames, qi, p, sn, frame)
         np.maximum.at(self.progress_sn, (qi, p), sn)
         np.maximum.at(self.progress_wm, (qi, p), st.wm[ok])
-        if more and qi.size:  # one acknowledgement per stream
+        if (more or qi.size > 1) and qi.size:  # one acknowledgement (and claim) per stream
             _, first = np.unique(qi.astype(np.int64) * self.sender.shape[1] + p,
                                  return_index=True)
             qi, p = qi[first], p[first]
+        self._remember_claims(qi, p)
         return self._acks(qi, p)
+
+    def _remember_claims(self, qi: np.ndarray, p: np.ndarray) -> None:
+        """Keep the streams' latest claims (sn, wm) in their short histories."""
+        if not qi.size:
+            return
+        at = self.claims_at[qi, p] % CLAIMS
+        self.claims_sn[qi, p, at] = self.progress_sn[qi, p]
+        self.claims_wm[qi, p, at] = self.progress_wm[qi, p]
+        self.claims_at[qi, p] += 1
 
     def _accept_rows(self, frames: Sequence[Data], qi: np.ndarray, p: np.ndarray,
                      sn_claimed: np.ndarray, frame: np.ndarray | None) -> None:
@@ -185,7 +202,18 @@ class ConsumerSet:
 
     # -- the order-preserving merge --------------------------------------------------------------
     def frontier(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.progress_sn.min(axis=1), self.progress_wm.min(axis=1)
+        """Per consumer partition: the SN frontier (the lowest claim over its input streams)
+        and the watermark that holds for the rows up to it.
+
+        A stream's claim (sn, wm) says that its rows with an event time below wm have SNs
+        at or below sn. Rows above the SN frontier wait, and one of them may be behind
+        another stream's latest watermark; so each stream lends the watermark of its latest
+        claim the frontier covers (``sn`` at most the frontier), not of its latest claim."""
+        f_sn = self.progress_sn.min(axis=1)
+        covered = self.claims_sn <= f_sn[:, None, None]
+        best = np.where(covered, self.claims_wm, NO_WATERMARK).max(axis=2)
+        np.maximum(self.safe_wm, best, out=self.safe_wm)
+        return f_sn, self.safe_wm.min(axis=1)
 
     def release(self) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
         """Rows at or below each partition's frontier, in SN order; None when nothing moved."""
@@ -269,8 +297,6 @@ class ConsumerSet:
                 self.sender[i, p] = alt
                 self.ack_to[i, p, alt] = False  # it sends to us now and waits for us no more
                 asks.append((p, alt, int(self.parts[i]), int(self.replica[i])))
-        if asks:
-            self._drop_above_progress({(int(self.index[q]), p) for p, _, q, _ in asks})
         by_site: dict[int, list[tuple[int, int, int, int]]] = {}
         for a in asks:
             by_site.setdefault(int(self.producer_site[a[0], a[1]]), []).append(a)
@@ -284,29 +310,10 @@ class ConsumerSet:
                                               c=c_.astype(np.int8), floor=floor.copy())))
         return out
 
-    def _drop_above_progress(self, streams: set[tuple[int, int]]) -> None:
-        """Forget the pending rows of these streams ``(consumer index, producer)`` that lie
-        above the stream's progress: their (new) sender sends them again from there.
-
-        A producer stage's claim covers every row it sent only when one step runs there; a
-        stage with several steps claims the lowest of their claims, so it may already have
-        sent some steps' rows above it (they wait here, above the frontier). Acknowledgements
-        and the floors of ``reverse`` and ``rejoin`` are the progress, so a new sender sends
-        those rows again; the copies from before would be duplicates."""
-        if not self.pending:
-            return
-        rows = concat(self.pending, self.schema)
-        qi = self.index[rows.column(PART).to_numpy()]
-        src = rows.column(SRC).to_numpy()
-        sn = rows.column(SN).to_numpy()
-        drop = np.zeros(rows.num_rows, dtype=bool)
-        for i, p in streams:
-            drop |= (qi == i) & (src == p) & (sn > self.progress_sn[i, p])
-        if drop.any():
-            keep = rows.filter(pa.array(~drop))
-            self.rows_in -= int(drop.sum())
-            self.pending = [keep] if keep.num_rows else []
-            self._lowest = {}
+    def _forget_claims(self, i: int, safe: int) -> None:
+        self.claims_sn[i] = NO_PROGRESS
+        self.claims_wm[i] = NO_WATERMARK
+        self.safe_wm[i] = safe
 
     # -- moves -----------------------------------------------------------------------------------
     def drop(self, q: int) -> None:
@@ -315,6 +322,7 @@ class ConsumerSet:
         self.installed[i] = False
         self.progress_sn[i] = NO_PROGRESS
         self.progress_wm[i] = NO_WATERMARK
+        self._forget_claims(i, NO_WATERMARK)
         self.released_sn[i] = NO_PROGRESS
         self.released_wm[i] = NO_WATERMARK
         if self.pending:
@@ -351,12 +359,11 @@ class ConsumerSet:
         c = int(self.replica[i])
         self.progress_sn[i] = snap.progress_sn
         self.progress_wm[i] = snap.progress_wm
+        self._forget_claims(i, snap.released_wm)  # what the survivor's frontier had reached
         self.released_sn[i] = snap.released_sn
         self.released_wm[i] = snap.released_wm
         if snap.pending is not None and snap.pending.num_rows:
             self.pending.append(snap.pending)
-            # its sender sends again everything above the progress (the rejoin's floor)
-            self._drop_above_progress({(i, p) for p in range(self.sender.shape[1])})
         self.installed[i] = True
         n_rep = self.producer_site.shape[1]
         entries: list[tuple[int, int, int, bool, bool]] = []  # (site, p, r, send, wait)

@@ -58,7 +58,7 @@ class Ingress:
             [system[f.name] if f.name in system else batch.column(f.name) for f in schema],
             schema=schema)
         self.next_isn += n
-        out, _ = self.program.run(numbered, _STATELESS)
+        out, _ = self.program.run(numbered, _STATELESS, hold=False)
         return self._send(out)
 
     def finish(self) -> list[Outgoing]:
