@@ -129,6 +129,9 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--balance-window", type=float, default=2.0, metavar="SECONDS",
                    help="how far back the load-balancing policy's statistics reach while "
                         "the placement is unchanged (0: each collection phase alone)")
+    p.add_argument("--max-dead-letters", type=float, default=0.01, metavar="FRACTION",
+                   help="exit with code 3 and say so when more than this fraction of the "
+                        "input goes to the dead letters (default 0.01)")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     p.add_argument("--check", action="store_true",
                    help="then compute the example's reference in the same Spark session and "
@@ -169,8 +172,26 @@ def cmd_run(argv: list[str]) -> int:
         print("check: " + ("match" if check.match else "MISMATCH"))
         for line in check.lines:
             print(f"  {line}")
-        return 0 if check.match else 1
-    return 0
+        if not check.match:
+            return 1
+    return 3 if _too_many_dead_letters(result.metrics, args.max_dead_letters) else 0
+
+
+def _too_many_dead_letters(metrics: dict[str, Any], fraction: float) -> bool:
+    """Say loudly when more than ``fraction`` of the input went to the dead letters."""
+    dead = metrics.get("dead_letters", 0)
+    seen = dead + metrics.get("input_tuples", 0)
+    if not seen or dead <= fraction * seen:
+        return False
+    console.print(f"[bold red]{dead:,} of {seen:,} input records ({dead / seen:.1%}) went to "
+                  f"the dead letters, more than --max-dead-letters {fraction:g}:[/]")
+    for kind, r in metrics.get("dead_letter_reasons", {}).items():
+        console.print(f"[red]  {r['count']:,} {kind}, e.g. {r['first']}[/]")
+    if "late" in metrics.get("dead_letter_reasons", {}):
+        console.print("[red]  (records behind their source's watermark are late: give the "
+                      "source an allowed lateness, Source.lateness or source(..., "
+                      "lateness=), or --lateness where the example has one)[/]")
+    return True
 
 
 def _print_summary(metrics: dict[str, Any]) -> None:

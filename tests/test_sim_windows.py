@@ -33,6 +33,9 @@ from sparkflux.sim.workload import tiny_windows_model, tiny_windows_plan
 from .test_sim_catchup import plan_for
 
 COLUMNS = ["app", "top_start", "top_end", "top", "windows"]
+# Input batches admitted ahead of the output: all of them. An open window holds the SN
+# frontier of every stage after it, so output waits on input no flow control may hold back.
+WINDOW = 100
 CRASH_SEEDS, CHUNKS = 200, 4
 
 
@@ -43,7 +46,7 @@ def rows(res: SimResult) -> list[tuple]:
 @pytest.fixture(scope="module")
 def reference() -> tuple[list[pa.RecordBatch], list[tuple], pa.Table, int]:
     plan, batches = tiny_windows_plan(sites=4)
-    res = simulate(plan, batches, 0, FailurePlan(), replicas=2)
+    res = simulate(plan, batches, 0, FailurePlan(), replicas=2, window=WINDOW)
     assert res.ended
     return batches, tiny_windows_model(batches), res.output, res.steps
 
@@ -54,10 +57,18 @@ def test_chained_windows_equal_the_model(reference: Any, sites: int, replicas: i
                                          seed: int) -> None:
     batches, model, expected, _ = reference
     plan, _ = tiny_windows_plan(sites=sites)
-    res = simulate(plan, batches, seed, FailurePlan(), replicas=replicas)
+    res = simulate(plan, batches, seed, FailurePlan(), replicas=replicas, window=WINDOW)
     assert res.ended, f"{sites} sites, seed {seed}: the output never ended"
     assert len(model) > 100 and rows(res) == model
     assert res.output.equals(expected), "the rows or their order depend on sites or seed"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_small_batches_equal_the_model(seed: int) -> None:
+    """Batches of 10 events: claims far apart from one partition to the next."""
+    plan, batches = tiny_windows_plan(sites=4, batch=10)
+    res = simulate(plan, batches, seed, FailurePlan(), replicas=1, window=WINDOW)
+    assert res.ended and rows(res) == tiny_windows_model(batches)
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
@@ -68,7 +79,8 @@ def test_chained_windows_survive_a_crash_and_catch_up(reference: Any, chunk: int
     for seed in range(chunk * size, (chunk + 1) * size):
         fp, _ = plan_for(seed, steps)
         try:
-            check(lambda: tiny_windows_plan(sites=4)[0], batches, seed, fp, expected=expected)
+            check(lambda: tiny_windows_plan(sites=4)[0], batches, seed, fp, expected=expected,
+                  window=WINDOW)
         except Violation as e:
             failed.append(f"{e} [{fp}]")
     assert not failed, "\n".join(failed[:5])
@@ -88,7 +100,8 @@ def test_mutation_one_progress_for_all_partitions_hangs(reference: Any,
                                                         one_progress_for_all: None) -> None:
     batches, _, _, _ = reference
     plan, _ = tiny_windows_plan(sites=4)
-    res = simulate(plan, batches, 0, FailurePlan(), replicas=1, max_steps=20_000)
+    res = simulate(plan, batches, 0, FailurePlan(), replicas=1, max_steps=20_000,
+                   window=WINDOW)
     assert not res.ended
 
 
@@ -104,13 +117,11 @@ def watermark_passed_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def test_mutation_watermark_passed_on_gives_other_rows(reference: Any,
-                                                       watermark_passed_on: None) -> None:
-    batches, model, _, _ = reference
+def test_mutation_watermark_passed_on_gives_other_rows(watermark_passed_on: None) -> None:
     caught = []
-    for seed in range(3):  # the seeds test_chained_windows_equal_the_model passes
-        plan, _ = tiny_windows_plan(sites=4)
-        res = simulate(plan, batches, seed, FailurePlan(), replicas=1)
-        if rows(res) != model:
+    for seed in range(3):  # the seeds test_small_batches_equal_the_model passes
+        plan, batches = tiny_windows_plan(sites=4, batch=10)
+        res = simulate(plan, batches, seed, FailurePlan(), replicas=1, window=WINDOW)
+        if rows(res) != tiny_windows_model(batches):
             caught.append(seed)
     assert caught, "the early-closing second window went unnoticed"

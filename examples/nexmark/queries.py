@@ -36,6 +36,7 @@ from sparkflux.operators.stateless import Filter, Map, Project
 from sparkflux.operators.time_window import TimeWindowAggregate
 
 WINDOW, SLIDE = 10_000, 2_000  # ms of event time
+MAX_DURATION = 10_000  # ms: the longest an auction is open (generator.py)
 QUERIES = (0, 1, 2, 3, 4, 5, 7, 8)
 
 
@@ -137,8 +138,28 @@ def q8(df: Dataflow, o: NexmarkOptions) -> None:
             .sink(name="out"))
 
 
+def q4(df: Dataflow, o: NexmarkOptions) -> None:
+    from sparkflux.operators.topk import KeyedTopK
+
+    auctions = df.source(NexmarkStream("auction", o), name="auctions")
+    bids = df.source(NexmarkStream("bid", o), name="bids")
+    in_time = pc.and_(pc.greater_equal(pc.field("date_time_right"), pc.field("date_time")),
+                      pc.less_equal(pc.field("date_time_right"), pc.field("expires")))
+    (auctions.join(bids, left_on=["id"], right_on=["auction"], time="date_time",
+                   window=MAX_DURATION, name="auction_bids")
+             .apply(Filter(in_time), name="before_expiry")
+             .apply(KeyedTopK(by=["id"], order=[("price", "desc"), ("date_time_right", "asc")],
+                              until="expires"), name="winning_bid")
+             .exchange(by=["category"])
+             .apply(TimeWindowAggregate(by=["category"], time="expires", value="price",
+                                        size=WINDOW, aggs={"avg_price": "avg",
+                                                           "auctions": "count"}),
+                    name="avg_per_category")
+             .sink(name="out"))
+
+
 BUILDERS: dict[int, Callable[[Dataflow, NexmarkOptions], None]] = {
-    0: q0, 1: q1, 2: q2, 3: q3, 5: q5, 7: q7, 8: q8}
+    0: q0, 1: q1, 2: q2, 3: q3, 4: q4, 5: q5, 7: q7, 8: q8}
 
 # -- references ------------------------------------------------------------------------------
 SQL = {
@@ -149,6 +170,15 @@ SQL = {
           FROM person p JOIN auction a ON p.id = a.seller
           WHERE p.state IN ('OR', 'ID', 'CA') AND a.category = 10
             AND abs(p.date_time - a.date_time) <= {retention}""",
+    4: """WITH winning AS (
+            SELECT a.id, a.category, a.expires, max(b.price) AS price
+            FROM auction a JOIN bid b ON a.id = b.auction
+            WHERE b.date_time >= a.date_time AND b.date_time <= a.expires
+            GROUP BY a.id, a.category, a.expires)
+          SELECT category, CAST(floor(expires / {size}) * {size} AS BIGINT) AS window_start,
+                 CAST(floor(expires / {size}) * {size} AS BIGINT) + {size} AS window_end,
+                 avg(price) AS avg_price, count(*) AS auctions
+          FROM winning GROUP BY category, floor(expires / {size})""",
     5: """WITH windows AS (
             SELECT auction, w AS window_start FROM bid
             LATERAL VIEW explode(sequence(

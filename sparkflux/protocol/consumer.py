@@ -48,7 +48,7 @@ class PartitionLost(ProtocolError):
     """Both replicas of a producer partition failed: the dataflow cannot go on."""
 
 
-CLAIMS = 4  # claims remembered per input stream (``frontier``)
+CLAIMS = 8  # claims not yet covered by the frontier, kept per input stream (``frontier``)
 PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
 
 
@@ -76,11 +76,12 @@ class ConsumerSet:
         self.ack_to = _ack_mask(ack_to, self.producer_site.shape[1])  # [Qn, P, R]
         self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
         self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
-        # per stream: its last CLAIMS claims (a ring) and the watermark its claims covered by
-        # the SN frontier have given so far (``frontier``)
+        # per stream: its claims the SN frontier does not cover yet, oldest first (at most
+        # CLAIMS: a newer one merges into the last), and the watermark its covered claims
+        # have given so far (``frontier``)
         self.claims_sn = np.full((*self.sender.shape, CLAIMS), NO_PROGRESS, dtype=np.int64)
         self.claims_wm = np.full((*self.sender.shape, CLAIMS), NO_WATERMARK, dtype=np.int64)
-        self.claims_at = np.zeros(self.sender.shape, dtype=np.int64)
+        self.claims_n = np.zeros(self.sender.shape, dtype=np.int64)
         self.safe_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
         self.schema = schema  # wire schema (with _src)
         self.pending: list[pa.RecordBatch] = []
@@ -138,13 +139,19 @@ class ConsumerSet:
         return self._acks(qi, p)
 
     def _remember_claims(self, qi: np.ndarray, p: np.ndarray) -> None:
-        """Keep the streams' latest claims (sn, wm) in their short histories."""
+        """Queue the streams' latest claims (sn, wm). A full queue merges the new claim into
+        its last entry as (new sn, that entry's wm): what it promises still holds (rows below
+        the older wm have SNs at or below the older sn, so below the newer), the older
+        entries keep their place near the frontier."""
         if not qi.size:
             return
-        at = self.claims_at[qi, p] % CLAIMS
-        self.claims_sn[qi, p, at] = self.progress_sn[qi, p]
-        self.claims_wm[qi, p, at] = self.progress_wm[qi, p]
-        self.claims_at[qi, p] += 1
+        n = self.claims_n[qi, p]
+        slot = np.minimum(n, CLAIMS - 1)
+        merged = n >= CLAIMS
+        self.claims_sn[qi, p, slot] = self.progress_sn[qi, p]
+        self.claims_wm[qi, p, slot] = np.where(merged, self.claims_wm[qi, p, slot],
+                                               self.progress_wm[qi, p])
+        self.claims_n[qi, p] = np.minimum(n + 1, CLAIMS)
 
     def _accept_rows(self, frames: Sequence[Data], qi: np.ndarray, p: np.ndarray,
                      sn_claimed: np.ndarray, frame: np.ndarray | None) -> None:
@@ -210,9 +217,22 @@ class ConsumerSet:
         another stream's latest watermark; so each stream lends the watermark of its latest
         claim the frontier covers (``sn`` at most the frontier), not of its latest claim."""
         f_sn = self.progress_sn.min(axis=1)
-        covered = self.claims_sn <= f_sn[:, None, None]
+        k = np.arange(CLAIMS)
+        queued = k < self.claims_n[:, :, None]
+        covered = queued & (self.claims_sn <= f_sn[:, None, None])  # a prefix of each queue
         best = np.where(covered, self.claims_wm, NO_WATERMARK).max(axis=2)
-        np.maximum(self.safe_wm, best, out=self.safe_wm)
+        latest = np.where(self.progress_sn <= f_sn[:, None], self.progress_wm, NO_WATERMARK)
+        np.maximum(self.safe_wm, np.maximum(best, latest), out=self.safe_wm)
+        n_cov = covered.sum(axis=2)
+        if n_cov.any():  # the covered claims leave their queues
+            idx = k + n_cov[:, :, None]
+            keep = idx < self.claims_n[:, :, None]
+            at = np.minimum(idx, CLAIMS - 1)
+            self.claims_sn = np.where(keep, np.take_along_axis(self.claims_sn, at, 2),
+                                      NO_PROGRESS)
+            self.claims_wm = np.where(keep, np.take_along_axis(self.claims_wm, at, 2),
+                                      NO_WATERMARK)
+            self.claims_n -= n_cov
         return f_sn, self.safe_wm.min(axis=1)
 
     def release(self) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
@@ -313,6 +333,7 @@ class ConsumerSet:
     def _forget_claims(self, i: int, safe: int) -> None:
         self.claims_sn[i] = NO_PROGRESS
         self.claims_wm[i] = NO_WATERMARK
+        self.claims_n[i] = 0
         self.safe_wm[i] = safe
 
     # -- moves -----------------------------------------------------------------------------------

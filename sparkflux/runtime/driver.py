@@ -117,6 +117,7 @@ class Host:
         self.rows_digests = [RowsDigest() for _ in plan.sinks]
         self.rows_digest = self.rows_digests[0]
         self.sink_rows = [0 for _ in plan.sinks]
+        self.dead_reasons: dict[str, list] = {}  # kind of reason -> [count, first reason]
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=total(plan))
         self.conns: dict[int, Connection] = {}  # slot -> its process's data connection
@@ -635,4 +636,9 @@ class Host:
         if rejected:
             self.dead_letters.write(rejected)
             self.stats.dead_letters += len(rejected)
+            for r in rejected:  # per kind of reason (what comes before its first colon)
+                kind = r.reason.split(":", 1)[0]
+                if kind not in self.dead_reasons:
+                    self.dead_reasons[kind] = [0, r.reason]
+                self.dead_reasons[kind][0] += 1
 

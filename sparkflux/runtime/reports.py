@@ -31,6 +31,9 @@ def result_metrics(host: Host) -> dict[str, Any]:
         **m.summary(),
         "ingress_dropped": host.stats.dropped,
         "dead_letters": host.stats.dead_letters,
+        **({"dead_letter_reasons": {k: {"count": c, "first": first}
+                                    for k, (c, first) in host.dead_reasons.items()}}
+           if host.dead_reasons else {}),
         "kills": len(host.faults.kills),
         "failures": [failure_report(host, f) for f in host.failures],
         "recoveries": [recovery_report(host, c) for c in host.catch_ups],

@@ -1,0 +1,117 @@
+"""Nexmark on sparkflux: each query's throughput with ``--ha none`` and ``--ha flux``, in one run.
+
+    .venv/bin/python bench/nexmark.py [--events 1000000] [--queries 0 1 2 ...] [--kill]
+                                      [--check] [--json out/nexmark.json]
+
+For every query (``examples/nexmark/``), in one Spark session with 4 sites and 32
+partitions: ``--ha none`` and ``--ha flux`` as fast as the dataflow accepts the input (the
+events per second of wall time, and their ratio); with ``--kill``, ``--ha flux`` again with
+the input held at about half the ``--ha none`` rate while site 1 is SIGKILLed a third of the
+way in: latency p50/p99 and the longest output gap around the kill. Every run's rows must
+equal the ``--ha none`` run's (``rows_digest``); with ``--check`` also the query's Spark SQL
+reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.runner import reference_result, run_example  # noqa: E402
+from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
+from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
+
+SITES, PARTITIONS = 4, 32
+
+
+def args_for(query: int, events: int, ha: str, rate: float | None = None,
+             kill: list[str] | None = None) -> argparse.Namespace:
+    return argparse.Namespace(
+        query=query, events=events, batch_size=8192, seed=7, event_rate=10_000,
+        retention=60_000, sites=SITES, partitions=PARTITIONS, ha=ha, replicas=None,
+        master=None, rate=rate, ingress_buffer=400_000, window=400_000, output=None,
+        dead_letter=None, kill=kill or [], heartbeat_timeout=10.0, no_balance=True)
+
+
+def run(module: Any, spark: Any, console: Console, what: str, **kw: Any) -> dict[str, Any]:
+    t = time.time()
+    m = run_example(module, args_for(**kw), sink=NullSink(), dead=DeadLetters(),
+                    spark=spark).metrics
+    console.print(f"  {what}: {m['input_tuples']:,} in, {m['output_tuples']:,} out, "
+                  f"{m['throughput_tps']:,.0f} events/s ({time.time() - t:.1f} s)")
+    return m
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.0f}" if v >= 100 else f"{v:.3f}"
+    return "" if v is None else str(v)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--queries", type=int, nargs="*", default=None)
+    p.add_argument("--kill", action="store_true", help="also a --ha flux run with a kill")
+    p.add_argument("--check", action="store_true", help="also each query's Spark reference")
+    p.add_argument("--json", default=None, help="write the figures here")
+    a = p.parse_args()
+    console = Console(width=160)
+    module = load_example(ROOT / "examples" / "nexmark" / "nexmark.py")
+    queries = a.queries if a.queries is not None else list(module.QUERIES)
+    spark = spark_session(default_master(SITES + 2), "sparkflux-nexmark")
+    rows: list[dict[str, Any]] = []
+    for q in queries:
+        console.print(f"[bold]Q{q}[/] (input records: the sources the query reads)")
+        none = run(module, spark, console, "--ha none", query=q, events=a.events, ha="none")
+        flux = run(module, spark, console, "--ha flux", query=q, events=a.events, ha="flux")
+        row: dict[str, Any] = {
+            "query": q, "output": none["output_tuples"],
+            "none_tps": none["throughput_tps"], "flux_tps": flux["throughput_tps"],
+            "ratio": round(flux["throughput_tps"] / none["throughput_tps"], 3),
+            "same_rows": flux["rows_digest"] == none["rows_digest"]}
+        if a.kill:
+            rate = round(none["throughput_tps"] / 2, -3)
+            at = round(a.events / rate / 3, 1)
+            k = run(module, spark, console, f"--ha flux --rate {rate:,.0f} --kill 1@{at}",
+                    query=q, events=a.events, ha="flux", rate=rate, kill=[f"1@{at}"])
+            fail = k["failures"][0] if k["failures"] else {}
+            row.update(rate=rate, kill_at_s=at, p50_s=k["latency_p50_s"],
+                       p99_s=k["latency_p99_s"], gap_s=fail.get("max_output_gap_s"),
+                       kill_same_rows=k["rows_digest"] == none["rows_digest"])
+        if a.check:
+            expected, _ = reference_result(module, args_for(q, a.events, "none"), spark=spark)
+            row["reference"] = expected.rows_digest == none["rows_digest"]
+        rows.append(row)
+    table = Table(title=f"Nexmark, {a.events:,} events, {SITES} sites, {PARTITIONS} partitions")
+    heads = [("query", "query"), ("output", "rows out"), ("none_tps", "none rec/s"),
+             ("flux_tps", "flux rec/s"), ("ratio", "flux/none"), ("rate", "kill run rate"),
+             ("p50_s", "p50 s"), ("p99_s", "p99 s"), ("gap_s", "gap s"),
+             ("same_rows", "rows = none"), ("kill_same_rows", "kill rows = none"),
+             ("reference", "= reference")]
+    heads = [(k, h) for k, h in heads if any(k in r for r in rows)]
+    for _, h in heads:
+        table.add_column(h, justify="right")
+    for r in rows:
+        table.add_row(*(_fmt(r.get(k)) for k, _ in heads))
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(rows, indent=2))
+    ok = all(r["same_rows"] and r.get("kill_same_rows", True) and r.get("reference", True)
+             for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
