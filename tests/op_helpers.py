@@ -77,10 +77,26 @@ def run(make_op: Callable[[], Operator], batches: Sequence[pa.RecordBatch],
     return concat(feed(op, batches, progress, finish), op.output_schema)
 
 
+def over_the_wire(state: Any) -> Any:
+    """``state`` as another site receives it: through the typed codec of moved partitions
+    (no pickle: numbers, strings, lists for tuples, dicts, numeric numpy arrays, Arrow)."""
+    from sparkflux.protocol.messages import ConsumerSnapshot, PartitionSnapshot, State
+    from sparkflux.runtime.frames import FRAME_HEADER, decode, encode
+
+    none = np.zeros(1, dtype=np.int64)
+    cons = ConsumerSnapshot(progress_sn=none, progress_wm=none, released_sn=0, released_wm=0,
+                            pending=None)
+    msg = State(0, 0, 0, PartitionSnapshot(cons=cons, ops=(state,), out_sn=0, out_wm=0))
+    raw = b"".join(bytes(p) for p in encode(msg))
+    _, kind = FRAME_HEADER.unpack_from(raw, 0)
+    return decode(kind, raw[FRAME_HEADER.size:], {}).snapshot.ops[0]
+
+
 def run_with_move(make_op: Callable[[], Operator], batches: Sequence[pa.RecordBatch],
                   cut: int, progress: ProgressFn | None = None,
-                  finish: bool = False) -> pa.RecordBatch:
-    """Like ``run``, but every partition's state moves to a fresh operator after ``cut`` batches."""
+                  finish: bool = False, wire: bool = False) -> pa.RecordBatch:
+    """Like ``run``, but every partition's state moves to a fresh operator after ``cut`` batches
+    (pickled, or with ``wire`` through the codec a real move uses)."""
     first = make_op()
     first.bind(batches[0].schema)
     out = feed(first, batches[:cut], progress)
@@ -88,7 +104,8 @@ def run_with_move(make_op: Callable[[], Operator], batches: Sequence[pa.RecordBa
     second = make_op()
     second.bind(batches[0].schema)
     for p in sorted(parts):
-        state = pickle.loads(pickle.dumps(first.get_partition_state(p)))
+        state = first.get_partition_state(p)
+        state = over_the_wire(state) if wire else pickle.loads(pickle.dumps(state))
         second.install_partition_state(p, state)
         first.drop_partition(p)
     assert first.partition_info() == []

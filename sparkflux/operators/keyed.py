@@ -252,7 +252,8 @@ class KeyTable:
     ``columns`` maps a state column name to its dtype and per-row shape (``()`` for a scalar,
     ``(h,)`` for a row of h values). ``key_schema`` makes the table also keep the key values
     of every row (needed when the operator outputs them, or to verify hashed codes when
-    ``verify`` is set).
+    ``verify`` is set). ``payload_schema`` keeps per row an Arrow row of any types besides
+    (values numpy cannot hold, such as a group's first name), never compared on lookup.
     """
 
     def __init__(
@@ -260,6 +261,7 @@ class KeyTable:
         columns: dict[str, tuple[np.dtype | type, tuple[int, ...]]],
         key_schema: pa.Schema | None = None,
         verify: bool = False,
+        payload_schema: pa.Schema | None = None,
     ) -> None:
         self.spec = {n: (np.dtype(t), tuple(s)) for n, (t, s) in columns.items()}
         self.key_schema = key_schema
@@ -270,6 +272,8 @@ class KeyTable:
         self.sub = np.zeros(0, dtype=np.int64)
         self.cols = {n: np.zeros((0, *s), dtype=t) for n, (t, s) in self.spec.items()}
         self.keys: pa.Table | None = None if key_schema is None else key_schema.empty_table()
+        self.payload: pa.Table | None = (None if payload_schema is None
+                                         else payload_schema.empty_table())
 
     def __len__(self) -> int:
         return int(self.slot.size)
@@ -309,6 +313,7 @@ class KeyTable:
         sub: np.ndarray | None,
         values: dict[str, np.ndarray],
         keys: pa.Table | None = None,
+        payload: pa.Table | None = None,
     ) -> None:
         """Add rows for keys that are not in the table yet (each key once)."""
         if code.size == 0:
@@ -316,10 +321,11 @@ class KeyTable:
         if sub is None:
             sub = np.zeros(code.size, dtype=np.int64)
         self._merge(part.astype(np.int32), code.astype(np.int64), sub.astype(np.int64),
-                    values, keys)
+                    values, keys, payload)
 
     def _merge(self, part: np.ndarray, code: np.ndarray, sub: np.ndarray,
-               values: dict[str, np.ndarray], keys: pa.Table | None) -> None:
+               values: dict[str, np.ndarray], keys: pa.Table | None,
+               payload: pa.Table | None = None) -> None:
         slot = slot_of(part, code, sub)
         # Both runs are sorted, so the stable sort is a linear merge (timsort).
         new_order = np.argsort(slot, kind="stable")
@@ -343,6 +349,11 @@ class KeyTable:
             new_keys = keys.select(self.keys.column_names).cast(self.keys.schema)
             both = pa.concat_tables([self.keys, new_keys.take(pa.array(new_order))])
             self.keys = both.take(pa.array(order))
+        if self.payload is not None:
+            if payload is None:
+                raise ValueError("this table keeps a payload: insert() needs it")
+            new_payload = payload.cast(self.payload.schema).take(pa.array(new_order))
+            self.payload = pa.concat_tables([self.payload, new_payload]).take(pa.array(order))
 
     def get(self, name: str, rows: np.ndarray, fill: Any = 0) -> np.ndarray:
         """Column ``name`` at ``rows`` (as from ``find``), ``fill`` where a row is -1."""
@@ -351,6 +362,16 @@ class KeyTable:
         hit = rows >= 0
         out[hit] = col[rows[hit]]
         return out
+
+    def set_payload(self, rows: np.ndarray, values: pa.Table) -> None:
+        """Replace the payload of the given rows (distinct) with ``values``, row for row."""
+        if rows.size == 0:
+            return
+        assert self.payload is not None
+        pick = np.arange(len(self), dtype=np.int64)
+        pick[rows] = len(self) + np.arange(rows.size)
+        both = pa.concat_tables([self.payload, values.cast(self.payload.schema)])
+        self.payload = both.take(pa.array(pick))
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the rows where ``mask`` is true."""
@@ -361,6 +382,8 @@ class KeyTable:
         self.cols = {n: c[mask] for n, c in self.cols.items()}
         if self.keys is not None:
             self.keys = self.keys.filter(pa.array(mask))
+        if self.payload is not None:
+            self.payload = self.payload.filter(pa.array(mask))
 
     def delete(self, rows: np.ndarray) -> None:
         """Remove the given rows."""
@@ -381,6 +404,7 @@ class KeyTable:
             "sub": self.sub[rows].copy(),
             "cols": {n: c[rows].copy() for n, c in self.cols.items()},
             "keys": None if self.keys is None else self.keys.take(pa.array(rows)),
+            **({} if self.payload is None else {"payload": self.payload.take(pa.array(rows))}),
         }
 
     def load(self, part: int, state: dict[str, Any] | None) -> None:
@@ -390,7 +414,8 @@ class KeyTable:
             return
         code = np.asarray(state["code"], dtype=np.int64)
         self._merge(np.full(code.size, part, dtype=np.int32), code,
-                    np.asarray(state["sub"], dtype=np.int64), state["cols"], state["keys"])
+                    np.asarray(state["sub"], dtype=np.int64), state["cols"], state["keys"],
+                    state.get("payload"))
 
     def drop(self, part: int) -> None:
         self.keep(self.part != part)
@@ -399,6 +424,8 @@ class KeyTable:
         per_row = 4 + 3 * 8 + sum(t.itemsize * int(np.prod(s)) for t, s in self.spec.values())
         if self.keys is not None and self.keys.num_rows:
             per_row += self.keys.nbytes / self.keys.num_rows
+        if self.payload is not None and self.payload.num_rows:
+            per_row += self.payload.nbytes / self.payload.num_rows
         return per_row
 
     def info(self) -> list[PartitionInfo]:
