@@ -143,8 +143,8 @@ def q4(df: Dataflow, o: NexmarkOptions) -> None:
 
     auctions = df.source(NexmarkStream("auction", o), name="auctions")
     bids = df.source(NexmarkStream("bid", o), name="bids")
-    in_time = pc.and_(pc.greater_equal(pc.field("date_time_right"), pc.field("date_time")),
-                      pc.less_equal(pc.field("date_time_right"), pc.field("expires")))
+    in_time = ((pc.field("date_time_right") >= pc.field("date_time"))
+               & (pc.field("date_time_right") <= pc.field("expires")))
     (auctions.join(bids, left_on=["id"], right_on=["auction"], time="date_time",
                    window=MAX_DURATION, name="auction_bids")
              .apply(Filter(in_time), name="before_expiry")
