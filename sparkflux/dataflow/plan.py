@@ -1,9 +1,11 @@
 """The physical plan: stages of P mini-partitions placed over N sites.
 
-A *stage* is the chain of operators between two exchanges (thesis ch. 2: a producer/consumer
-pair of the Exchange). Every stage has the same number P of mini-partitions; a row goes to
-mini-partition ``hash(key) mod P`` of the stage and that partition lives on site
-``placement[part]``. Stateless operators before the first exchange run in the ingress.
+A *stage* runs the steps of one depth of the dataflow's DAG, between two exchanges (thesis
+ch. 2: a producer/consumer pair of the Exchange), as a program over the ports of the exchange
+that feeds it (``program.py``, ``ports.py``). Every stage has the same number P of
+mini-partitions; a row goes to mini-partition ``hash(key) mod P`` of the stage (the key of
+its port) and that partition lives on site ``placement[part]``. Stateless steps before any
+exchange run in the ingress, whose ports are the sources.
 """
 
 from __future__ import annotations
