@@ -119,14 +119,18 @@ def sort_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` in ``(_sn, _snm, _port)`` order (stable)."""
     if batch.num_rows < 2:
         return batch
-    keys = [batch.column(SNM).to_numpy(), batch.column(SN).to_numpy()]
+    sn, snm = batch.column(SN).to_numpy(), batch.column(SNM).to_numpy()
+    keys = [snm, sn]
     if batch.schema.get_field_index(PORT) >= 0:
-        keys.insert(0, batch.column(PORT).to_numpy())
+        port = batch.column(PORT).to_numpy()
+        if port.min() != port.max():  # one port: (_sn, _snm) decides
+            keys.insert(0, port)
+    elif ((sn[1:] > sn[:-1]) | ((sn[1:] == sn[:-1]) & (snm[1:] >= snm[:-1]))).all():
+        return batch
     order = np.lexsort(keys)
     if (order[1:] > order[:-1]).all():
         return batch
     return batch.take(pa.array(order))
-
 
 def source_rows_schema(ports: Sequence[Port]) -> pa.Schema:
     """What the ingress numbers: every source's columns (prefixed when several) and

@@ -111,8 +111,9 @@ class StageProgram:
             src = batch.column(PART).cast(pa.int32())
             sends.append(pa.RecordBatch.from_arrays([*rows.columns, src],
                                                     schema=self.wire_schema))
-        rows = empty(self.wire_schema) if not sends else \
-            sort_rows(sends[0] if len(sends) == 1 else concat(sends, self.wire_schema))
+        # one port's rows come from one step, in SN order already
+        rows = empty(self.wire_schema) if not sends else sends[0] if len(sends) == 1 \
+            else sort_rows(concat(sends, self.wire_schema))
         return (self.held.release(rows, result.sn) if hold else rows), result
 
     def _step(self, step: Step, inputs: list[pa.RecordBatch | None],

@@ -48,7 +48,8 @@ class PartitionLost(ProtocolError):
     """Both replicas of a producer partition failed: the dataflow cannot go on."""
 
 
-CLAIMS = 8  # claims not yet covered by the frontier, kept per input stream (``frontier``)
+CLAIMS = 4  # claims not yet covered by the frontier, kept per input stream (``frontier``)
+_EMPTY = np.iinfo(np.int64).max  # an unused claim slot: never covered
 PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
 
 
@@ -79,7 +80,7 @@ class ConsumerSet:
         # per stream: its claims the SN frontier does not cover yet, oldest first (at most
         # CLAIMS: a newer one merges into the last), and the watermark its covered claims
         # have given so far (``frontier``)
-        self.claims_sn = np.full((*self.sender.shape, CLAIMS), NO_PROGRESS, dtype=np.int64)
+        self.claims_sn = np.full((*self.sender.shape, CLAIMS), _EMPTY, dtype=np.int64)
         self.claims_wm = np.full((*self.sender.shape, CLAIMS), NO_WATERMARK, dtype=np.int64)
         self.claims_n = np.zeros(self.sender.shape, dtype=np.int64)
         self.safe_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
@@ -217,19 +218,16 @@ class ConsumerSet:
         another stream's latest watermark; so each stream lends the watermark of its latest
         claim the frontier covers (``sn`` at most the frontier), not of its latest claim."""
         f_sn = self.progress_sn.min(axis=1)
-        k = np.arange(CLAIMS)
-        queued = k < self.claims_n[:, :, None]
-        covered = queued & (self.claims_sn <= f_sn[:, None, None])  # a prefix of each queue
+        covered = self.claims_sn <= f_sn[:, None, None]  # a prefix of each queue
+        n_cov = covered.sum(axis=2)
         best = np.where(covered, self.claims_wm, NO_WATERMARK).max(axis=2)
         latest = np.where(self.progress_sn <= f_sn[:, None], self.progress_wm, NO_WATERMARK)
         np.maximum(self.safe_wm, np.maximum(best, latest), out=self.safe_wm)
-        n_cov = covered.sum(axis=2)
         if n_cov.any():  # the covered claims leave their queues
-            idx = k + n_cov[:, :, None]
-            keep = idx < self.claims_n[:, :, None]
+            idx = np.arange(CLAIMS) + n_cov[:, :, None]
             at = np.minimum(idx, CLAIMS - 1)
-            self.claims_sn = np.where(keep, np.take_along_axis(self.claims_sn, at, 2),
-                                      NO_PROGRESS)
+            keep = idx < CLAIMS
+            self.claims_sn = np.where(keep, np.take_along_axis(self.claims_sn, at, 2), _EMPTY)
             self.claims_wm = np.where(keep, np.take_along_axis(self.claims_wm, at, 2),
                                       NO_WATERMARK)
             self.claims_n -= n_cov
@@ -331,7 +329,7 @@ class ConsumerSet:
         return out
 
     def _forget_claims(self, i: int, safe: int) -> None:
-        self.claims_sn[i] = NO_PROGRESS
+        self.claims_sn[i] = _EMPTY
         self.claims_wm[i] = NO_WATERMARK
         self.claims_n[i] = 0
         self.safe_wm[i] = safe
