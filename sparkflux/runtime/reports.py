@@ -24,6 +24,10 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "output_digest": host.digest.hexdigest(),
         **m.summary(),
         "ingress_dropped": host.stats.dropped,
+        # flow control: the most admitted records unacknowledged by a first-stage replica
+        # when the ingress admitted a batch (bounded by --window), and the watchdog's reports
+        "ingress_unacked_max": host.unacked_max,
+        "stalls": list(host.stalls),
         "dead_letters": host.stats.dead_letters,
         "kills": len(host.faults.kills),
         "failures": [failure_report(host, f) for f in host.failures],
