@@ -177,10 +177,12 @@ def main() -> int:
     p.add_argument("--steady-from", type=float, default=0.6,
                    help="the steady rate is measured from this fraction of the input to 0.95")
     # Large enough that the unloaded run is bound by the sites' capacity, not by the window
-    # (rate = window / latency); not larger: at saturation what is admitted queues in front
-    # of the sites, and a move waits for the survivor to drain what is queued for it. (The
-    # value was chosen when --window bounded the records not yet past the egress; it now
-    # bounds those the first stage has not acknowledged, never more.)
+    # (rate = window / latency): with the scheduler gathering 0.12 s per pass at a cap of
+    # 0.1, 50K in flight held the unloaded run to 137K tuples/s against 160K with 200K and
+    # 156K with 400K (one session), and the kill run with 3 sites reached 90% of it. Not
+    # larger: at saturation everything in flight queues, and a move waits for the survivor
+    # to drain what is queued for it. (Measured when --window bounded the records not yet
+    # past the egress; it now bounds those the first stage has not acknowledged, never more.)
     p.add_argument("--window", type=int, default=200_000)
     # At saturation a slowed site runs a pass every 0.3-0.4 s: phases much shorter than
     # that measure noise (the CLI's default, the thesis' 0.25 s, is for paced input).
