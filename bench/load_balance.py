@@ -181,7 +181,8 @@ def main() -> int:
     # 0.1, 50K in flight held the unloaded run to 137K tuples/s against 160K with 200K and
     # 156K with 400K (one session), and the kill run with 3 sites reached 90% of it. Not
     # larger: at saturation everything in flight queues, and a move waits for the survivor
-    # to drain what is queued for it.
+    # to drain what is queued for it. (Measured when --window bounded the records not yet
+    # past the egress; it now bounds those the first stage has not acknowledged, never more.)
     p.add_argument("--window", type=int, default=200_000)
     # At saturation a slowed site runs a pass every 0.3-0.4 s: phases much shorter than
     # that measure noise (the CLI's default, the thesis' 0.25 s, is for paced input).

@@ -84,7 +84,13 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--ingress-buffer", type=int, default=200_000,
                    help="records the ingress buffers in --rate mode before it drops")
     p.add_argument("--window", type=int, default=400_000,
-                   help="input records in flight (not yet complete at the egress)")
+                   help="admission: input records admitted and not yet acknowledged by every "
+                        "first-stage replica (consumers acknowledge on receipt, so this never "
+                        "waits for a window to close)")
+    p.add_argument("--stall-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="the watchdog: warn, naming the stage and partition that hold the "
+                        "run, when neither output nor input has moved for this long; stop the "
+                        "run after 4 times as long unless the source is idle (0: off)")
     p.add_argument("--output", default=None, help="write the ordered output to this Parquet file")
     p.add_argument("--dead-letter", default=None,
                    help="JSON-lines file for rejected input (default: next to --output)")

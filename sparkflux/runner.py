@@ -56,7 +56,9 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
                     ha=args.ha, replicas=replicas_option(args.ha, getattr(args, "replicas", None),
                                                          args.sites),
                     rate=args.rate, ingress_buffer=args.ingress_buffer,
-                    window=args.window, kills=parse_kills(getattr(args, "kill", []), args.sites),
+                    window=window_option(args.window),
+                    stall_timeout=stall_timeout(getattr(args, "stall_timeout", 30.0)),
+                    kills=parse_kills(getattr(args, "kill", []), args.sites),
                     adopted_kills=parse_adopted_kills(getattr(args, "kill", []), args.sites),
                     hangs=parse_hangs(getattr(args, "hang", []), args.sites),
                     tls=getattr(args, "tls", False),
@@ -167,6 +169,20 @@ def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float],
 def seconds_option(option: str, value: float) -> float:
     if not value > 0:
         raise PlanError(f"{option} {value}: give a positive number of seconds")
+    return value
+
+
+def window_option(value: int) -> int:
+    """``--window``: input records admitted and not yet acknowledged by every first-stage
+    replica. A window smaller than a source batch admits one batch at a time."""
+    if not value >= 1:
+        raise PlanError(f"--window {value}: give a number of input records, 1 or more")
+    return value
+
+
+def stall_timeout(value: float) -> float:
+    if not value >= 0:
+        raise PlanError(f"--stall-timeout {value}: give seconds, 0 or more (0: no watchdog)")
     return value
 
 

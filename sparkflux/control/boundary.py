@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sparkflux.control.controller import Controller
@@ -61,6 +62,7 @@ from sparkflux.control.events import (
     Suspected,
     Tick,
 )
+from sparkflux.control.watchdog import SILENT_S, InputState, StageLow, Standing
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.dataflow.ports import encode_source, source_rows_schema
@@ -228,12 +230,60 @@ class Boundary:
         self.dead: set[int] = set()  # slots whose process failed and is not replaced yet
         self.registered: dict[int, int] = {}  # slot -> the slot its process registered for
         self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
+        self.beats: dict[int, cm.Heartbeat] = {}  # slot -> its member's last heartbeat
+        self.beat_at: dict[int, float] = {}  # slot -> when it came
         self.failed: str | None = None  # why the run cannot go on, once it cannot
 
     # -- queries ---------------------------------------------------------------------------
     def in_flight(self) -> int:
-        """Input records admitted and not yet past the egress (the end-to-end window)."""
+        """Input records admitted and not yet past the egress's progress. Not what admission
+        bounds: an operator holds its output progress below its lowest open window, so this
+        stays above a window's length in records until the window closes, which may need
+        more input (the README's flow control)."""
         return self.ingress.next_isn - 1 - self.egress.progress.sn
+
+    def unacknowledged(self) -> int:
+        """Input records admitted and not yet acknowledged by every first-stage replica the
+        ingress feeds: what admission bounds (``--window``). Consumers acknowledge on receipt,
+        before processing, so this never waits for an operator (``Ingress.unacknowledged``)."""
+        return self.ingress.unacknowledged()
+
+    def slowest_first(self) -> tuple[int, int, int, int] | None:
+        """(acknowledged SN, partition, replica, site) of the first-stage replica that has
+        acknowledged the least of the input; None when the ingress feeds none."""
+        low = self.ingress.slowest()
+        if low is None:
+            return None
+        sn, q, c = low
+        return sn, q, c, self.ingress.layout.site_of(q, c)
+
+    def standing(self, input_state: InputState, admission: str = "", now: float = 0.0
+                 ) -> Standing:
+        """Where the run's progress stands (the watchdog's report): the egress's progress and
+        its lowest input, every stage's lowest input frontier and output progress over the
+        live members' last heartbeats, and the members whose last heartbeat is late at
+        ``now``."""
+        e_sn = self.egress.cons.progress_sn[0]
+        p = int(np.argmin(e_sn))
+        n = len(self.plan.stages)
+        stages: list[StageLow | None] = []
+        for k in range(n):
+            low_in: tuple[int, int, int] | None = None
+            low_out: tuple[int, int, int] | None = None
+            for slot, b in sorted(self.beats.items()):
+                if slot in self.dead or b.in_sn.size != n:
+                    continue
+                if b.in_part[k] >= 0 and (low_in is None or b.in_sn[k] < low_in[0]):
+                    low_in = (int(b.in_sn[k]), int(b.in_part[k]), slot)
+                if b.out_part[k] >= 0 and (low_out is None or b.out_sn[k] < low_out[0]):
+                    low_out = (int(b.out_sn[k]), int(b.out_part[k]), slot)
+            stages.append(None if low_in is None or low_out is None else StageLow(
+                k, self.plan.stages[k].name, *low_in, *low_out))
+        silent = tuple((slot, now - at) for slot, at in sorted(self.beat_at.items())
+                       if slot not in self.dead and now - at > SILENT_S)
+        return Standing(admitted=self.ingress.next_isn, output_sn=self.egress.progress.sn,
+                        egress_sn=int(e_sn[p]), egress_part=p, stages=tuple(stages),
+                        input=input_state, admission=admission, silent=silent)
 
     def next_stream(self) -> int | None:
         """The source to read next (the one the merge waits for); None once all ended."""
@@ -307,6 +357,8 @@ class Boundary:
             Heartbeat(site=ev.slot, attempt=ev.attempt, now=ev.now)))
         rnd = self._collecting.pop(ev.slot, None) if ev.member else None
         b = ev.beat
+        if ev.member and ev.slot not in self.dead:
+            self.beats[ev.slot], self.beat_at[ev.slot] = b, ev.now
         if rnd is not None and b.counts.size:
             out += self._controller(self.controller.handle(Stats(
                 site=ev.slot, attempt=ev.attempt, round=rnd, busy_s=b.busy_s,
@@ -394,6 +446,9 @@ class Boundary:
         """Take-over (SIGMOD §3.2): ``fail`` to every live site, ``ack_all`` at the ingress,
         ``reverse`` from the egress."""
         self.dead |= dead
+        for slot in dead:
+            self.beats.pop(slot, None)
+            self.beat_at.pop(slot, None)
         out: list[BoundaryAction] = [Tell(site=s, message=cm.Fail(dead=tuple(sorted(self.dead))))
                                      for s in live]
         self.ingress.on_fail(self.dead)
@@ -409,6 +464,8 @@ class Boundary:
         in what it retains for it."""
         slot, address = a.slot, a.address
         self.dead.discard(slot)
+        self.beats.pop(slot, None)  # the standby's progress counts from its first heartbeat
+        self.beat_at.pop(slot, None)
         epoch = self.controller.epoch
         self.ingress.on_avail(slot, epoch)
         self.egress.on_avail(slot)

@@ -59,7 +59,15 @@ class Ready:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Heartbeat:
     """Liveness, ten a second, with the load policy's counters (thesis ch. 4) sampled on the
-    site's own clock, and the connections its server refused so far."""
+    site's own clock, and the connections its server refused so far.
+
+    Where the site's progress stands, for the driver's watchdog (``control/watchdog.py``):
+    per stage, the lowest input frontier over the site's installed consumer replicas and the
+    partition holding it (``in_sn``, ``in_part``), and the lowest output progress over its
+    producer replicas and the partition holding it (``out_sn``, ``out_part``); a stage it
+    hosts none of has ``END_OF_STREAM`` and partition -1. And the rows it holds: in FH-Prod
+    buffers (``buffered``), in its skew buffer for connections that cannot take them
+    (``held``), and received but waiting for the merge (``pending``)."""
 
     site: int
     attempt: int
@@ -73,6 +81,12 @@ class Heartbeat:
     at: float
     counts: np.ndarray = field(default_factory=_empty)
     refused: int = 0
+    in_sn: np.ndarray = field(default_factory=_empty)
+    in_part: np.ndarray = field(default_factory=_empty)
+    out_sn: np.ndarray = field(default_factory=_empty)
+    out_part: np.ndarray = field(default_factory=_empty)
+    held: int = 0
+    pending: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -111,5 +111,29 @@ class Ingress:
     def buffered(self) -> int:
         return self.buffer.buffered_rows()
 
+    # -- flow control ----------------------------------------------------------------------
+    def unacknowledged(self) -> int:
+        """Admitted records not yet acknowledged by every first-stage replica the ingress
+        feeds: what admission bounds (``--window``). A consumer acknowledges a frame when its
+        site's scheduler takes it, before any operator sees its rows, so this never waits for
+        an operator (a window closing, a join's partner): only for sites reading their input.
+        A replica being caught up is left out until it rejoins (its rows are retained for it,
+        and its catch-up needs no more input)."""
+        low = self._lowest()
+        return 0 if low is None else max(0, self.next_isn - 1 - low[0])
+
+    def slowest(self) -> tuple[int, int, int] | None:
+        """(acknowledged SN, partition q, replica c) of the fed first-stage replica that has
+        acknowledged the least; None when none is fed."""
+        return self._lowest()
+
+    def _lowest(self) -> tuple[int, int, int] | None:
+        fed = self.buffer.send[0]
+        if not fed.any():
+            return None
+        acked = np.where(fed, self.buffer.acked[0], np.iinfo(np.int64).max)
+        q, c = np.unravel_index(int(np.argmin(acked)), acked.shape)
+        return int(acked[q, c]), int(q), int(c)
+
 
 __all__ = ["Ingress", "SN", "SNM", "T0", "SRC"]

@@ -12,7 +12,8 @@ replicas of every partition (K = 2 is the paper's process pair; K = 1 is ``--ha 
   (p, r), r != c; first-stage consumers take from and acknowledge to the ingress; the egress
   takes from replica 0 and acknowledges to the others.
 
-With one replica nobody waits and nobody acknowledges.
+With one replica nobody waits, and only the first stage acknowledges: to the ingress, whose
+admission counts what every first-stage replica has acknowledged (flow control, README).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def consumer_roles(layout: Layout, consumers: dict[int, int], first_stage: bool
     if first_stage:
         site = np.full((1, 1), DRIVER, dtype=np.int32)
         sender = np.zeros((rep.size, 1), dtype=np.int8)
-        ack_to = np.full((rep.size, 1, 1), layout.replicas > 1)
+        # with one replica too: the ingress admits input by these acknowledgements
+        ack_to = np.ones((rep.size, 1, 1), dtype=bool)
         return site, sender, ack_to
     sender = np.repeat(rep[:, None], layout.partitions, axis=1)
     ack_to = sender[:, :, None] != np.arange(layout.replicas)[None, None, :]

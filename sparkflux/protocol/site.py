@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.progress import Frontier
+from sparkflux.model.progress import END_OF_STREAM, Frontier
 from sparkflux.model.schema import PART
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.catchup import (
@@ -446,6 +446,31 @@ class SiteCore:
     def buffered_rows(self) -> int:
         return sum(p.buffered_rows() for p in self.prods) + sum(
             sum(b.num_rows for b in c.pending) for c in self.cons)
+
+    def pending_rows(self) -> int:
+        """Rows received and waiting for the merge (above their partition's frontier)."""
+        return sum(sum(b.num_rows for b in c.pending) for c in self.cons)
+
+    def lowest(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per stage: the lowest input frontier over the installed consumer replicas here
+        and the partition holding it, then the lowest output progress over the producer
+        replicas here and the partition holding it (``END_OF_STREAM`` and -1 for a stage
+        with none). What the driver's watchdog names when the run stops progressing."""
+        n = len(self.plan.stages)
+        in_sn = np.full(n, END_OF_STREAM, dtype=np.int64)
+        out_sn = np.full(n, END_OF_STREAM, dtype=np.int64)
+        in_part = np.full(n, -1, dtype=np.int64)
+        out_part = np.full(n, -1, dtype=np.int64)
+        for s, (cons, prod) in enumerate(zip(self.cons, self.prods, strict=True)):
+            f_sn = np.where(cons.installed, cons.frontier()[0], END_OF_STREAM)
+            if cons.installed.any():
+                i = int(np.argmin(f_sn))
+                in_sn[s], in_part[s] = f_sn[i], cons.parts[i]
+            o_sn = np.where(prod.hosted, prod.progress_sn, END_OF_STREAM)
+            if prod.hosted.any():
+                i = int(np.argmin(o_sn))
+                out_sn[s], out_part[s] = o_sn[i], prod.parts[i]
+        return in_sn, in_part, out_sn, out_part
 
 
 def coalesce_acks(outs: list[Outgoing]) -> list[Outgoing]:

@@ -58,6 +58,15 @@ from sparkflux.control.events import (
 )
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.start_failures import StartWatch
+from sparkflux.control.watchdog import (
+    InputState,
+    Resumed,
+    Stall,
+    Watchdog,
+    describe,
+    pool_reason,
+    window_reason,
+)
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
@@ -152,7 +161,9 @@ class Host:
         self.ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._start_ingress: asyncio.Event | None = None
-        self._progressed: asyncio.Event | None = None
+        # Set whenever the core has handled an event: an acknowledgement, a failure's
+        # ``ack_all`` or a rejoin may have made room in the admission window.
+        self._heard: asyncio.Event | None = None
         self._finished: asyncio.Event | None = None
         self.faults = Faults(self)  # --kill, --hang, --slow
         # Site tasks that fail before they register: when their failures repeat, the run stops
@@ -164,6 +175,13 @@ class Host:
         self._mono_start = 0.0
         self.completed: list[tuple[float, int]] = []  # (time, egress progress): input done
         self.ingress_counts: list[int] = []
+        # Flow control and the watchdog (README: "Flow control"): what the ingress is doing,
+        # what admission waits for when it is blocked ("window" or "pool"), and the stalls.
+        self.input_state: InputState = "starting"
+        self.blocked_by = ""
+        self.unacked_max = 0  # the most admitted records unacknowledged at an admission
+        self.watchdog = Watchdog(cfg.stall_timeout)
+        self.stalls: list[dict[str, Any]] = []
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
     @property
@@ -189,7 +207,7 @@ class Host:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._start_ingress = asyncio.Event()
-        self._progressed = asyncio.Event()
+        self._heard = asyncio.Event()
         self._finished = asyncio.Event()
         server = await start_server(self._accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
@@ -426,14 +444,7 @@ class Host:
                 if isinstance(msg, cm.Heartbeat):
                     self.utilisation.setdefault(slot, []).append((
                         time.time(), msg.busy_s, msg.slept_s))
-                    last = self.site_load.get(slot, {})
-                    self.site_load[slot] = {"busy_s": round(msg.busy_s, 3),
-                                            "passes": msg.passes,
-                                            "cpu_s": round(msg.cpu_s, 3),
-                                            "buffered_rows": msg.buffered,  # FH-Prod
-                                            "buffered_rows_max": max(
-                                                msg.buffered,
-                                                int(last.get("buffered_rows_max", 0)))}
+                    self.site_load[slot] = site_load(msg, self.site_load.get(slot, {}))
                     self.site_refused[(slot, attempt)] = msg.refused
                     self._carry_out(self.core.handle(HeartbeatFrom(
                         slot=slot, attempt=attempt, beat=msg, now=now, member=member)))
@@ -465,7 +476,46 @@ class Host:
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(0.05)
-            self._carry_out(self.core.handle(Tick(now=time.monotonic())))
+            now = time.monotonic()
+            self._carry_out(self.core.handle(Tick(now=now)))
+            if self.input_state != "starting" and not self.over():
+                self._watch(now)
+
+    def _watch(self, now: float) -> None:
+        """Feed the watchdog; report a stall with what it waits for, or stop the run."""
+        admitted, out = self.ingress.next_isn, self.egress.progress.sn
+        seen = self.watchdog.observe(
+            now, (admitted, out, self.egress.delivered), self.input_state,
+            owed=not (self.input_state == "idle" and out >= admitted - 1))
+        if isinstance(seen, Stall):
+            self._stalled(seen, now)
+        elif isinstance(seen, Resumed):
+            log.warning("the run progresses again, after %.0f s", seen.seconds)
+            self.stats.phase = "running"
+
+    def _stalled(self, stall: Stall, now: float) -> None:
+        standing = self.core.standing(self.input_state, self._admission(), now)
+        message = describe(stall, standing, self.cfg.stall_timeout)
+        self.stalls.append({"at_s": round(now - self._mono_start, 3),
+                            "seconds": round(stall.seconds, 3), "stopped": stall.stop,
+                            "message": message})
+        if stall.stop:
+            self._abort(message)
+        else:
+            log.warning("%s", message)
+            self.stats.phase = f"stalled for {stall.seconds:.0f} s"
+
+    def _admission(self) -> str:
+        """Why admission waits (for the watchdog's report), or ""."""
+        if self.input_state != "blocked":
+            return ""
+        if self.blocked_by == "pool":
+            return pool_reason(self.outbox.skew.pool_used(),
+                               self.outbox.skew.blocked_destinations())
+        low = self.core.slowest_first()
+        if low is None:
+            return f"{self.core.unacknowledged():,} records unacknowledged"
+        return window_reason(self.core.unacknowledged(), self.cfg.window, *low)
 
     def _carry_out(self, actions: list[BoundaryAction]) -> None:
         """Carry out the core's actions, in order: the host's whole part of the protocol."""
@@ -517,6 +567,8 @@ class Host:
                     self._finished.set()
                 case _:
                     pass  # Standby, Adopt: the registration and AdoptProcess do their part
+        assert self._heard is not None
+        self._heard.set()
 
     def _adopt(self, a: AdoptProcess) -> None:
         """``avail``: the standby process becomes site ``slot`` (the core tells the
@@ -564,12 +616,11 @@ class Host:
             self.metrics.delivered(d.batch, now)
             self.stats.results_out = self.egress.delivered
         self.completed.append((now, d.progress.sn))
-        assert self._progressed is not None
-        self._progressed.set()
 
     async def _feed(self) -> None:
-        assert self._start_ingress is not None and self._progressed is not None
+        assert self._start_ingress is not None
         await self._start_ingress.wait()
+        self.input_state = "admitting"
         self.stats.phase = "running"
         start = time.time()
         self.metrics.start = start
@@ -592,8 +643,10 @@ class Host:
             while True:
                 items = take()
                 if items is WAIT:
+                    self.input_state = "idle"
                     await asyncio.sleep(0.002)
                     continue
+                self.input_state = "admitting"
                 if items is None:
                     break
                 for stream, item in items:
@@ -606,6 +659,7 @@ class Host:
                     self.stats.events_in = self.ingress.next_isn
                 await self._wait_window()
             self._carry_out(self.core.handle(InputEnd()))
+            self.input_state = "ended"
         except ConnectionLost as e:
             self._abort(str(e))
         except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
@@ -615,13 +669,23 @@ class Host:
                 pump.cancel()
 
     async def _wait_window(self) -> None:
-        assert self._progressed is not None
-        while self.core.in_flight() > self.cfg.window:
-            self._progressed.clear()
-            await self._progressed.wait()
+        """Admission (README: "Flow control"): the next batch waits while more than
+        ``--window`` admitted records are unacknowledged by a first-stage replica, and while
+        the ingress's skew buffer pool is full (a site's connection cannot take more). Both
+        wait only for sites to read their input, never for output: an operator may hold its
+        output progress back until more input comes (a window that must reach its end), so
+        admission that waited for the output could wait forever."""
+        assert self._heard is not None
+        self.unacked_max = max(self.unacked_max, self.core.unacknowledged())
+        while self.core.unacknowledged() > self.cfg.window:
+            self.input_state, self.blocked_by = "blocked", "window"
+            self._heard.clear()
+            await self._heard.wait()
         while self.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
+            self.input_state, self.blocked_by = "blocked", "pool"
             await asyncio.sleep(0.002)
             self.outbox.flush()
+        self.input_state = "admitting"
         await asyncio.sleep(0)
 
     def _caught_up(self, c: CaughtUp) -> None:
@@ -642,3 +706,16 @@ class Host:
                     self.dead_reasons[kind] = [0, r.reason]
                 self.dead_reasons[kind][0] += 1
 
+
+def site_load(beat: cm.Heartbeat, last: dict[str, float]) -> dict[str, float]:
+    """A site's counters at its last heartbeat (``site_load`` in the metrics), with the rows
+    it holds and the most it has held so far: in FH-Prod buffers (``buffered``), in its skew
+    buffer for connections that cannot take them (``held``), received and waiting for the
+    merge (``pending``)."""
+    out: dict[str, float] = {"busy_s": round(beat.busy_s, 3), "passes": beat.passes,
+                             "cpu_s": round(beat.cpu_s, 3)}
+    for name, rows in (("buffered", beat.buffered), ("held", beat.held),
+                       ("pending", beat.pending)):
+        out[f"{name}_rows"] = rows
+        out[f"{name}_rows_max"] = max(rows, int(last.get(f"{name}_rows_max", 0)))
+    return out

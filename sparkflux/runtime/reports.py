@@ -30,6 +30,10 @@ def result_metrics(host: Host) -> dict[str, Any]:
            if len(host.plan.sinks) > 1 else {}),
         **m.summary(),
         "ingress_dropped": host.stats.dropped,
+        # flow control: the most admitted records unacknowledged by a first-stage replica
+        # when the ingress admitted a batch (bounded by --window), and the watchdog's reports
+        "ingress_unacked_max": host.unacked_max,
+        "stalls": list(host.stalls),
         "dead_letters": host.stats.dead_letters,
         **({"dead_letter_reasons": {k: {"count": c, "first": first}
                                     for k, (c, first) in host.dead_reasons.items()}}

@@ -330,21 +330,26 @@ class Site:
 
     async def _heartbeat(self) -> None:
         assert self.control is not None
+        none = np.zeros(0, dtype=np.int64)
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
+            core = self.core
+            in_sn, in_part, out_sn, out_part = core.lowest() if core else (none,) * 4
             try:
                 self.control.send(cm.Heartbeat(
                     site=self.id, pid=os.getpid(), attempt=self.cfg.attempt,
                     busy_s=self.busy_s, slept_s=self.cap.slept if self.cap else 0.0,
                     passes=self.passes, cpu_s=time.process_time(),
-                    buffered=(sum(b.buffered_rows() for b in self.core.prods)
-                              if self.core is not None else 0),
+                    buffered=(sum(b.buffered_rows() for b in core.prods) if core else 0),
                     # the policy's statistics (thesis ch. 4): capacity so far, rows per
                     # mini-partition, sampled now on this site's clock
                     capacity_s=self._capacity_now(), at=time.monotonic(),
-                    counts=(self.core.processed.copy() if self.core is not None
-                            else np.zeros(0, dtype=np.int64)),
-                    refused=self.gate.total_refused))
+                    counts=core.processed.copy() if core else none,
+                    refused=self.gate.total_refused,
+                    # where this site's progress stands (the driver's watchdog)
+                    in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part,
+                    held=self.outbox.held_rows(),
+                    pending=core.pending_rows() if core else 0))
             except ConnectionLost:
                 self._fail("lost the driver")
                 return
