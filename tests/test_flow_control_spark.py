@@ -63,5 +63,5 @@ def test_a_stalled_run_says_what_it_waits_for(netmon: Any, spark: Any) -> None:
     assert not stall["stopped"] and 1.0 <= stall["seconds"] < 3.0
     text = stall["message"]
     assert text.startswith("no progress for 1 s: the output is at SN "), text
-    assert "on site 1" in text and "Site 1 has sent no heartbeat for" in text, text
+    assert "It waits for site 1, which has sent no heartbeat for" in text, text
     assert text.endswith("(--stall-timeout 1: the run stops if this lasts 4 s)")
