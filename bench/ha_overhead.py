@@ -52,7 +52,7 @@ def args_for(events: int, ha: str, rate: float | None = None,
     return argparse.Namespace(
         events=events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, sites=SITES,
         partitions=32, ha="flux" if replicas else ha, replicas=replicas, master=None,
-        rate=rate, ingress_buffer=200_000, window=400_000,
+        rate=rate, ingress_buffer=200_000, window=300_000,
         output=None, dead_letter=None, kill=kill or [], heartbeat_timeout=10.0, tls=tls,
     )
 

@@ -32,7 +32,7 @@ def args_for(events: int, sites: int, partitions: int, cpu_work: bool) -> argpar
     return argparse.Namespace(
         events=events, batch_size=8192, seed=7, cpu_work=cpu_work, bad_every=0, sites=sites,
         partitions=partitions, ha="none", master=None, rate=None, ingress_buffer=200_000,
-        window=400_000, output=None, dead_letter=None, kill=[],
+        window=300_000, output=None, dead_letter=None, kill=[],
     )
 
 

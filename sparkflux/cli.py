@@ -83,7 +83,7 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
                    help="pace the source at R events/s as a push source (drops when full)")
     p.add_argument("--ingress-buffer", type=int, default=200_000,
                    help="records the ingress buffers in --rate mode before it drops")
-    p.add_argument("--window", type=int, default=400_000,
+    p.add_argument("--window", type=int, default=300_000,
                    help="admission: input records admitted and not yet acknowledged by every "
                         "first-stage replica (consumers acknowledge on receipt, so this never "
                         "waits for a window to close)")

@@ -58,7 +58,7 @@ def demo(argv: list[str]) -> int:
     args = argparse.Namespace(
         events=a.events, batch_size=8192, seed=7, cpu_work=False, bad_every=0,
         sites=a.sites, partitions=a.partitions, ha="none", master=None, rate=None,
-        ingress_buffer=200_000, window=400_000, output=None, dead_letter=None,
+        ingress_buffer=200_000, window=300_000, output=None, dead_letter=None,
     )
     spark = spark_session(default_master(a.sites))
     result = run_example(module, args, sink=NullSink(), dead=DeadLetters(), spark=spark,

@@ -297,9 +297,13 @@ def test_the_report_names_output_that_has_not_reached_the_driver_and_unknown_sta
         "least SN 59,999 (a connection to the driver that is slow or stalled).")
     text = describe(Stall(30.0, stop=False), standing(stages=(first, None),
                                                      silent=((1, 30.25), (3, 2.0))), 30.0)
-    assert "It waits for stage 1, which no live site has reported on yet. Site 1 has sent no " \
-           "heartbeat for 30.2 s (hung, or too busy to send one). Site 3 has sent no " \
-           "heartbeat for 2.0 s (hung, or too busy to send one). (--stall-timeout" in text
+    assert "It waits for sites 1, 3, which have sent no heartbeat for 30.2 s and 2.0 s " \
+           "(hung, or too busy to send one); by the sites' last heartbeats, for stage 1, which " \
+           "no live site has reported on yet. (--stall-timeout" in text
+    text = describe(Stall(30.0, stop=False), standing(silent=((1, 1.06),)), 30.0)
+    assert "It waits for site 1, which has sent no heartbeat for 1.1 s (hung, or too busy to " \
+           "send one); by the sites' last heartbeats, for stage 0 (TimeWindowAggregate) " \
+           "partition 5 on site 1, which holds" in text
     done = StageLow(1, "CountWindow", END_OF_STREAM, 6, 2, END_OF_STREAM, 6, 2)
     text = describe(Stall(30.0, stop=False), standing(stages=(first, done), egress_sn=0,
                                                      input="ended", admission=""), 30.0)

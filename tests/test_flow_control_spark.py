@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sparkflux.runner import run_example
-from sparkflux.runtime.sinks import CollectSink, DeadLetters
+from sparkflux.runtime.sinks import CollectSink, DeadLetters, NullSink
 
 from .conftest import ROOT
 from .test_netmon_spark import netmon_args
@@ -54,14 +54,15 @@ def test_a_window_longer_than_the_admission_window_completes(hot_items: Any,
 
 def test_a_stalled_run_says_what_it_waits_for(netmon: Any, spark: Any) -> None:
     """Site 1 frozen for 3 s (within its heartbeat timeout): nothing moves, and the watchdog
-    names the site that holds the input, then sees the run progress again."""
-    args = netmon_args(events=400_000, hang=["1@1=3"], stall_timeout=1.0)
-    result = run_example(netmon, args, sink=CollectSink(), dead=DeadLetters(), spark=spark)
+    names the site and that admission is blocked, then sees the run progress again."""
+    args = netmon_args(events=2_000_000, hang=["1@0.5=3"], stall_timeout=1.0)
+    result = run_example(netmon, args, sink=NullSink(), dead=DeadLetters(), spark=spark)
     m = result.metrics
-    assert m["input_tuples"] == 400_000 and m["failures"] == []
+    assert m["input_tuples"] == 2_000_000 and m["failures"] == []
     (stall,) = m["stalls"]
     assert not stall["stopped"] and 1.0 <= stall["seconds"] < 3.0
     text = stall["message"]
     assert text.startswith("no progress for 1 s: the output is at SN "), text
-    assert "on site 1" in text and "Site 1 has sent no heartbeat for" in text, text
+    assert "the ingress is blocked by admission" in text, text
+    assert "It waits for site 1, which has sent no heartbeat for" in text, text
     assert text.endswith("(--stall-timeout 1: the run stops if this lasts 4 s)")

@@ -187,7 +187,7 @@ def test_release_next_hands_out_one_message_at_a_time_in_order() -> None:
 
 def test_outbox_never_raises_when_the_pool_is_full() -> None:
     """A destination that holds frames while the pool is full gets the next frame written
-    (after what it holds), never an exception: the ingress window bounds what is in flight."""
+    (after what it holds), never an exception: admission bounds what is in flight."""
     from sparkflux.runtime.outbox import Outbox
 
     class Conn:

@@ -120,9 +120,7 @@ def describe(stall: Stall, s: Standing, timeout: float) -> str:
            else f"the output is at {_at(s.output_sn)}")
     head = (f"no progress for {stall.seconds:.0f} s: {out}, {s.admitted:,} records admitted"
             f"{_input(s)}.")
-    text = f"{head} It waits for {holder(s)}." + "".join(
-        f" Site {j} has sent no heartbeat for {t:.1f} s (hung, or too busy to send one)."
-        for j, t in s.silent)
+    text = f"{head} It waits for {_silent(s.silent)}{holder(s)}."
     if stall.stop:
         return (f"{text} The run stops rather than hang; if the stall is expected, raise "
                 f"--stall-timeout (0 turns the watchdog off).")
@@ -178,6 +176,17 @@ def pool_reason(rows: int, sites: list[int]) -> str:
     names = ", ".join(map(str, sites))
     return (f"the ingress's skew buffer holds {rows:,} rows for site{'s' if len(sites) > 1 else ''}"
             f" {names}, whose connection{'s' if len(sites) > 1 else ''} cannot take more")
+
+
+def _silent(silent: tuple[tuple[int, float], ...]) -> str:
+    """Members whose heartbeat is late come first: the progress they reported is old."""
+    if not silent:
+        return ""
+    sites = ", ".join(str(j) for j, _ in silent)
+    times = " and ".join(f"{t:.1f} s" for _, t in silent)
+    which = (f"site {sites}, which has" if len(silent) == 1 else f"sites {sites}, which have")
+    return (f"{which} sent no heartbeat for {times} (hung, or too busy to send one); by the "
+            f"sites' last heartbeats, for ")
 
 
 def _input(s: Standing) -> str:

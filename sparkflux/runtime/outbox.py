@@ -49,7 +49,10 @@ class Outbox:
             blocked = conn.buffered() > self.high_water
             rows = rows_of(msg)
             if not self.skew.can_hold(dest, rows):
-                blocked = False  # the pool is full: write it (the ingress window bounds this)
+                # The pool is full: write it. At the driver admission waits while the pool
+                # is full; a site's peer that reads this slowly reads the driver's input as
+                # slowly, which holds admission back (README: "Flow control").
+                blocked = False
                 for held in self.skew.release(dest):
                     conn.send(held)
             for m in self.skew.offer(dest, msg, rows, blocked):

@@ -27,7 +27,7 @@ class RunConfig:
     replicas: int = 2  # --replicas, with --ha flux (--ha none is one copy)
     rate: float | None = None
     ingress_buffer: int = 200_000
-    window: int = 400_000  # input records not yet acknowledged by every first-stage replica
+    window: int = 300_000  # input records not yet acknowledged by every first-stage replica
     stall_timeout: float = 30.0  # --stall-timeout: the watchdog warns after it (0: off)
     heartbeat_timeout: float = 10.0
     start_timeout: float = 180.0

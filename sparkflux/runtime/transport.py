@@ -5,9 +5,9 @@ run has it) before a frame is read, and every frame is checked against a size li
 body is read. Every transport failure (reset, EOF, a truncated or malformed frame, a frame over
 the limit) surfaces as one ``ConnectionLost`` for the caller (distributed's
 ``CommClosedError`` habit): the protocol layer sees "peer lost", never a zoo of socket errors.
-Writes never block the event loop: ``send`` queues the frame (flow control is end to end, in
-the ingress window, and the skew buffer of ``outbox`` keeps data out of a blocked connection),
-so two sites that send to each other cannot deadlock on full socket buffers.
+Writes never block the event loop: ``send`` queues the frame (flow control is the ingress's
+admission, README "Flow control", and the skew buffer of ``outbox`` keeps data out of a blocked
+connection), so two sites that send to each other cannot deadlock on full socket buffers.
 """
 
 from __future__ import annotations
