@@ -257,18 +257,13 @@ def _program(level: int, in_ports: tuple[Port, ...], out_ports: tuple[Port, ...]
                               schema[n.name]))
         at[n.name] = len(steps) - 1
     outputs: list[tuple[str, int]] = []
-    for port in out_ports:
-        e = next(e for e in edges if e.ports.get(_exchange_of(level), -1) == port.index)
+    for port in out_ports:  # the steps at depth L send into exchange L
+        e = next(e for e in edges if e.ports.get(level, -1) == port.index)
         if e.first == level:
             outputs.append(("step", at[e.src.name]))
         else:
-            outputs.append(("relay", e.ports[_exchange_of(level) - 1]))
+            outputs.append(("relay", e.ports[level - 1]))
     return StageProgram(in_ports, out_ports, steps, outputs, partitions, to_egress)
-
-
-def _exchange_of(level: int) -> int:
-    """The exchange the steps at ``level`` send into (level L feeds exchange L)."""
-    return level
 
 
 def _user(schema: pa.Schema) -> pa.Schema:

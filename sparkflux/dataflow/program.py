@@ -32,6 +32,7 @@ from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import Frontier
 from sparkflux.model.schema import PART, SN, SRC
 from sparkflux.operators.base import Operator
+from sparkflux.operators.union import pad_to
 
 
 @dataclass
@@ -127,7 +128,7 @@ class StageProgram:
             if not parts:
                 return None, frontier
             assert step.schema is not None
-            padded = [_pad(b, step.schema) for b in parts]  # type: ignore[arg-type]
+            padded = [pad_to(b, step.schema) for b in parts]  # type: ignore[arg-type]
             return sort_by_sn(concat(padded, step.schema)), frontier
         assert op is not None
         if step.kind == "join":
@@ -154,20 +155,6 @@ class StageProgram:
                 return (batch.column(SN).to_numpy() % self.partitions).astype(np.int32)
             return part
         return partition_of(batch, list(port.key), self.partitions)
-
-
-def _pad(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` as ``schema``: missing user columns null, types widened."""
-    n = batch.num_rows
-    arrays = []
-    for f in schema:
-        i = batch.schema.get_field_index(f.name)
-        if i < 0:
-            arrays.append(pa.nulls(n, f.type))
-        else:
-            col = batch.column(i)
-            arrays.append(col if col.type == f.type else col.cast(f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class HeldRows(Operator):
