@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.operators.base import PlanError
-from sparkflux.runtime.run_config import LiveStats, RunConfig, RunResult
+from sparkflux.options import options_of
+from sparkflux.query import start
+from sparkflux.runtime.run_config import LiveStats, RunResult
 from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
-from sparkflux.spark.job import run
 
 if TYPE_CHECKING:
     from sparkflux.spark.expected import Expected
@@ -43,165 +44,20 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
         from dataclasses import replace
 
         opts = replace(opts, batch=args.batch_size)
-    plan = compile_plan(module.build(opts), args.partitions, args.sites)
-    if args.rate is not None and args.rate <= 0:
-        raise PlanError("--rate must be positive")
     if sink is None:
         sink = ParquetSink(args.output) if args.output else NullSink()
     if dead is None:
         path = args.dead_letter or (str(Path(args.output).with_suffix(".dead-letter.jsonl"))
                                     if args.output else None)
         dead = DeadLetters(path)
-    cfg = RunConfig(sites=args.sites, partitions=args.partitions, master=args.master,
-                    ha=args.ha, replicas=replicas_option(args.ha, getattr(args, "replicas", None),
-                                                         args.sites),
-                    rate=args.rate, ingress_buffer=args.ingress_buffer,
-                    window=window_option(args.window),
-                    stall_timeout=stall_timeout(getattr(args, "stall_timeout", 30.0)),
-                    kills=parse_kills(getattr(args, "kill", []), args.sites),
-                    adopted_kills=parse_adopted_kills(getattr(args, "kill", []), args.sites),
-                    hangs=parse_hangs(getattr(args, "hang", []), args.sites),
-                    tls=getattr(args, "tls", False),
-                    max_frame_mb=getattr(args, "max_frame_mb", None),
-                    heartbeat_timeout=getattr(args, "heartbeat_timeout", 10.0),
-                    spares=getattr(args, "spare_sites", 0),
-                    site_cpu=site_cpu_option(getattr(args, "site_cpu", None)),
-                    slows=parse_slows(getattr(args, "slow", []), args.sites),
-                    recovery=getattr(args, "recovery", "standby"),
-                    balance=not getattr(args, "no_balance", False),
-                    delta_min=seconds_option("--balance-delta-min",
-                                       getattr(args, "balance_delta_min", 0.25)),
-                    window_s=balance_window(getattr(args, "balance_window", 2.0)),
-                    standby_wait=seconds_option("--standby-wait",
-                                                getattr(args, "standby_wait", 5.0)))
-    announce(plan.describe())
-    return run(plan, cfg, sink, dead, spark=spark, display=display,
-               dataflow_file=getattr(module, "__file__", None))
-
-
-def replicas_option(ha: str, replicas: int | None, sites: int) -> int:
-    """``--replicas``, checked against ``--ha`` and ``--sites`` (a bad one fails fast)."""
-    if replicas is None:
-        return 2 if ha == "flux" else 1
-    if ha != "flux":
-        raise PlanError("--replicas needs --ha flux (--ha none keeps one copy of every "
-                        "partition)")
-    if replicas < 2:
-        raise PlanError(f"--replicas {replicas}: Flux-HA keeps at least 2 copies of every "
-                        f"partition (for one copy, use --ha none)")
-    if replicas > sites:
-        raise PlanError(f"--replicas {replicas} keeps {replicas} copies of every partition on "
-                        f"different sites: use --sites >= {replicas}")
-    return replicas
-
-
-def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
-    """``SITE@SECONDS`` options, checked (a bad one fails fast with what to change).
-
-    ``SITE@recovered+SECONDS`` kills the site that long after the first recovery completes;
-    it comes back with a negative time: -(1 + SECONDS)."""
-    out = []
-    for spec in specs:
-        if "@adopted+" in spec:
-            continue  # parse_adopted_kills
-        try:
-            site_s, at_s = spec.split("@")
-            site = int(site_s)
-            if at_s.startswith("recovered+"):
-                out.append((site, -1.0 - float(at_s.removeprefix("recovered+"))))
-                if not 0 <= site < sites:
-                    raise ValueError
-                continue
-            at = float(at_s)
-        except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3), "
-                            f"SITE@recovered+SECONDS or SITE@adopted+SECONDS") from None
-        if not 0 <= site < sites or at < 0:
-            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
-        out.append((site, at))
-    return tuple(out)
-
-
-def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
-    """``SITE@adopted+SECONDS`` options: kill the slot's next process that long after it
-    adopts the slot (a standby killed right after its adoption)."""
-    out = []
-    for spec in specs:
-        if "@adopted+" not in spec:
-            continue
-        try:
-            site_s, delay_s = spec.split("@adopted+")
-            site, delay = int(site_s), float(delay_s)
-        except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@adopted+SECONDS, e.g. "
-                            f"--kill 1@adopted+0.2") from None
-        if not 0 <= site < sites or delay < 0:
-            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
-        out.append((site, delay))
-    return tuple(out)
-
-
-def _site_at_value(option: str, what: str, example: str, specs: list[str], sites: int
-                   ) -> tuple[tuple[int, float, float], ...]:
-    """``SITE@SECONDS=VALUE`` options, checked: a site of the run, seconds >= 0, a value
-    above 0 (a bad one fails fast with what to write)."""
-    out = []
-    for spec in specs:
-        try:
-            where, value_s = spec.split("=")
-            site_s, at_s = where.split("@")
-            site, at, value = int(site_s), float(at_s), float(value_s)
-        except ValueError:
-            raise PlanError(f"{option} {spec!r}: write SITE@SECONDS={what}, e.g. "
-                            f"{option} {example}") from None
-        if not 0 <= site < sites or at < 0 or value <= 0:
-            raise PlanError(f"{option} {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
-                            f"{what.lower()} > 0")
-        out.append((site, at, value))
-    return tuple(out)
-
-
-def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
-    """``--hang SITE@SECONDS=DURATION`` options, checked."""
-    return _site_at_value("--hang", "DURATION", "1@3=8", specs, sites)
-
-
-def seconds_option(option: str, value: float) -> float:
-    if not value > 0:
-        raise PlanError(f"{option} {value}: give a positive number of seconds")
-    return value
-
-
-def window_option(value: int) -> int:
-    """``--window``: input records admitted and not yet acknowledged by every first-stage
-    replica. A window smaller than a source batch admits one batch at a time."""
-    if not value >= 1:
-        raise PlanError(f"--window {value}: give a number of input records, 1 or more")
-    return value
-
-
-def stall_timeout(value: float) -> float:
-    if not value >= 0:
-        raise PlanError(f"--stall-timeout {value}: give seconds, 0 or more (0: no watchdog)")
-    return value
-
-
-def balance_window(value: float) -> float:
-    if not value >= 0:
-        raise PlanError(f"--balance-window {value}: give seconds, 0 or more (0: each "
-                        "collection phase alone)")
-    return value
-
-
-def site_cpu_option(value: float | None) -> float | None:
-    if value is not None and not 0.0 < value <= 1.0:
-        raise PlanError(f"--site-cpu {value}: give a fraction of wall time in (0, 1], e.g. 0.4")
-    return value
-
-
-def parse_slows(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
-    """``--slow SITE@SECONDS=FACTOR`` options, checked."""
-    return _site_at_value("--slow", "FACTOR", "2@2=0.5", specs, sites)
+    query = start(module.build(opts), spark=spark, sink=sink, dead_letters=dead,
+                  dataflow_file=getattr(module, "__file__", None), announce=announce,
+                  **options_of(args))
+    if display is not None:
+        display(query.stats, query.done)
+    query.await_termination()
+    assert query.result is not None
+    return query.result
 
 
 def reference_result(module: Any, args: argparse.Namespace, spark: Any = None

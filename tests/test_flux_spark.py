@@ -70,7 +70,7 @@ def test_losing_both_replicas_of_a_partition_is_reported(netmon: Any, spark: Any
 def test_a_hung_site_is_found_by_heartbeat_and_excluded(netmon: Any, spark: Any,
                                                         expected: tuple[str, int]) -> None:
     from sparkflux.dataflow.compiler import compile_plan
-    from sparkflux.runner import parse_kills  # noqa: F401 - the CLI parses --kill the same way
+    from sparkflux.options import parse_kills  # noqa: F401 - the CLI parses --kill the same way
     from sparkflux.runtime.run_config import RunConfig
     from sparkflux.spark.job import run
 

@@ -7,7 +7,7 @@ import pytest
 
 from sparkflux.dataflow.placement import Layout
 from sparkflux.operators.base import PlanError
-from sparkflux.runner import replicas_option
+from sparkflux.options import replicas_option
 
 
 def test_replicas_default_to_two_with_flux_and_one_without() -> None:

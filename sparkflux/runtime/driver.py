@@ -12,13 +12,14 @@ counts what it refuses (``refused_connections`` in the metrics, with the sites' 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import secrets
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -89,6 +90,7 @@ from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start_server
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
 
 
@@ -182,6 +184,8 @@ class Host:
         self.unacked_max = 0  # the most admitted records unacknowledged at an admission
         self.watchdog = Watchdog(cfg.stall_timeout)
         self.stalls: list[dict[str, Any]] = []
+        self._source: SourceFeed | None = None
+        self._ending = False  # end_input: the sources end at their next batch boundary
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
     @property
@@ -241,6 +245,36 @@ class Host:
     def stop(self, reason: str) -> None:
         """Abort from another thread (e.g. the Spark job died)."""
         self._call_soon(self._abort, reason)
+
+    def end_input(self) -> None:
+        """From another thread (``FluxQuery.stop``): every source ends at its next batch
+        boundary; what was admitted is processed to the end, as at the input's own end."""
+        self._call_soon(self._end_input)
+
+    def _end_input(self) -> None:
+        self._ending = True
+        if self._source is not None:
+            self._source.end()
+
+    def on_loop(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
+        """``fn()`` run on the host's loop, from another thread (a consistent snapshot of
+        state the loop changes); run here once the loop has ended."""
+        loop = self._loop
+        if loop is None or self.done.is_set():
+            return fn()
+        out: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                out.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+                out.set_exception(e)
+
+        try:
+            loop.call_soon_threadsafe(call)
+        except RuntimeError:  # the loop closed meanwhile
+            return fn()
+        return out.result(timeout)
 
     def tasks_failed(self, failed: int) -> None:
         """From another thread: Spark counts ``failed`` failed attempts of the site tasks."""
@@ -627,7 +661,9 @@ class Host:
         self.stats.started_at = start
         self._mono_start = time.monotonic()
         self.faults.arm()
-        source = SourceFeed(self.plan)
+        source = self._source = SourceFeed(self.plan)
+        if self._ending:
+            source.end()
         if self.cfg.rate:
             buffer = PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
                                   flush_s=self.cfg.flush_ms / 1000)

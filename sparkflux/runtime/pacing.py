@@ -34,10 +34,29 @@ class SourceFeed:
     merged order (the sequencer's rule), only how much it holds."""
 
     def __init__(self, plan: PhysicalPlan) -> None:
+        self._sources = plan.sources
         self._iters: list[Iterator] = [s.batches() for s in plan.sources]
         self._streams = plan.streams
         self._wm = [NO_WATERMARK] * len(self._iters)
         self._open = [True] * len(self._iters)
+
+    def end(self) -> None:
+        """End the input here (``FluxQuery.stop``): each open source is closed (its
+        ``close()`` hook if it has one, a generator's ``close``) and reported ended in turn;
+        nothing more is read from it."""
+        for i, it in enumerate(self._iters):
+            if not self._open[i]:
+                continue
+            hook = getattr(self._sources[i], "close", None)
+            if callable(hook):
+                hook()
+            close = getattr(it, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except ValueError:  # a generator running now (never on the host's loop)
+                    pass
+            self._iters[i] = iter(())
 
     def next(self) -> Item | None:
         live = [i for i, o in enumerate(self._open) if o]

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed, RunRes
 from sparkflux.runtime.security import SECRET_CONF, make_security, resolve_secret
 from sparkflux.runtime.sinks import DeadLetters, Sink
 from sparkflux.spark.launcher import (
+    SiteJob,
     cancel_sites,
     default_master,
     failed_attempts,
@@ -34,20 +35,42 @@ from sparkflux.spark.launcher import (
     launch_sites,
     spark_session,
 )
+from sparkflux.spark.session_check import check_session
 from sparkflux.spark.shipping import ship_beside
 
 log = logging.getLogger(__name__)
 FAILED_POLL_S = 1.0  # how often the sites' failed attempts are counted until the run starts
 
 
-def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
-        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None,
-        dataflow_file: str | Path | None = None) -> RunResult:
-    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed).
-    ``dataflow_file``: the file the dataflow came from; the modules beside it are shipped."""
+@dataclass
+class Launched:
+    """A run whose driver host listens and whose sites' Spark job is submitted."""
+
+    host: Host
+    job: SiteJob
+    spark: Any
+    plan: PhysicalPlan
+    cfg: RunConfig
+    thread: threading.Thread
+    deadline: float
+
+
+def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
+           spark: Any = None, dataflow_file: str | Path | None = None) -> Launched:
+    """Start the driver host and submit the sites' Spark job; return at once (``supervise``
+    then waits for the end). ``spark``: the user's session, checked (``session_check.py``:
+    a bad setting raises PlanError saying what to change), or None for a session made here
+    with every setting the job needs. ``dataflow_file``: the file the dataflow came from;
+    the modules beside it are shipped."""
     master = cfg.master or default_master(cfg.sites + cfg.spares)
+    tasks = plan.sites + cfg.spares
     if spark is None:
         spark = spark_session(master)
+        own = True
+    else:
+        own = False
+    master = spark.sparkContext.master
+    check_session(spark, tasks, cfg.ha == "flux", user_session=not own)
     if dataflow_file is not None:
         path = Path(dataflow_file).resolve()
         cfg = replace(cfg, dataflow=path.name, shipped=ship_beside(spark, path.parent))
@@ -56,28 +79,54 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
         secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
         log.info("run secret: %s", origin)
         cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
-    if is_local(master):
-        bind = advertise = cfg.bind_host
-    else:  # listen where the executors are told to connect, not on every interface
-        advertise = conf.get("spark.driver.host", "127.0.0.1")
-        bind = conf.get("spark.driver.bindAddress", None) or advertise
+    bind, advertise = driver_addresses(master, conf, cfg.bind_host)
     cfg = replace(cfg, local=is_local(master), bind_host=bind)
     host = Host(plan, cfg, sink, dead_letters)
     thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
     thread.start()
     host.ready.wait(30)
     if host.port is None:
-        raise RunFailed(f"the driver host did not start (could it listen on {bind}?)")
+        raise RunFailed(f"the driver host could not listen on {bind} (the address the "
+                        f"executors are told to connect to is {advertise}); set "
+                        f"spark.driver.host / spark.driver.bindAddress to an address of "
+                        f"this machine the executors can reach")
     # Sites on a cluster bind to, and advertise, their address towards the driver ("").
     site_bind = bind if is_local(master) else ""
     assert cfg.security is not None
-    job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind,
-                       plan.sites + cfg.spares, host.replicas, cfg.security, cfg.site_cpu)
-    deadline = time.monotonic() + cfg.start_timeout
+    job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind, tasks,
+                       host.replicas, cfg.security, cfg.site_cpu)
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()
-    if display is not None:
-        display(host.stats, host.done)
+    return Launched(host=host, job=job, spark=spark, plan=plan, cfg=cfg, thread=thread,
+                    deadline=time.monotonic() + cfg.start_timeout)
+
+
+def driver_addresses(master: str, conf: Any, local_bind: str) -> tuple[str, str]:
+    """Where the driver host listens and the address the sites are told to dial: loopback
+    in local mode; on a cluster the driver's advertised address (``spark.driver.host``),
+    bound there too (or on ``spark.driver.bindAddress`` when set, e.g. in a container whose
+    advertised address is not its own), never every interface."""
+    if is_local(master):
+        return local_bind, local_bind
+    advertise = conf.get("spark.driver.host", None) or local_address()
+    return conf.get("spark.driver.bindAddress", None) or advertise, advertise
+
+
+def local_address() -> str:
+    """This machine's address (Spark's choice when spark.driver.host is unset)."""
+    import socket
+
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def supervise(run: Launched) -> RunResult:
+    """Wait for the run's end and return its result (raises RunFailed). While no site has
+    registered, counts the sites' failed attempts (``control/start_failures.py``) and holds
+    the start deadline."""
+    host, job, spark, plan, cfg = run.host, run.job, run.spark, run.plan, run.cfg
     next_poll = time.monotonic()
     while not host.done.wait(0.2):
         if not host.controller.started and time.monotonic() >= next_poll:
@@ -86,7 +135,7 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
             if failed is not None:
                 host.tasks_failed(failed)
             next_poll = time.monotonic() + FAILED_POLL_S
-        if not host.controller.started and time.monotonic() > deadline:
+        if not host.controller.started and time.monotonic() > run.deadline:
             host.stop(
                 f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
                 f"{cfg.start_timeout:.0f}s; the Spark master needs at least {plan.sites} free "
@@ -102,13 +151,23 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
         job.done.wait(15)
     if job.error is not None and not job.summaries:
         log.info("site job ended with %s", job.error)
-    thread.join(10)
+    run.thread.join(10)
     return RunResult(metrics=result_metrics(host), sites=job.summaries, timeline=host.metrics,
                      ingress_timeline=(host.ingress_times, host.ingress_counts),
                      completed=host.completed,
                      events=timeline_events(host.faults.kills, host.failures, host.recovered,
                                             moves=list(host.move_started.values()),
                                             slows=host.faults.slowed))
+
+
+def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
+        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None,
+        dataflow_file: str | Path | None = None) -> RunResult:
+    """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
+    launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file)
+    if display is not None:
+        display(launched.host.stats, launched.host.done)
+    return supervise(launched)
 
 
 def _watch_job(job: Any, host: Host) -> None:

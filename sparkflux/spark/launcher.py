@@ -17,8 +17,10 @@ import logging
 import os
 import secrets
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -40,15 +42,32 @@ def default_master(slots: int) -> str:
     return f"local[{slots},{TASK_MAX_FAILURES}]"
 
 
-def spark_session(master: str, app_name: str = "sparkflux"):  # noqa: ANN201 (pyspark optional)
-    """A SparkSession configured for long-lived site tasks."""
+def spark_log_file() -> Path:
+    """Where a session sparkflux makes writes Spark's own log (``log4j2.properties``)."""
+    return Path(tempfile.gettempdir()) / f"sparkflux-spark-{os.getpid()}.log"
+
+
+def spark_session(master: str | None = None, app_name: str = "sparkflux"):  # noqa: ANN201
+    """A SparkSession configured for long-lived site tasks: every setting the sites' job
+    needs (``session_check.py`` lists them), the executors' Python this one, and Spark's log
+    to ``spark_log_file()`` with only errors in the terminal. ``master`` None: the one
+    spark-submit gives, else the embedded local mode. If a session already exists (a
+    notebook's, spark-submit's), it is returned as it is and checked at the run's start."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    log_conf = Path(__file__).with_name("log4j2.properties")
+    java_opts = (f"-Dlog4j2.configurationFile=file:{log_conf} "
+                 f"-Dsparkflux.spark.log={spark_log_file()}")
+    builder = SparkSession.builder
+    if master is not None or not under_spark_submit():
+        builder = builder.master(master or default_master(4))
     builder = (
-        SparkSession.builder.master(master)
+        builder
         .appName(app_name)
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.speculation", "false")
@@ -60,9 +79,16 @@ def spark_session(master: str, app_name: str = "sparkflux"):  # noqa: ANN201 (py
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.faulthandler.enabled", "true")
     )
+    from pyspark import SparkContext
+
+    # The log configuration takes effect only if this call launches Spark's JVM (not under
+    # spark-submit, no session yet); otherwise only errors are shown, as Spark's API allows.
+    jvm_here = not under_spark_submit() and SparkContext._active_spark_context is None
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not jvm_here:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
+
 
 
 @dataclass
@@ -139,3 +165,9 @@ def _site_plan(plan: PhysicalPlan) -> PhysicalPlan:
     from dataclasses import replace
 
     return replace(plan, sources=(), sinks=tuple(replace(k, sink=None) for k in plan.sinks))
+
+
+def under_spark_submit() -> bool:
+    """This Python runs under spark-submit (whose JVM holds the master and settings it was
+    given): Spark's gateway was started for it."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ

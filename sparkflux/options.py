@@ -1,0 +1,194 @@
+"""A run's options, as ``sparkflux run`` takes them and as ``sparkflux.start`` takes them
+(keyword arguments named like the command's options: ``--spare-sites`` is ``spare_sites``),
+checked and turned into a ``RunConfig``. A bad option is a ``PlanError`` that says what to
+write instead, before anything starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkflux.operators.base import PlanError
+from sparkflux.runtime.run_config import RunConfig
+
+# Every option and its default (the command's defaults).
+DEFAULTS: dict[str, Any] = {
+    "sites": 4, "partitions": 32, "ha": "none", "replicas": None, "master": None,
+    "rate": None, "ingress_buffer": 200_000, "window": 300_000, "stall_timeout": 30.0,
+    "kill": (), "hang": (), "slow": (), "tls": False, "max_frame_mb": None,
+    "heartbeat_timeout": 10.0, "spare_sites": 0, "site_cpu": None, "recovery": "standby",
+    "balance": True, "balance_delta_min": 0.25, "balance_window": 2.0, "standby_wait": 5.0,
+    "start_timeout": 180.0,
+}
+
+
+def run_config(**options: Any) -> RunConfig:
+    """The ``RunConfig`` of ``options`` (unknown names and bad values: PlanError)."""
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise PlanError(f"unknown option(s) {', '.join(unknown)}; the options are: "
+                        f"{', '.join(sorted(DEFAULTS))}")
+    o = DEFAULTS | {k: v for k, v in options.items() if v is not None or k == "replicas"}
+    sites = o["sites"]
+    if not isinstance(sites, int) or sites < 1:
+        raise PlanError(f"sites={sites!r}: give a number of sites, 1 or more")
+    if o["ha"] not in ("none", "flux"):
+        raise PlanError(f"ha={o['ha']!r}: use 'none' or 'flux'")
+    if o["recovery"] not in ("standby", "survivors"):
+        raise PlanError(f"recovery={o['recovery']!r}: use 'standby' or 'survivors'")
+    if o["rate"] is not None and o["rate"] <= 0:
+        raise PlanError("--rate must be positive")
+    if o["spare_sites"] < 0:
+        raise PlanError(f"--spare-sites {o['spare_sites']}: give 0 or more")
+    kills = list(o["kill"])
+    return RunConfig(
+        sites=sites, partitions=o["partitions"], master=o["master"], ha=o["ha"],
+        replicas=replicas_option(o["ha"], o["replicas"], sites), rate=o["rate"],
+        ingress_buffer=o["ingress_buffer"], window=window_option(o["window"]),
+        stall_timeout=stall_timeout(o["stall_timeout"]),
+        kills=parse_kills(kills, sites), adopted_kills=parse_adopted_kills(kills, sites),
+        hangs=parse_hangs(list(o["hang"]), sites), tls=bool(o["tls"]),
+        max_frame_mb=o["max_frame_mb"], heartbeat_timeout=o["heartbeat_timeout"],
+        spares=o["spare_sites"], site_cpu=site_cpu_option(o["site_cpu"]),
+        slows=parse_slows(list(o["slow"]), sites), recovery=o["recovery"],
+        balance=bool(o["balance"]),
+        delta_min=seconds_option("--balance-delta-min", o["balance_delta_min"]),
+        window_s=balance_window(o["balance_window"]),
+        standby_wait=seconds_option("--standby-wait", o["standby_wait"]),
+        start_timeout=seconds_option("start_timeout", o["start_timeout"]))
+
+
+def options_of(args: Any) -> dict[str, Any]:
+    """The options in parsed ``sparkflux run`` arguments (absent ones: their defaults)."""
+    out = {k: getattr(args, k) for k in DEFAULTS if hasattr(args, k)}
+    if getattr(args, "no_balance", False):
+        out["balance"] = False
+    if hasattr(args, "spare_sites"):
+        out["spare_sites"] = args.spare_sites
+    return out
+
+
+def replicas_option(ha: str, replicas: int | None, sites: int) -> int:
+    """``--replicas``, checked against ``--ha`` and ``--sites`` (a bad one fails fast)."""
+    if replicas is None:
+        return 2 if ha == "flux" else 1
+    if ha != "flux":
+        raise PlanError("--replicas needs --ha flux (--ha none keeps one copy of every "
+                        "partition)")
+    if replicas < 2:
+        raise PlanError(f"--replicas {replicas}: Flux-HA keeps at least 2 copies of every "
+                        f"partition (for one copy, use --ha none)")
+    if replicas > sites:
+        raise PlanError(f"--replicas {replicas} keeps {replicas} copies of every partition on "
+                        f"different sites: use --sites >= {replicas}")
+    return replicas
+
+
+def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
+    """``SITE@SECONDS`` options, checked (a bad one fails fast with what to change).
+
+    ``SITE@recovered+SECONDS`` kills the site that long after the first recovery completes;
+    it comes back with a negative time: -(1 + SECONDS)."""
+    out = []
+    for spec in specs:
+        if "@adopted+" in spec:
+            continue  # parse_adopted_kills
+        try:
+            site_s, at_s = spec.split("@")
+            site = int(site_s)
+            if at_s.startswith("recovered+"):
+                out.append((site, -1.0 - float(at_s.removeprefix("recovered+"))))
+                if not 0 <= site < sites:
+                    raise ValueError
+                continue
+            at = float(at_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3), "
+                            f"SITE@recovered+SECONDS or SITE@adopted+SECONDS") from None
+        if not 0 <= site < sites or at < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
+        out.append((site, at))
+    return tuple(out)
+
+
+def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
+    """``SITE@adopted+SECONDS`` options: kill the slot's next process that long after it
+    adopts the slot (a standby killed right after its adoption)."""
+    out = []
+    for spec in specs:
+        if "@adopted+" not in spec:
+            continue
+        try:
+            site_s, delay_s = spec.split("@adopted+")
+            site, delay = int(site_s), float(delay_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write SITE@adopted+SECONDS, e.g. "
+                            f"--kill 1@adopted+0.2") from None
+        if not 0 <= site < sites or delay < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
+        out.append((site, delay))
+    return tuple(out)
+
+
+def _site_at_value(option: str, what: str, example: str, specs: list[str], sites: int
+                   ) -> tuple[tuple[int, float, float], ...]:
+    """``SITE@SECONDS=VALUE`` options, checked: a site of the run, seconds >= 0, a value
+    above 0 (a bad one fails fast with what to write)."""
+    out = []
+    for spec in specs:
+        try:
+            where, value_s = spec.split("=")
+            site_s, at_s = where.split("@")
+            site, at, value = int(site_s), float(at_s), float(value_s)
+        except ValueError:
+            raise PlanError(f"{option} {spec!r}: write SITE@SECONDS={what}, e.g. "
+                            f"{option} {example}") from None
+        if not 0 <= site < sites or at < 0 or value <= 0:
+            raise PlanError(f"{option} {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+                            f"{what.lower()} > 0")
+        out.append((site, at, value))
+    return tuple(out)
+
+
+def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
+    """``--hang SITE@SECONDS=DURATION`` options, checked."""
+    return _site_at_value("--hang", "DURATION", "1@3=8", specs, sites)
+
+
+def seconds_option(option: str, value: float) -> float:
+    if not value > 0:
+        raise PlanError(f"{option} {value}: give a positive number of seconds")
+    return value
+
+
+def window_option(value: int) -> int:
+    """``--window``: input records admitted and not yet acknowledged by every first-stage
+    replica. A window smaller than a source batch admits one batch at a time."""
+    if not value >= 1:
+        raise PlanError(f"--window {value}: give a number of input records, 1 or more")
+    return value
+
+
+def stall_timeout(value: float) -> float:
+    if not value >= 0:
+        raise PlanError(f"--stall-timeout {value}: give seconds, 0 or more (0: no watchdog)")
+    return value
+
+
+def balance_window(value: float) -> float:
+    if not value >= 0:
+        raise PlanError(f"--balance-window {value}: give seconds, 0 or more (0: each "
+                        "collection phase alone)")
+    return value
+
+
+def site_cpu_option(value: float | None) -> float | None:
+    if value is not None and not 0.0 < value <= 1.0:
+        raise PlanError(f"--site-cpu {value}: give a fraction of wall time in (0, 1], e.g. 0.4")
+    return value
+
+
+def parse_slows(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
+    """``--slow SITE@SECONDS=FACTOR`` options, checked."""
+    return _site_at_value("--slow", "FACTOR", "2@2=0.5", specs, sites)
+
+

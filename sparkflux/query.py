@@ -1,0 +1,163 @@
+"""The programmatic entry: ``sparkflux.start(dataflow, spark=spark, **options)`` runs a
+dataflow in the background and returns a ``FluxQuery``, the handle Spark's
+``DataStreamWriter.start()`` gives as a ``StreamingQuery``: ``status``, ``metrics``,
+``await_termination(timeout)``, ``stop()``.
+
+    import sparkflux
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.master("local[6,400]").getOrCreate()
+    query = sparkflux.start(build_my_dataflow(), spark=spark, sites=4, ha="flux")
+    print(query.status)
+    query.await_termination()
+    print(query.metrics["output_digest"])
+
+The options are ``sparkflux run``'s, named in Python (``--spare-sites`` is ``spare_sites``;
+``kill=["1@3"]``); ``sparkflux/options.py`` checks them. The session is checked before
+anything starts (``spark/session_check.py``): a setting that would break the run raises
+``PlanError`` saying what to change. Without ``spark`` a session is made with every setting
+the job needs (the master from ``master=``, from spark-submit, or local mode).
+
+``stop()`` ends the input: every source ends at its next batch boundary (its ``close()``
+hook is called), what was admitted is processed and written, and the sinks are closed, so a
+stopped query's output is complete up to where its input ended. A run that fails raises
+``RunFailed`` from ``await_termination`` (and ``exception()`` returns it), as a
+``StreamingQuery`` raises ``StreamingQueryException``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sparkflux.dataflow.api import Dataflow, Sink
+from sparkflux.dataflow.compiler import compile_plan
+from sparkflux.options import run_config
+from sparkflux.runtime.reports import result_metrics
+from sparkflux.runtime.run_config import LiveStats, RunFailed, RunResult
+from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
+from sparkflux.spark.job import Launched, launch, supervise
+
+log = logging.getLogger(__name__)
+
+
+class FluxQuery:
+    """A running dataflow (made by ``start``)."""
+
+    def __init__(self, launched: Launched) -> None:
+        self._run = launched
+        self.id = str(uuid.uuid4())
+        self.name = launched.plan.name
+        self.result: RunResult | None = None
+        self._error: BaseException | None = None
+        self.done = threading.Event()  # set once the run has ended, either way
+        self._thread = threading.Thread(target=self._supervise, name=f"sparkflux-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _supervise(self) -> None:
+        try:
+            self.result = supervise(self._run)
+        except BaseException as e:  # noqa: BLE001 - raised by await_termination
+            self._error = e
+        finally:
+            self.done.set()
+
+    @property
+    def stats(self) -> LiveStats:
+        """The live counters (what the progress display draws)."""
+        return self._run.host.stats
+
+    @property
+    def is_active(self) -> bool:
+        return not self.done.is_set()
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """What the run is doing now: its phase, the input's state (admitting, blocked and
+        by what, idle, ended), records in and out, dead letters, input dropped (``rate``),
+        live sites, failures so far."""
+        host = self._run.host
+        s = host.stats
+        return {
+            "message": "failed" if self._error is not None else
+                       "finished" if self.done.is_set() else s.phase,
+            "is_active": self.is_active,
+            "input": host.input_state + (f" (by {host.blocked_by})"
+                                         if host.input_state == "blocked" else ""),
+            "input_records": s.events_in,
+            "output_records": s.results_out,
+            "dead_letters": s.dead_letters,
+            "dropped": s.dropped,
+            "sites": len(host.controller.view.members) - len(host.dead),
+            "failures": len(host.failures),
+        }
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The run's metrics (``sparkflux run --metrics``): a snapshot while it runs, the
+        final ones after it ended."""
+        if self.result is not None:
+            return self.result.metrics
+        return self._run.host.on_loop(lambda: result_metrics(self._run.host))
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the end (at most ``timeout`` seconds): True once it ended; raises the
+        run's ``RunFailed`` if it failed."""
+        if not self.done.wait(timeout):
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def exception(self) -> BaseException | None:
+        """Why the run failed (None while it runs or when it finished)."""
+        return self._error
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """End the input now and wait (at most ``timeout``) for what was admitted to be
+        processed and written; True once the run ended."""
+        self._run.host.end_input()
+        return self.await_termination(timeout)
+
+    def abort(self, reason: str = "aborted by the user") -> None:
+        """Stop at once: nothing more is delivered; the run fails with ``reason``."""
+        self._run.host.stop(reason)
+        self.done.wait(60)
+
+    def __repr__(self) -> str:
+        return f"<FluxQuery {self.name} {self.status['message']}>"
+
+
+def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,
+          output: str | Path | None = None, dead_letters: DeadLetters | None = None,
+          dead_letter: str | Path | None = None, dataflow_file: str | Path | None = None,
+          announce: Callable[[str], None] | None = log.info, **options: Any) -> FluxQuery:
+    """Compile ``dataflow`` and start running it on ``spark``'s cluster; return at once.
+
+    ``sink``: where a sink of the dataflow that names none writes (default: ``output``, a
+    Parquet file, or nothing but counts); ``dead_letter``: a JSON-lines file for rejected
+    input (default: next to ``output``, else kept in memory); ``dataflow_file``: the file the
+    dataflow is defined in, whose neighbouring modules are shipped to the executors;
+    ``options``: ``sparkflux run``'s (``sites``, ``partitions``, ``ha``, ``replicas``,
+    ``master``, ``rate``, ``window``, ``spare_sites``, ``kill``, ...). Raises PlanError for a
+    bad option, dataflow or session setting, RunFailed if the driver cannot listen."""
+    cfg = run_config(**options)
+    plan = compile_plan(dataflow, cfg.partitions, cfg.sites)
+    if sink is None:
+        sink = ParquetSink(output) if output else NullSink()
+    if dead_letters is None:
+        path = dead_letter or (Path(output).with_suffix(".dead-letter.jsonl") if output
+                               else None)
+        dead_letters = DeadLetters(path)
+    if announce is not None:
+        announce(plan.describe())
+    launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file)
+    return FluxQuery(launched)
+
+
+__all__ = ["FluxQuery", "RunFailed", "start"]
