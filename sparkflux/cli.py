@@ -125,9 +125,11 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--recovery", choices=["standby", "survivors"], default="standby",
                    help="with --ha flux: rebuild a failed site's replicas on a standby (Spark's "
                         "restarted task or a spare) or at once on the surviving sites")
-    p.add_argument("--standby-wait", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--standby-wait", type=float, default=None, metavar="SECONDS",
                    help="with --recovery standby: recover onto the surviving sites if no "
-                        "standby has adopted a failed site's slot after this long")
+                        "standby has adopted a failed site's slot after this long (default: "
+                        "measured: at least 5 s, twice the sites' start, 1.5 times the "
+                        "slowest adoption so far, at most 60 s)")
     p.add_argument("--no-balance", action="store_true",
                    help="with --ha flux: turn the load-balancing policy off")
     p.add_argument("--balance-delta-min", type=float, default=0.25, metavar="SECONDS",

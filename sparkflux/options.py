@@ -16,7 +16,7 @@ DEFAULTS: dict[str, Any] = {
     "rate": None, "ingress_buffer": 200_000, "window": 300_000, "stall_timeout": 30.0,
     "kill": (), "hang": (), "slow": (), "tls": False, "max_frame_mb": None,
     "heartbeat_timeout": 10.0, "spare_sites": 0, "site_cpu": None, "recovery": "standby",
-    "balance": True, "balance_delta_min": 0.25, "balance_window": 2.0, "standby_wait": 5.0,
+    "balance": True, "balance_delta_min": 0.25, "balance_window": 2.0, "standby_wait": None,
     "start_timeout": 180.0,
 }
 
@@ -53,7 +53,8 @@ def run_config(**options: Any) -> RunConfig:
         balance=bool(o["balance"]),
         delta_min=seconds_option("--balance-delta-min", o["balance_delta_min"]),
         window_s=balance_window(o["balance_window"]),
-        standby_wait=seconds_option("--standby-wait", o["standby_wait"]),
+        standby_wait=(None if o["standby_wait"] is None
+                      else seconds_option("--standby-wait", o["standby_wait"])),
         start_timeout=seconds_option("start_timeout", o["start_timeout"]))
 
 

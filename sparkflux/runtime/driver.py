@@ -58,6 +58,7 @@ from sparkflux.control.events import (
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig
+from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import (
     InputState,
@@ -121,7 +122,7 @@ class Host:
         # actions (``_carry_out``) and feed it events.
         self.core = boundary_for(plan, self.replicas, {
             "heartbeat_timeout": cfg.heartbeat_timeout, "recovery": cfg.recovery,
-            "balance": cfg.balance, "standby_wait": cfg.standby_wait,
+            "balance": cfg.balance, "standby_wait": standby_wait(cfg.standby_wait),
             "policy": PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)})
         self.digest = self.digests[0]  # the output digest: the first sink's
         # the same rows, order and numbering aside (each sink's)
@@ -185,6 +186,10 @@ class Host:
         self.watchdog = Watchdog(cfg.stall_timeout)
         self.stalls: list[dict[str, Any]] = []
         self._source: SourceFeed | None = None
+        # When the sites' job was submitted, and how long until every site registered: what
+        # the standby wait is measured from.
+        self.launched_at: float | None = None
+        self.site_start_s: float | None = None
         self._ending = False  # end_input: the sources end at their next batch boundary
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
@@ -567,6 +572,9 @@ class Host:
                     self._reject(list(rejected))
                 case InstallView():
                     self.stats.phase = "connecting sites"
+                    if self.site_start_s is None and self.launched_at is not None:
+                        self.site_start_s = time.time() - self.launched_at
+                        self._measure_standby_wait()
                 case StartIngress():
                     assert self._start_ingress is not None
                     self._start_ingress.set()
@@ -611,13 +619,23 @@ class Host:
         if conn is None:
             return  # it died meanwhile: the members cannot reach it and report it
         self.standbys.remove(conn)
+        now = time.time()
+        failed_at = max((f["time"] for f in self.failures if f["site"] == a.slot), default=now)
         self.adoptions.append({"slot": a.slot, "registered_as": a.registered,
-                               "attempt": a.attempt, "pid": a.pid, "time": time.time()})
+                               "attempt": a.attempt, "pid": a.pid, "time": now,
+                               "after_s": round(now - failed_at, 3)})
+        self._measure_standby_wait()
         self.identity[conn] = (a.slot, a.attempt, a.pid)
         self.conns[a.slot] = conn
         self.stats.phase = f"recovering site {a.slot}"
         conn.send(a.message)
         self.faults.adopted(a.slot)
+
+    def _measure_standby_wait(self) -> None:
+        """The standby wait, from this run's measured starts and adoptions
+        (``control/standby_wait.py``)."""
+        self.controller.standby_wait = standby_wait(
+            self.cfg.standby_wait, self.site_start_s, [a["after_s"] for a in self.adoptions])
 
     def _failed(self, dead: set[int]) -> None:
         """The view lost these sites: forget their connections and what waits for them."""

@@ -42,6 +42,9 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "failures": [failure_report(host, f) for f in host.failures],
         "recoveries": [recovery_report(host, c) for c in host.catch_ups],
         "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in host.adoptions],
+        # how long the sites took to start, and the standby wait measured from it
+        "site_start_s": round(host.site_start_s, 3) if host.site_start_s is not None else None,
+        "standby_wait_s": round(host.controller.standby_wait, 3),
         "moves": [move_report(host, mv) for mv in host.controller.moves],
         "balance_rounds": len(host.controller.rounds),
         "balance": [{**r, "at_s": round(r["at"] - host._mono_start, 3)}

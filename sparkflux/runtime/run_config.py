@@ -42,7 +42,7 @@ class RunConfig:
     balance: bool = True  # the load-balancing policy (with --ha flux)
     delta_min: float = 0.25  # --balance-delta-min
     window_s: float = 2.0  # --balance-window
-    standby_wait: float = 5.0  # --standby-wait
+    standby_wait: float | None = None  # --standby-wait (None: measured, control/standby_wait.py)
     local: bool = True
     security: Security | None = None  # None: made by ``run`` (the user's secret or a fresh one)
     tls: bool = False  # --tls (when ``run`` makes the security settings)

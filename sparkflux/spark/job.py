@@ -93,6 +93,7 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     # Sites on a cluster bind to, and advertise, their address towards the driver ("").
     site_bind = bind if is_local(master) else ""
     assert cfg.security is not None
+    host.launched_at = time.time()
     job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind, tasks,
                        host.replicas, cfg.security, cfg.site_cpu)
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
