@@ -233,6 +233,11 @@ class Host:
                     except (TimeoutError, ConnectionLost):
                         pass
             server.close()
+            for src in self.plan.sources:  # a source may hold a thread or a file open
+                try:
+                    src.close()
+                except Exception:  # noqa: BLE001 - the run's outcome is decided already
+                    log.exception("closing source %s failed", type(src).__name__)
             for out in self.sinks:
                 out.close()
             self.dead_letters.close()
@@ -638,14 +643,18 @@ class Host:
 
             def take() -> Any:
                 item = source.next()
-                return None if item is None else [item]
+                return item if item is None or item is WAIT else [item]
+        idle = 0.002  # the wait while the sources have nothing: doubles up to 50 ms
         try:
             while True:
                 items = take()
                 if items is WAIT:
                     self.input_state = "idle"
-                    await asyncio.sleep(0.002)
+                    await asyncio.sleep(idle)
+                    if not self.cfg.rate:  # a paced buffer is filled on its own clock
+                        idle = min(idle * 2, 0.05)
                     continue
+                idle = 0.002
                 self.input_state = "admitting"
                 if items is None:
                     break
