@@ -614,7 +614,13 @@ class Host:
         now = time.time()
         if d.batch.num_rows:
             for k, rows in self.plan.by_sink(d.batch):
-                self.sinks[k].write(rows)
+                try:
+                    self.sinks[k].write(rows)
+                except Exception:  # noqa: BLE001 - a sink that fails stops the run, never hangs it
+                    self._abort(f"sink {self.plan.sinks[k].name!r} "
+                                f"({type(self.sinks[k]).__name__}) failed:\n"
+                                f"{traceback.format_exc()}")
+                    return
                 self.digests[k].update(rows)
                 self.rows_digests[k].update(rows)
                 self.sink_rows[k] += rows.num_rows
