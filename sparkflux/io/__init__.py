@@ -5,9 +5,10 @@ per output batch. See README "Sources and sinks".
     from sparkflux.io import FileStreamSource, TableSink
 """
 
+from sparkflux.io.dataframe import DataFramePosition, DataFrameSource
 from sparkflux.io.files import FilePosition, FileStreamSource
 from sparkflux.io.foreach import ForeachBatchSink, foreach_batch
 from sparkflux.io.table_sink import TableSink
 
-__all__ = ["FilePosition", "FileStreamSource", "ForeachBatchSink", "TableSink",
-           "foreach_batch"]
+__all__ = ["DataFramePosition", "DataFrameSource", "FilePosition", "FileStreamSource",
+           "ForeachBatchSink", "TableSink", "foreach_batch"]
