@@ -79,3 +79,25 @@ def test_a_table_by_name(spark: Any, frame: Any) -> None:
     batches, _ = drain(DataFrameSource("io_source_table", spark=spark, order_by=["id"])
                        .batches())
     assert ids(batches) == list(range(ROWS))
+
+
+def test_netmon_from_a_dataframe_matches_the_reference(spark: Any, netmon: Any) -> None:
+    """The whole query on 4 sites, its packets from a DataFrame (sorted by event time, read
+    through the driver while the sites run): the output digest of the Spark SQL reference."""
+    from types import SimpleNamespace
+
+    from sparkflux.runner import reference_digest, run_example
+    from sparkflux.runtime.sinks import CollectSink, DeadLetters
+
+    from .test_netmon_spark import netmon_args
+
+    args = netmon_args(events=40_000)
+    events = spark.createDataFrame(pa.Table.from_batches([netmon.generate(0, 40_000)]))
+    source = DataFrameSource(events.repartition(5), order_by="ts", schema=netmon.SCHEMA,
+                             event_time="ts", batch_size=4096)
+    module = SimpleNamespace(options=netmon.options, __file__=netmon.__file__,
+                             build=lambda opts: netmon.build(opts, source=source))
+    result = run_example(module, args, sink=CollectSink(), dead=DeadLetters(), spark=spark)
+    digest, rows, _ = reference_digest(netmon, args, spark=spark)
+    assert result.metrics["input_tuples"] == 40_000 and result.metrics["dead_letters"] == 0
+    assert result.metrics["output_tuples"] == rows and result.metrics["output_digest"] == digest
