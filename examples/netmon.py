@@ -188,12 +188,14 @@ def options(args: argparse.Namespace) -> NetmonOptions:
     )
 
 
-def build(opts: NetmonOptions) -> Dataflow:
-    """The dataflow: exchange(src,dst) -> GB1 -> exchange(app,src) -> GB2 -> sink."""
+def build(opts: NetmonOptions, source: Source | None = None) -> Dataflow:
+    """The dataflow: exchange(src,dst) -> GB1 -> exchange(app,src) -> GB2 -> sink. The
+    packets come from the generator, or from ``source`` (e.g. files of its batches: its
+    records in ``SCHEMA``, event time ``ts``)."""
     words = dictionary(opts.seed) if opts.cpu_work else None
     df = Dataflow("netmon")
     sessions = (
-        df.source(NetmonSource(opts), name="packets")
+        df.source(source or NetmonSource(opts), name="packets")
         .exchange(by=["src", "dst"])
         .apply(
             Map(lambda b: {"app": classify(b, words)}, [pa.field("app", pa.int32())]),

@@ -37,3 +37,16 @@ def test_batch_missing_a_column_entirely() -> None:
     b = pa.RecordBatch.from_pydict({"s": ["x"]})
     good, bad = validate(b, SCHEMA)
     assert good.num_rows == 0 and "missing column(s) a" in bad[0].reason
+
+
+def test_malformed_input_from_a_source_is_rejected_with_its_reason() -> None:
+    from sparkflux.model.validate import Malformed
+
+    records = [{"user": 1, "ts": 5}, Malformed({"line": 2, "text": "{oops"}, "not JSON"),
+               {"user": 2, "ts": 6}]
+    schema = pa.schema([pa.field("user", pa.int32(), nullable=False),
+                        pa.field("ts", pa.int64(), nullable=False)])
+    good, rejected = validate(records, schema)  # type: ignore[arg-type]
+    assert good.to_pydict() == {"user": [1, 2], "ts": [5, 6]}
+    assert [(r.record, r.reason) for r in rejected] == [({"line": 2, "text": "{oops"},
+                                                         "not JSON")]

@@ -32,6 +32,18 @@ class Source(ABC):
     within it are put in event-time order, a record behind it goes to the dead letters as
     late. ``batches()`` yields Arrow record batches (the fast path) or lists of plain dict
     records (validated one by one where needed).
+
+    An unbounded source that has nothing to hand over yet (no new file, a fetch still running)
+    yields ``None``: "nothing yet, ask again". The driver's feed then waits idly (its asyncio
+    loop keeps serving the sites; the watchdog counts the source as idle, not stalled) and
+    asks again a little later, with or without ``--rate``. A source must never block in
+    ``next()`` while it waits: the driver reads every source on its one event loop. The
+    iterator ending (``StopIteration``) ends the source's input.
+
+    ``close()`` asks the source to end: its iterator should stop at the next batch boundary
+    (the run then ends as when its input is exhausted). It may be called from another thread
+    (a query being stopped) and after the input has ended; the default does nothing, which
+    suits a bounded source.
     """
 
     schema: pa.Schema
@@ -39,11 +51,14 @@ class Source(ABC):
     lateness: int = 0
 
     @abstractmethod
-    def batches(self) -> Iterator[pa.RecordBatch | list[dict]]: ...
+    def batches(self) -> Iterator[pa.RecordBatch | list[dict] | None]: ...
 
     def total(self) -> int | None:
         """The number of records when bounded and known (for progress display)."""
         return None
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """End the input at the next batch boundary (optional; see the class docstring)."""
 
 
 class Sink(ABC):

@@ -1,7 +1,9 @@
 """Input validation at the ingress: bad records go to the dead-letter output with a reason.
 
 A source yields Arrow batches (the fast path: checked column by column, never row by row) or
-lists of plain dict records. A record missing a column, holding a null in a non-nullable
+lists of plain dict records. A source that could not even parse a record (a line that is not
+JSON, a file that is not Parquet) puts a ``Malformed`` in the list instead: it is rejected with
+the source's reason. A record missing a column, holding a null in a non-nullable
 column, or holding a value of the wrong type is rejected with its reason; the rest of the
 input goes on. Conversion is vectorized per column and falls back to a per-record check only
 for a column that failed to convert, to find exactly which records are bad.
@@ -25,13 +27,28 @@ class Rejected:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """Input a source could not parse into a record, in a list of records: the ingress rejects
+    it to the dead letters with ``reason`` (``record`` says what and where, e.g. the file, the
+    line and its text)."""
+
+    record: dict[str, Any]
+    reason: str
+
+
 def validate(
     data: pa.RecordBatch | list[dict[str, Any]], schema: pa.Schema
 ) -> tuple[pa.RecordBatch, list[Rejected]]:
     """Split input into a batch of valid records (in ``schema``) and the rejected ones."""
     if isinstance(data, pa.RecordBatch):
         return _validate_batch(data, schema)
-    return _validate_records(data, schema)
+    malformed = [Rejected(r.record, r.reason) for r in data if isinstance(r, Malformed)]
+    if not malformed:
+        return _validate_records(data, schema)
+    good, rejected = _validate_records([r for r in data if not isinstance(r, Malformed)],
+                                       schema)
+    return good, malformed + rejected
 
 
 def _validate_batch(batch: pa.RecordBatch, schema: pa.Schema) -> tuple[pa.RecordBatch,

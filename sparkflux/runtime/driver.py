@@ -242,6 +242,11 @@ class Host:
                     except (TimeoutError, ConnectionLost):
                         pass
             server.close()
+            for src in self.plan.sources:  # a source may hold a thread or a file open
+                try:
+                    src.close()
+                except Exception:  # noqa: BLE001 - the run's outcome is decided already
+                    log.exception("closing source %s failed", type(src).__name__)
             for out in self.sinks:
                 out.close()
             self.dead_letters.close()
@@ -661,7 +666,13 @@ class Host:
         now = time.time()
         if d.batch.num_rows:
             for k, rows in self.plan.by_sink(d.batch):
-                self.sinks[k].write(rows)
+                try:
+                    self.sinks[k].write(rows)
+                except Exception:  # noqa: BLE001 - a sink that fails stops the run, never hangs it
+                    self._abort(f"sink {self.plan.sinks[k].name!r} "
+                                f"({type(self.sinks[k]).__name__}) failed:\n"
+                                f"{traceback.format_exc()}")
+                    return
                 self.digests[k].update(rows)
                 self.rows_digests[k].update(rows)
                 self.sink_rows[k] += rows.num_rows
@@ -692,14 +703,18 @@ class Host:
 
             def take() -> Any:
                 item = source.next()
-                return None if item is None else [item]
+                return item if item is None or item is WAIT else [item]
+        idle = 0.002  # the wait while the sources have nothing: doubles up to 50 ms
         try:
             while True:
                 items = take()
                 if items is WAIT:
                     self.input_state = "idle"
-                    await asyncio.sleep(0.002)
+                    await asyncio.sleep(idle)
+                    if not self.cfg.rate:  # a paced buffer is filled on its own clock
+                        idle = min(idle * 2, 0.05)
                     continue
+                idle = 0.002
                 self.input_state = "admitting"
                 if items is None:
                     break

@@ -18,7 +18,7 @@ from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_WATERMARK
 from sparkflux.runtime.run_config import LiveStats
 
-WAIT = object()
+WAIT = object()  # nothing to admit yet: the feed waits idly and asks again
 
 
 Item = tuple[int, "pa.RecordBatch | list[dict] | None"]  # (source, batch); None: it ended
@@ -26,12 +26,15 @@ Item = tuple[int, "pa.RecordBatch | list[dict] | None"]  # (source, batch); None
 
 class SourceFeed:
     """The plan's sources read batch by batch, as ``(source, batch)``, and ``(source, None)``
-    once a source is exhausted; ``None`` after the last.
+    once a source is exhausted; ``None`` after the last; ``WAIT`` when the source read next
+    has nothing yet (it yielded ``None``: an unbounded source waiting for input).
 
     With several sources it reads next from the one whose watermark (largest event time read
     so far less its allowed lateness) is lowest: the one the sequencer's merge waits for, so
     that what the merge holds stays small. Which source is read when never changes the
-    merged order (the sequencer's rule), only how much it holds."""
+    merged order (the sequencer's rule), only how much it holds. So when that source has
+    nothing yet the feed waits for it rather than read ahead from the others: the merge could
+    not release their records anyway."""
 
     def __init__(self, plan: PhysicalPlan) -> None:
         self._sources = plan.sources
@@ -58,7 +61,7 @@ class SourceFeed:
                     pass
             self._iters[i] = iter(())
 
-    def next(self) -> Item | None:
+    def next(self) -> Item | None | object:
         live = [i for i, o in enumerate(self._open) if o]
         if not live:
             return None
@@ -68,6 +71,8 @@ class SourceFeed:
         except StopIteration:
             self._open[i] = False
             return i, None
+        if item is None:
+            return WAIT
         if len(self._iters) > 1:
             self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
         return i, item
@@ -117,9 +122,15 @@ class PacedBuffer:
             while due > 0 and not self.exhausted:
                 item = self._carry if self._carry is not None else self.source.next()
                 self._carry = None
+                if item is WAIT:
+                    # Nothing yet: what was due meanwhile is not owed later (a push source
+                    # sends nothing while it has nothing; a burst would be a later rate).
+                    produced += due
+                    break
                 if item is None:
                     self.exhausted = True
                     break
+                assert isinstance(item, tuple)
                 stream, payload = item
                 if payload is None:  # a source's end: it takes no room and is never dropped
                     self.buffer.append(item)

@@ -1,0 +1,154 @@
+"""The output as a directory of Parquet part files that Spark reads while the dataflow runs
+(``spark.read.parquet(path)``), written so that a rewrite replaces rather than adds.
+
+**Files are named by fixed sequence-number ranges.** The egress delivers the output exactly
+once and in SN order, and a rerun over the same input delivers the same rows with the same
+SNs (the ingress numbers the input in one order; every replica and rerun computes the same
+output from it). So the sink cuts the output at fixed multiples of ``sn_span``: range ``b``
+holds the rows with ``b * sn_span <= _sn < (b + 1) * sn_span``, and within a range every
+``rows_per_file`` rows, counted from the range's first row, start a new file::
+
+    part-<first SN of the range>-<end SN of the range, exclusive>-<file in the range>.parquet
+
+(each number zero-padded, so names sort in output order). The name depends only on the
+output, never on timing or batch boundaries: a run that writes the same output again (a rerun
+from the start after a crash, a replayed run) writes the same names, and each replaces the
+file of the same name. A directory records the two settings in ``_sparkflux_table.json``, and
+a sink with other settings for it is refused: its names would not replace the old ones.
+
+**Readers never see half a file.** Each file is written under a hidden temporary name
+(``.part-...parquet.tmp``, which Spark's and pyarrow's readers skip, as they skip every name
+starting with ``.`` or ``_``) and renamed into place, atomically. A range's file is written
+when it is full, or when the output has passed the range (a row of a later range arrived), or
+at the end of the run; and, when ``flush_interval`` is set, the file still filling is also
+written once its oldest unwritten row has waited that long, so the table is at most about that
+far behind the output. That file is later replaced, atomically, by the same name with more
+rows: a reader sees it either way, never half of it. Memory: at most ``rows_per_file`` rows.
+
+**What a rewrite leaves.** Exactly the rows of the output, once each, when it writes the
+same output (``tests/test_io_sinks.py`` writes, "crashes" halfway, rewrites from the start).
+A run over *different* input (other files, another start position) numbers its output from
+SN 0 again, so its ranges would replace the earlier run's: give it a directory of its own.
+
+Columns: the sink's user columns, and ``_sn`` and ``_snm`` unless ``sequence_columns`` is
+False (they let a reader order the rows as the output did); the timing columns (``_t0``,
+``_part``) never.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkflux.dataflow.api import Sink
+from sparkflux.model.schema import SN, SNM, TIMING_COLUMNS
+
+log = logging.getLogger(__name__)
+
+META = "_sparkflux_table.json"
+DIGITS = 19  # int64's decimal digits: every SN fits, and names sort by number
+
+
+class TableSink(Sink):
+    """Parquet part files named by output SN range (see the module)."""
+
+    def __init__(self, path: str | Path, *, sn_span: int = 1 << 16,
+                 rows_per_file: int = 1 << 16, flush_interval: float | None = 1.0,
+                 sequence_columns: bool = True) -> None:
+        if sn_span < 1 or rows_per_file < 1:
+            raise ValueError(f"sn_span and rows_per_file must be >= 1 (got {sn_span}, "
+                             f"{rows_per_file})")
+        self.path = Path(path)
+        self.sn_span = sn_span
+        self.rows_per_file = rows_per_file
+        self.flush_interval = flush_interval
+        self.sequence_columns = sequence_columns
+        self.files_written = 0
+        self._check_settings()
+        self._keep: list[str] = []
+        self._schema: pa.Schema | None = None
+        self._range = -1  # the SN range being filled
+        self._file = 0  # its file being filled
+        self._rows: list[pa.RecordBatch] = []
+        self._held = 0  # rows of that file
+        self._unwritten_since: float | None = None  # when its oldest unwritten row came
+
+    def _settings(self) -> dict[str, int]:
+        return {"sn_span": self.sn_span, "rows_per_file": self.rows_per_file}
+
+    def _check_settings(self) -> None:
+        meta = self.path / META
+        if not meta.exists():
+            return
+        before = json.loads(meta.read_text())
+        if {k: before.get(k) for k in self._settings()} != self._settings():
+            raise ValueError(
+                f"table {self.path} was written with sn_span={before.get('sn_span')}, "
+                f"rows_per_file={before.get('rows_per_file')}: a sink with other settings "
+                f"would cut other files and add to its rows instead of replacing them; use "
+                f"the same settings, or a new directory")
+
+    def open(self, schema: pa.Schema) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        for stale in self.path.glob(".part-*.parquet.tmp"):  # a crashed writer's
+            stale.unlink(missing_ok=True)
+        drop = set(TIMING_COLUMNS) | (set() if self.sequence_columns else {SN, SNM})
+        self._keep = [n for n in schema.names if n not in drop]
+        self._schema = pa.schema([schema.field(n) for n in self._keep])
+        self._replace(self.path / META, json.dumps(self._settings()).encode())
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        ranges = batch.column(SN).to_numpy() // self.sn_span
+        cuts = np.flatnonzero(ranges[1:] != ranges[:-1]) + 1  # the output is in SN order
+        for lo, hi in zip([0, *cuts], [*cuts, batch.num_rows], strict=True):
+            self._add(int(ranges[lo]), batch.slice(lo, hi - lo).select(self._keep))
+        if (self.flush_interval is not None and self._unwritten_since is not None
+                and time.monotonic() - self._unwritten_since >= self.flush_interval):
+            self._write_file()
+
+    def close(self) -> None:
+        if self._unwritten_since is not None:
+            self._write_file()
+
+    def _add(self, rng: int, rows: pa.RecordBatch) -> None:
+        if rng != self._range:
+            if self._unwritten_since is not None:
+                self._write_file()  # the output has passed that range: its last file
+            self._range, self._file, self._rows, self._held = rng, 0, [], 0
+        while rows.num_rows:
+            take = rows.slice(0, self.rows_per_file - self._held)
+            rows = rows.slice(take.num_rows)
+            self._rows.append(take)
+            self._held += take.num_rows
+            if self._unwritten_since is None:
+                self._unwritten_since = time.monotonic()
+            if self._held == self.rows_per_file:
+                self._write_file()
+                self._file, self._rows, self._held = self._file + 1, [], 0
+
+    def _write_file(self) -> None:
+        """The file being filled, whole, under its final name (replacing any earlier one)."""
+        assert self._schema is not None
+        lo = self._range * self.sn_span
+        name = (f"part-{lo:0{DIGITS}d}-{lo + self.sn_span:0{DIGITS}d}-"
+                f"{self._file:04d}.parquet")
+        table = pa.Table.from_batches(self._rows, schema=self._schema)
+        tmp = self.path / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.path / name)
+        self.files_written += 1
+        self._unwritten_since = None
+
+    def _replace(self, target: Path, data: bytes) -> None:
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)

@@ -1,0 +1,115 @@
+"""Files in, a table out, on Spark with 4 sites: the netmon query reads a directory of Parquet
+files that a thread keeps adding to while it runs (``FileStreamSource``, ended by a ``_DONE``
+marker) and writes through ``TableSink``; ``spark.read.parquet`` of the table afterwards
+equals netmon's Spark SQL reference, rows and sequence numbers, with ``--ha none`` (then once
+more into the same table: the rewrite replaces, nothing doubles) and with ``--ha flux`` and a
+site killed while files are still landing. A reader meanwhile sees the table grow."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from sparkflux.io import FileStreamSource, TableSink
+from sparkflux.model.digest import digest_of
+from sparkflux.model.rows_digest import rows_digest_of
+from sparkflux.runner import reference_result, run_example
+from sparkflux.runtime.sinks import DeadLetters
+
+from .test_netmon_spark import netmon_args
+
+pytestmark = pytest.mark.spark
+
+EVENTS = 60_000
+PER_FILE = 4_000  # 15 files
+
+
+def land_files(netmon: Any, d: Path, pause: float, seen: list[int], table: Path,
+               source: FileStreamSource) -> None:
+    """The writer: each file under a hidden name, renamed into place; then the marker. The
+    files after the first land once the run has read it (the sites take seconds to start),
+    and the writer reads the table between files, as a reader would (whole files only)."""
+    for i in range(EVENTS // PER_FILE):
+        tmp = d / f".part-{i:05d}.parquet.tmp"
+        pq.write_table(pa.Table.from_batches([netmon.generate(i * PER_FILE, PER_FILE)]), tmp)
+        os.replace(tmp, d / f"part-{i:05d}.parquet")
+        deadline = time.monotonic() + 60
+        while i == 0 and not source.position().file and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(pause)
+        if table.exists():
+            seen.append(pq.read_table(table).num_rows)
+    (d / "_DONE").touch()
+
+
+def file_netmon(netmon: Any, source: FileStreamSource) -> Any:
+    return SimpleNamespace(options=netmon.options, __file__=netmon.__file__,
+                           build=lambda opts: netmon.build(opts, source=source))
+
+
+@pytest.fixture(scope="module")
+def expected(netmon: Any, spark: Any) -> Any:
+    ref, _ = reference_result(netmon, netmon_args(events=EVENTS), spark)
+    return ref
+
+
+def run(netmon: Any, spark: Any, tmp: Path, table: Path, pause: float,
+        **kw: Any) -> tuple[dict, list[int]]:
+    inbox = tmp / "inbox"
+    inbox.mkdir(exist_ok=True)
+    seen: list[int] = []
+    source = FileStreamSource(inbox, netmon.SCHEMA, event_time="ts", end_marker="_DONE",
+                              batch_size=4096, poll_interval=0.05)
+    writer = threading.Thread(target=land_files,
+                              args=(netmon, inbox, pause, seen, table, source))
+    writer.start()
+    try:
+        result = run_example(file_netmon(netmon, source), netmon_args(events=EVENTS, **kw),
+                             sink=TableSink(table, sn_span=8_192, flush_interval=0.2),
+                             dead=DeadLetters(), spark=spark)
+    finally:
+        writer.join()
+    return result.metrics, seen
+
+
+def check_table(spark: Any, table: Path, expected: Any) -> None:
+    out = spark.read.parquet(str(table)).toArrow()
+    assert out.num_rows == expected.rows > 10_000
+    assert rows_digest_of(out) == expected.rows_digest
+    ordered = out.sort_by([("_sn", "ascending"), ("_snm", "ascending")])
+    assert digest_of(ordered.select(expected.table.column_names)) == expected.output_digest
+    sn = ordered.column("_sn")
+    assert pc.all(pc.greater_equal(sn.slice(1), sn.slice(0, len(sn) - 1))).as_py()
+
+
+def test_files_landing_into_a_table_with_ha_none_and_a_rewrite(
+        netmon: Any, spark: Any, expected: Any, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    m, seen = run(netmon, spark, tmp_path, table, pause=0.15)
+    assert m["input_tuples"] == EVENTS and m["dead_letters"] == 0
+    check_table(spark, table, expected)
+    assert any(0 < n < expected.rows for n in seen), seen  # the table grew as it ran
+    files = sorted(p.name for p in table.iterdir())
+    # the same input again into the same table (every file there, the marker too)
+    m, _ = run(netmon, spark, tmp_path, table, pause=0.0)
+    assert m["input_tuples"] == EVENTS
+    check_table(spark, table, expected)
+    assert sorted(p.name for p in table.iterdir()) == files
+
+
+def test_files_landing_into_a_table_with_ha_flux_and_a_kill(
+        netmon: Any, spark: Any, expected: Any, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    m, _ = run(netmon, spark, tmp_path, table, pause=0.2, ha="flux", kill=["1@1.0"])
+    assert m["input_tuples"] == EVENTS and m["dead_letters"] == 0
+    assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
+    check_table(spark, table, expected)

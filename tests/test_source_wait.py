@@ -1,0 +1,71 @@
+"""A source that has nothing yet yields ``None``: the driver's feed turns it into an idle wait
+(``WAIT``), in the unpaced path (``SourceFeed``) and the paced one (``PacedBuffer``), and
+never owes the records that were due while the source was idle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from sparkflux.dataflow.api import Source
+from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed
+from sparkflux.runtime.run_config import LiveStats
+
+SCHEMA = pa.schema([pa.field("x", pa.int64())])
+
+
+def batch(*xs: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"x": list(xs)}, schema=SCHEMA)
+
+
+class Scripted(Source):
+    schema = SCHEMA
+
+    def __init__(self, items: list[pa.RecordBatch | None]) -> None:
+        self.items = items
+
+    def batches(self) -> Iterator[pa.RecordBatch | None]:
+        yield from self.items
+
+
+def feed(*sources: Source) -> SourceFeed:
+    streams = [SimpleNamespace(event_time=None, lateness=0) for _ in sources]
+    return SourceFeed(SimpleNamespace(sources=sources, streams=streams))  # type: ignore[arg-type]
+
+
+def test_none_from_a_source_is_a_wait_and_reading_goes_on_after_it() -> None:
+    f = feed(Scripted([None, batch(1), None, None, batch(2)]))
+    got = [f.next() for _ in range(7)]
+    assert got[0] is WAIT and got[2] is WAIT and got[3] is WAIT
+    assert got[1][1].to_pydict() == {"x": [1]} and got[4][1].to_pydict() == {"x": [2]}
+    assert got[5] == (0, None) and got[6] is None
+
+
+def test_the_paced_buffer_waits_for_an_idle_source_without_a_burst_after_it() -> None:
+    idle = 40
+    items: list[pa.RecordBatch | None] = [None] * idle + [batch(*range(10))]
+    stats = LiveStats(total=None)
+    buf = PacedBuffer(feed(Scripted(items)), rate=1_000.0, capacity=1_000, stats=stats,
+                      flush_rows=1, flush_s=0.0)
+    assert buf.take() is WAIT  # nothing buffered, not exhausted
+
+    async def go() -> list:
+        task = asyncio.create_task(buf.produce())
+        taken: list = []
+        for _ in range(400):
+            await asyncio.sleep(0.005)
+            got = buf.take()
+            if got is None:
+                break
+            if got is not WAIT:
+                taken.extend(got)
+        task.cancel()
+        return taken
+
+    taken = asyncio.run(go())
+    rows = [x for _, b in taken if b is not None for x in b.column("x").to_pylist()]
+    assert rows == list(range(10)) and taken[-1] == (0, None)
+    assert stats.dropped == 0
