@@ -56,7 +56,8 @@ class ClusterRun:
         return [(t, m) for t, _, msg in self.log if (m := re.search(pattern, msg))]
 
 
-def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str) -> ClusterRun:
+def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str, check: bool = True
+                   ) -> ClusterRun:
     """``sparkflux run examples/netmon.py`` on the cluster, as a user runs it (its own driver
     process, the cluster's driver configuration)."""
     cluster.ensure_workers()  # a test before may have killed one
@@ -64,7 +65,7 @@ def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str) -> ClusterRun:
     cmd = [sys.executable, "-m", "sparkflux.cli", "run", str(ROOT / "examples" / "netmon.py"),
            "--events", str(EVENTS), "--sites", "4", "--partitions", "16", "--ha", "flux",
            "--rate", str(RATE), "--master", cluster.master_url, "--metrics", str(metrics),
-           *extra]
+           *extra]  # argparse: a later --sites or --partitions in ``extra`` wins
     t0 = time.monotonic()
     p = subprocess.run(cmd, env=cluster.driver_env(), cwd=tmp_path, capture_output=True,
                        text=True, timeout=RUN_TIMEOUT)
@@ -75,8 +76,10 @@ def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str) -> ClusterRun:
         if m := LOG_TIME.match(line):
             t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
             log.append((t, m[2], m[3]))
-    assert p.returncode == 0, f"sparkflux run failed ({p.returncode}):\n{p.stderr[-6000:]}"
-    return ClusterRun(p.returncode, json.loads(metrics.read_text()), log, p.stderr, seconds)
+    if check:
+        assert p.returncode == 0, f"sparkflux run failed ({p.returncode}):\n{p.stderr[-6000:]}"
+    m = json.loads(metrics.read_text()) if metrics.exists() else {}
+    return ClusterRun(p.returncode, m, log, p.stderr, seconds)
 
 
 def kill_figures(run: ClusterRun, level: str) -> dict[str, Any]:
@@ -151,4 +154,25 @@ def test_a_killed_worker_daemon_hosting_the_most_sites(standalone: Any, tmp_path
     f = kill_figures(run, "worker")
     assert len(f["sites"]) == 2 and run.metrics["kills"] == 2
     assert sorted(x["site"] for x in run.metrics["failures"]) == f["sites"]
+    check_exact(run.metrics, expected)
+
+
+NEIGHBOURS_LOST = ("until failure-domain placement lands: Spark deals 3 site tasks over 2 "
+                   "executors as {0, 2} and {1}, and sites 2 and 0 are chained-declustering "
+                   "neighbours (both replicas of partitions q = 2 mod 3), so losing that "
+                   "executor loses those partitions")
+
+
+def test_an_executor_hosting_two_neighbours(standalone: Any, tmp_path: Path,
+                                            expected: tuple[str, int]) -> None:
+    """Three sites on two executors: the executor of the most sites holds sites 0 and 2,
+    which share partitions. The right outcome is still the exact result; until placement
+    keeps a partition's replicas in different executors the run stops with the
+    lost-partition error, and only that error makes this an expected failure."""
+    run = run_on_cluster(standalone, tmp_path, "--sites", "3", "--partitions", "12",
+                         "--kill", f"executor:most@{KILL_AT}", check=False)
+    lost = r"sites 0 and 2 failed .* no complete replica is left".replace(" ", r"\s+")
+    if run.returncode != 0 and re.search(lost, run.stderr, re.S):
+        pytest.xfail(NEIGHBOURS_LOST)
+    assert run.returncode == 0, run.stderr[-3000:]
     check_exact(run.metrics, expected)
