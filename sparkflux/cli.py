@@ -108,7 +108,11 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
                         "(a slot with no live process then: its next one, when it adopts the "
                         "slot); SITE@recovered+SECONDS: that long after the first recovery "
                         "completes; SITE@adopted+SECONDS: that long after the slot's next "
-                        "process adopts it")
+                        "process adopts it. On a standalone cluster on this machine (a test "
+                        "tool): python:SITE@SECONDS, executor:SITE@SECONDS or "
+                        "worker:SITE@SECONDS SIGKILL the site's Python worker, its executor "
+                        "JVM or the Worker daemon that launched it (SITE 'most': the one "
+                        "hosting the most sites)")
     p.add_argument("--hang", action="append", default=[], metavar="SITE@SECONDS=DURATION",
                    help="freeze a site's process (SIGSTOP) at SECONDS for DURATION seconds, "
                         "then let it go on (SIGCONT): a hung site, found by its heartbeat")

@@ -46,6 +46,7 @@ def run_config(**options: Any) -> RunConfig:
         ingress_buffer=o["ingress_buffer"], window=window_option(o["window"]),
         stall_timeout=stall_timeout(o["stall_timeout"]),
         kills=parse_kills(kills, sites), adopted_kills=parse_adopted_kills(kills, sites),
+        process_kills=parse_process_kills(kills, sites, o["master"]),
         hangs=parse_hangs(list(o["hang"]), sites), tls=bool(o["tls"]),
         max_frame_mb=o["max_frame_mb"], heartbeat_timeout=o["heartbeat_timeout"],
         spares=o["spare_sites"], site_cpu=site_cpu_option(o["site_cpu"]),
@@ -91,8 +92,8 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
     it comes back with a negative time: -(1 + SECONDS)."""
     out = []
     for spec in specs:
-        if "@adopted+" in spec:
-            continue  # parse_adopted_kills
+        if "@adopted+" in spec or ":" in spec:
+            continue  # parse_adopted_kills, parse_process_kills
         try:
             site_s, at_s = spec.split("@")
             site = int(site_s)
@@ -108,6 +109,43 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
         if not 0 <= site < sites or at < 0:
             raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
         out.append((site, at))
+    return tuple(out)
+
+
+def parse_process_kills(specs: list[str], sites: int, master: str | None
+                        ) -> tuple[tuple[str, int, float], ...]:
+    """``LEVEL:SITE@SECONDS`` options: SIGKILL the process that holds a site on this machine,
+    ``python`` (the site's own process, from outside), ``executor`` (its executor JVM) or
+    ``worker`` (the Worker daemon JVM that launched it); SITE may be ``most``: the one holding
+    the most sites. A test tool for a standalone cluster on the driver's machine
+    (``runtime/proctree.py``): in local mode the JVM above the sites is the driver's."""
+    from sparkflux.runtime.proctree import LEVELS
+    from sparkflux.runtime.run_config import MOST_SITES
+
+    out = []
+    for spec in specs:
+        if ":" not in spec:
+            continue
+        try:
+            level, rest = spec.split(":", 1)
+            site_s, at_s = rest.split("@")
+            site = MOST_SITES if site_s == "most" else int(site_s)
+            at = float(at_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write LEVEL:SITE@SECONDS, LEVEL one of "
+                            f"{', '.join(LEVELS)} and SITE a site or 'most' (e.g. --kill "
+                            f"worker:most@20)") from None
+        if level not in LEVELS:
+            raise PlanError(f"--kill {spec!r}: {level!r} is not one of {', '.join(LEVELS)}")
+        if not (site == MOST_SITES or 0 <= site < sites) or at < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1} or 'most', "
+                            f"seconds >= 0")
+        if master is not None and master.startswith("local"):
+            raise PlanError(f"--kill {spec!r} kills a site's process, executor or Worker on "
+                            f"this machine: it needs a Spark standalone cluster here (--master "
+                            f"spark://...); in local mode the JVM above the sites is the "
+                            f"driver's own")
+        out.append((level, site, at))
     return tuple(out)
 
 

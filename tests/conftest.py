@@ -25,6 +25,22 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone master and two workers of 3 cores on this machine, on free ports
+    under a directory of the session's (``tests/cluster.py``); stopped, and only it, however
+    the tests end. 2 x 3 cores: the 4 sites are dealt two per executor and leave one core
+    free on each, so a killed site's retry starts at once on either, and after an executor
+    or a worker kill one retry finds a core on the survivor while the other waits."""
+    from .cluster import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, cores=3)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def netmon() -> Any:
     from sparkflux.dataflow.examples import load_example
 
@@ -35,6 +51,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Every test that uses Spark is marked ``spark`` (the README's test command runs them in
     a phase of their own) and, under xdist, shares one worker (one JVM)."""
     for item in items:
+        if "standalone" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
         if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.xdist_group("spark"))

@@ -1,8 +1,12 @@
 """The faults a run's options inject from the driver: ``--kill`` (SIGKILL a site's process,
 at a time, after the first recovery, or after a slot's next adoption), ``--hang`` (SIGSTOP,
 then SIGCONT) and ``--slow`` (a site's capacity scaled). Real process signals in local mode;
-on a cluster a ``Kill`` frame the site carries out itself. What was injected is recorded for
-the metrics and the timeline."""
+on a cluster a ``Kill`` frame the site carries out itself. ``--kill LEVEL:SITE@SECONDS`` on a
+standalone cluster whose workers run on this machine (a test tool): SIGKILL, from outside, the
+site's Python worker, its executor JVM or the Worker daemon JVM above it, found through
+``/proc`` (``proctree.py``); ``most`` picks the one hosting the most live sites. What was
+injected is recorded for the metrics and the timeline (a JVM's kill once per site it
+hosted)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sparkflux.protocol import control_messages as cm
+from sparkflux.runtime import proctree
+from sparkflux.runtime.run_config import MOST_SITES
 
 if TYPE_CHECKING:
     from sparkflux.runtime.driver import Host
@@ -46,6 +52,8 @@ class Faults:
             loop.call_later(after, self.hang, site, duration)
         for site, delay in cfg.adopted_kills:  # ``--kill SITE@adopted+SECONDS``
             self._on_adopt.setdefault(site, []).append(delay)
+        for level, site, after in cfg.process_kills:  # ``--kill LEVEL:SITE@SECONDS``
+            loop.call_later(after, self.kill_process, level, site, after)
 
     def after_recovery(self) -> None:
         """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
@@ -82,6 +90,35 @@ class Faults:
             _signal(member.pid, signal.SIGKILL)
         else:
             host.tell(site, cm.Kill())
+
+    def kill_process(self, level: str, site: int, after: float) -> None:
+        """``--kill LEVEL:SITE@SECONDS``: SIGKILL the process of ``level`` (``python``,
+        ``executor``, ``worker``) that holds ``site`` (MOST_SITES: the one holding the most
+        live sites) on this machine, and record a kill for every live site it held."""
+        host = self.host
+        if host.over():
+            return
+        what = f"--kill {level}:{'most' if site == MOST_SITES else site}@{after:g}"
+        members = host.controller.view.members
+        live = {s: m.pid for s, m in members.items() if s not in host.dead}
+        groups = proctree.group_by_holder(live, level)
+        if site == MOST_SITES:
+            target = proctree.most_sites(groups)
+        else:
+            target = next((h for h, sites in groups.items() if site in sites), None)
+        if target is None:
+            log.error("%s: no %s process found on this machine for %s (live sites and pids: "
+                      "%s); this kill needs the sites on the driver's machine", what, level,
+                      "any site" if site == MOST_SITES else f"site {site}", live)
+            return
+        sites = groups[target]
+        now = time.time()
+        for s in sites:
+            self.kills.append({"site": s, "at_s": after, "pid": live[s], "time": now,
+                               "level": level, "killed_pid": target})
+        log.warning("%s: killing the %s process %d, which hosts sites %s, at %.2fs", what,
+                    level, target, sites, after)
+        _signal(target, signal.SIGKILL)
 
     def slow(self, site: int, factor: float) -> None:
         """``--slow``: from now on the site gets ``factor`` times its capacity."""

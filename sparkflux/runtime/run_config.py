@@ -13,6 +13,8 @@ import numpy as np
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.security import Security
 
+MOST_SITES = -1  # ``--kill worker:most@SECONDS``: the holder of the most sites
+
 
 class RunFailed(RuntimeError):
     """The run could not finish; the message says why and what to change."""
@@ -49,6 +51,9 @@ class RunConfig:
     max_frame_mb: float | None = None  # --max-frame-mb
     # kills of a slot with no live process at that moment: (site, seconds after adoption)
     adopted_kills: tuple[tuple[int, float], ...] = ()
+    # --kill LEVEL:SITE@SECONDS (a standalone cluster on this machine): (level, site, seconds),
+    # level python/executor/worker (``runtime/proctree.py``), site MOST_SITES for ``most``
+    process_kills: tuple[tuple[str, int, float], ...] = ()
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
     dataflow: str = ""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.operators.base import PlanError
 from sparkflux.runtime.driver import Host
 from sparkflux.runtime.plot import timeline_events
 from sparkflux.runtime.reports import result_metrics
@@ -70,6 +71,10 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     else:
         own = False
     master = spark.sparkContext.master
+    if cfg.process_kills and is_local(master):
+        raise PlanError("--kill LEVEL:SITE@SECONDS kills a site's process, executor or Worker on "
+                        "this machine: it needs a Spark standalone cluster here (--master "
+                        "spark://...); in local mode the JVM above the sites is the driver's")
     check_session(spark, tasks, cfg.ha == "flux", user_session=not own)
     if dataflow_file is not None:
         path = Path(dataflow_file).resolve()

@@ -1,0 +1,178 @@
+"""Flux-HA on a Spark standalone cluster (a master and two workers the tests start on this
+machine: ``standalone`` in conftest.py, ``tests/cluster.py``), through real kills of a site's
+Python worker, of a whole executor JVM and of a Worker daemon, each run by the ``sparkflux``
+command against the cluster and checked against netmon's Spark SQL reference, digest for
+digest. Each test prints the run's figures (start-up, detection, adoption, recovery)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
+EVENTS = 400_000
+RATE = 50_000.0  # 8 s of input; every kill comes at 3 s
+KILL_AT = 3.0
+RUN_TIMEOUT = 150.0
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ ([\w.]+): (.*)$")
+
+
+@pytest.fixture(scope="module")
+def expected(spark: Any) -> tuple[str, int]:
+    """netmon's reference, with ``sparkflux run``'s own defaults (seed, batch size)."""
+    from sparkflux.cli import _example_parser
+    from sparkflux.runner import reference_digest
+
+    path = str(ROOT / "examples" / "netmon.py")
+    parser, module = _example_parser("reference", path)
+    args = parser.parse_args([path, "--events", str(EVENTS)])
+    digest, rows, _ = reference_digest(module, args, spark=spark)
+    assert digest is not None
+    return digest, rows
+
+
+@dataclass
+class ClusterRun:
+    returncode: int
+    metrics: dict[str, Any]
+    log: list[tuple[float, str, str]]  # (time, logger, message) of sparkflux's log lines
+    stderr: str
+    seconds: float
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def at(self, pattern: str) -> list[tuple[float, re.Match[str]]]:
+        return [(t, m) for t, _, msg in self.log if (m := re.search(pattern, msg))]
+
+
+def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str, check: bool = True
+                   ) -> ClusterRun:
+    """``sparkflux run examples/netmon.py`` on the cluster, as a user runs it (its own driver
+    process, the cluster's driver configuration)."""
+    cluster.ensure_workers()  # a test before may have killed one
+    metrics = tmp_path / "metrics.json"
+    cmd = [sys.executable, "-m", "sparkflux.cli", "run", str(ROOT / "examples" / "netmon.py"),
+           "--events", str(EVENTS), "--sites", "4", "--partitions", "16", "--ha", "flux",
+           "--rate", str(RATE), "--master", cluster.master_url, "--metrics", str(metrics),
+           *extra]  # argparse: a later --sites or --partitions in ``extra`` wins
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, env=cluster.driver_env(), cwd=tmp_path, capture_output=True,
+                       text=True, timeout=RUN_TIMEOUT)
+    seconds = time.monotonic() - t0
+    (tmp_path / "stderr.txt").write_text(p.stderr)
+    log = []
+    for line in p.stderr.splitlines():
+        if m := LOG_TIME.match(line):
+            t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            log.append((t, m[2], m[3]))
+    if check:
+        assert p.returncode == 0, f"sparkflux run failed ({p.returncode}):\n{p.stderr[-6000:]}"
+    m = json.loads(metrics.read_text()) if metrics.exists() else {}
+    return ClusterRun(p.returncode, m, log, p.stderr, seconds)
+
+
+def kill_figures(run: ClusterRun, level: str) -> dict[str, Any]:
+    """From the driver's log: which sites the kill took, and per site how long until its
+    failure was seen, a standby adopted its slot and it was caught up (seconds after the
+    kill; None: not in this run)."""
+    [(t_kill, kill)] = run.at(rf"--kill {level}:\S+: killing the {level} process (\d+), "
+                              rf"which hosts sites \[([\d, ]+)\]")
+    sites = [int(s) for s in kill[2].split(",")]
+
+    def after(pattern: str) -> float | None:
+        hits = [t for t, _ in run.at(pattern) if t >= t_kill]
+        return round(hits[0] - t_kill, 3) if hits else None
+
+    per_site = {s: {"failed_s": after(rf"^site {s} failed"),
+                    "adopted_s": after(rf"^standby \(pid \d+\) adopts site {s};"),
+                    "recovered_s": after(rf"^site {s} recovered"),
+                    "onto_survivors_s": after(rf"^no standby for site {s} after")}
+                for s in sites}
+    java = sorted({ln.strip()[:160] for ln in run.stderr.splitlines()
+                   if re.search(r" (ERROR|WARN) \w+:|^\s+at |Exception", ln)
+                   and "sparkflux" not in ln})
+    figures = {"level": level, "sites": sites, "run_s": round(run.seconds, 1),
+               "duration_s": run.metrics["duration_s"], "per_site": per_site,
+               "spark_lines": java}
+    print(json.dumps(figures, indent=1))
+    return figures
+
+
+def check_exact(m: dict[str, Any], expected: tuple[str, int]) -> None:
+    assert m["input_tuples"] == EVENTS and m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected
+
+
+def test_cluster_run_without_failures(standalone: Any, tmp_path: Path,
+                                      expected: tuple[str, int]) -> None:
+    run = run_on_cluster(standalone, tmp_path)
+    check_exact(run.metrics, expected)
+    assert run.metrics["kills"] == 0 and run.metrics["failures"] == []
+    print(json.dumps({"run_s": round(run.seconds, 1), "duration_s": run.metrics["duration_s"]}))
+
+
+def test_a_killed_python_worker(standalone: Any, tmp_path: Path,
+                                expected: tuple[str, int]) -> None:
+    """A site's Python worker, SIGKILLed from outside: Spark retries its task on a free core,
+    which adopts the slot and is caught up."""
+    run = run_on_cluster(standalone, tmp_path, "--kill", f"python:1@{KILL_AT}")
+    check_exact(run.metrics, expected)
+    f = kill_figures(run, "python")
+    assert f["sites"] == [1] and run.metrics["kills"] == 1
+    assert [x["site"] for x in run.metrics["failures"]] == [1]
+    assert f["per_site"][1]["adopted_s"] is not None
+
+
+def test_a_killed_executor(standalone: Any, tmp_path: Path, expected: tuple[str, int]) -> None:
+    """The executor JVM that hosts site 1 (and, dealt round-robin, site 3: never its
+    chained-declustering neighbour): both of its sites fail at once; the Worker starts a
+    new executor, and the retried tasks adopt the slots."""
+    run = run_on_cluster(standalone, tmp_path, "--kill", f"executor:1@{KILL_AT}")
+    f = kill_figures(run, "executor")
+    assert 1 in f["sites"] and run.metrics["kills"] == len(f["sites"])
+    assert sorted(x["site"] for x in run.metrics["failures"]) == f["sites"]
+    check_exact(run.metrics, expected)
+
+
+def test_a_killed_worker_daemon_hosting_the_most_sites(standalone: Any, tmp_path: Path,
+                                                       expected: tuple[str, int]) -> None:
+    """The Worker daemon that hosts the most sites: its executor loses its Worker and exits,
+    so every site under it fails; the cluster has one worker left (the next test restarts
+    it)."""
+    run = run_on_cluster(standalone, tmp_path, "--kill", f"worker:most@{KILL_AT}")
+    f = kill_figures(run, "worker")
+    assert len(f["sites"]) == 2 and run.metrics["kills"] == 2
+    assert sorted(x["site"] for x in run.metrics["failures"]) == f["sites"]
+    check_exact(run.metrics, expected)
+
+
+NEIGHBOURS_LOST = ("until failure-domain placement lands: Spark deals 3 site tasks over 2 "
+                   "executors as {0, 2} and {1}, and sites 2 and 0 are chained-declustering "
+                   "neighbours (both replicas of partitions q = 2 mod 3), so losing that "
+                   "executor loses those partitions")
+
+
+def test_an_executor_hosting_two_neighbours(standalone: Any, tmp_path: Path,
+                                            expected: tuple[str, int]) -> None:
+    """Three sites on two executors: the executor of the most sites holds sites 0 and 2,
+    which share partitions. The right outcome is still the exact result; until placement
+    keeps a partition's replicas in different executors the run stops with the
+    lost-partition error, and only that error makes this an expected failure."""
+    run = run_on_cluster(standalone, tmp_path, "--sites", "3", "--partitions", "12",
+                         "--kill", f"executor:most@{KILL_AT}", check=False)
+    lost = r"sites 0 and 2 failed .* no complete replica is left".replace(" ", r"\s+")
+    if run.returncode != 0 and re.search(lost, run.stderr, re.S):
+        pytest.xfail(NEIGHBOURS_LOST)
+    assert run.returncode == 0, run.stderr[-3000:]
+    check_exact(run.metrics, expected)
