@@ -7,10 +7,6 @@
 #   bash scripts/cluster.sh status
 # The master listens on spark://127.0.0.1:7077 (SPARKFLUX_MASTER_PORT to change); logs and pid
 # files are kept under .cluster/ (SPARKFLUX_CLUSTER_DIR to change).
-# `start` also writes .cluster/conf/spark-defaults.conf for the cluster's drivers: run
-# `SPARK_CONF_DIR=.cluster/conf sparkflux run ...` and the SparkContext waits until every
-# executor has registered, so the site tasks are dealt round-robin over the executors rather
-# than to whichever registered first (tests/cluster.py does the same for the tests' cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -55,12 +51,7 @@ case "${1:-status}" in
     for i in $(seq "$workers"); do
       wait_for "Successfully registered with master" "$DIR/worker-$i.log"
     done
-    mkdir -p "$DIR/conf"
-    printf '%s\n' "spark.cores.max $((workers * cores))" \
-      "spark.scheduler.minRegisteredResourcesRatio 1.0" \
-      "spark.scheduler.maxRegisteredResourcesWaitingTime 60s" >"$DIR/conf/spark-defaults.conf"
     echo "cluster: $MASTER with $workers workers of $cores cores (logs in $DIR)"
-    echo "cluster: drivers should run with SPARK_CONF_DIR=$DIR/conf (wait for every executor)"
     ;;
   stop)
     for f in "$DIR"/*.pid; do

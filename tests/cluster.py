@@ -4,13 +4,10 @@ free port, with web UIs on port 0 and everything (logs, work dirs, the drivers' 
 configuration) in a directory of its own, so that it never meets a cluster someone else runs
 on the default port 7077. ``stop`` kills the process groups it started, and only those.
 
-A driver of this cluster runs with ``driver_env()``: ``PYTHONPATH`` (this checkout, for the
-executors' Python workers too: the workers' JVMs were started with it) and ``SPARK_CONF_DIR``,
-whose ``spark-defaults.conf`` makes the SparkContext wait until every executor has registered
-(``spark.cores.max`` and ``spark.scheduler.minRegisteredResourcesRatio``). Without it the
-first executor to register takes as many site tasks as it has cores, and which sites share a
-JVM depends on start-up timing; with it Spark's scheduler deals the site tasks round-robin
-over the executors (on 2 executors: sites 0 and 2 on one, 1 and 3 on the other).
+A driver of this cluster runs with ``driver_env()``: ``PYTHONPATH`` is this checkout (for the
+executors' Python workers too: the workers' JVMs were started with it). Nothing else: the
+driver waits for the cluster's executors itself (``spark/session_check.py``) and lays the
+replicas out over them (``dataflow/placement.py``), as it must for any user.
 """
 
 from __future__ import annotations
@@ -41,13 +38,6 @@ def spark_home(python: str = sys.executable) -> str:
     return out.stdout.strip()
 
 
-def spark_defaults(workers: int, cores: int) -> str:
-    """What a driver of a cluster of ``workers`` x ``cores`` should wait for."""
-    return (f"spark.cores.max {workers * cores}\n"
-            "spark.scheduler.minRegisteredResourcesRatio 1.0\n"
-            "spark.scheduler.maxRegisteredResourcesWaitingTime 60s\n")
-
-
 class StandaloneCluster:
     """``workers`` workers of ``cores`` cores each, under ``root``."""
 
@@ -60,15 +50,14 @@ class StandaloneCluster:
         self.env = dict(os.environ, SPARK_HOME=spark_home(python),
                         PYTHONPATH=os.pathsep.join(
                             p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-        self.env.pop("SPARK_CONF_DIR", None)  # the daemons use Spark's defaults
-        self.conf_dir = root / "conf"
+        self.env.pop("SPARK_CONF_DIR", None)  # Spark's defaults, as a user's would be
 
     @property
     def master_url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
     def driver_env(self) -> dict[str, str]:
-        return dict(self.env, SPARK_CONF_DIR=str(self.conf_dir))
+        return dict(self.env)
 
     # -- starting -------------------------------------------------------------------------
     def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
@@ -99,9 +88,6 @@ class StandaloneCluster:
 
     def start(self) -> StandaloneCluster:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.conf_dir.mkdir(exist_ok=True)
-        (self.conf_dir / "spark-defaults.conf").write_text(
-            spark_defaults(self.workers, self.cores))
         for attempt in range(3):  # a free port may be taken before the master binds it
             self.port = free_port()
             self._spawn("master", MASTER_CLASS, "--host", "127.0.0.1", "--port",

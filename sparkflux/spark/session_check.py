@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 RETRIES_WARN = 16  # fewer task retries than this: a warning (a long run may exhaust them)
 SLOTS_WAIT_S = 30.0  # how long a cluster's executors may take to register their cores
+SETTLE_S = 2.0  # no executor registered for this long: the cluster's executors are all up
 PROBE_TIMEOUT_S = 120.0
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*(\d+))?\])?$")
 
@@ -115,19 +116,29 @@ def task_retries(master: str, conf: Any) -> int:
 
 
 def task_slots(spark: Any, master: str, cpus: int, want: int, wait_s: float) -> int | None:
-    """The tasks the session can run at once (None if Spark cannot say). A cluster's
-    executors register after the session starts: wait up to ``wait_s`` for ``want``."""
+    """The tasks the session can run at once (None if Spark cannot say).
+
+    A cluster's executors register one by one after the session starts, and Spark gives
+    tasks to the executors it has: sites submitted as soon as ``want`` slots exist pile onto
+    the first executors (three of four sites on one executor: one lost executor, three lost
+    sites). So wait up to ``wait_s`` for ``want`` slots and then until no executor has come
+    for ``SETTLE_S``: Spark then deals the site tasks round-robin over all of them, and the
+    placement (``dataflow/placement.py``) keeps replicas on different executors."""
     m = _LOCAL.match(master.strip())
     if m is not None:
         n = m.group(1)
         cores = (os.cpu_count() or 1) if n in (None, "*") else int(n)
         return cores // max(cpus, 1)
     deadline = time.monotonic() + wait_s
+    last, since = None, time.monotonic()
     while True:
         slots = _concurrent_tasks(spark)
-        if slots is None or slots >= want or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if slots != last:
+            last, since = slots, now
+        if slots is None or now >= deadline or (slots >= want and now - since >= SETTLE_S):
             return slots
-        time.sleep(0.5)
+        time.sleep(0.25)
 
 
 def _concurrent_tasks(spark: Any) -> int | None:
