@@ -328,7 +328,7 @@ class Host:
                          f"opened with {msg!r}")
             return
         addr = SiteAddress(site=msg.site, attempt=msg.attempt, host=msg.host, port=msg.port,
-                           pid=msg.pid)
+                           pid=msg.pid, executor=msg.executor, machine=msg.machine)
         conn.peer = f"site {addr.site}"
         # The site opened its control connection before it registered; the two accepts may
         # still run in either order here.

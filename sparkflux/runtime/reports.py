@@ -43,6 +43,8 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "recoveries": [recovery_report(host, c) for c in host.catch_ups],
         "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in host.adoptions],
         "moves": [move_report(host, mv) for mv in host.controller.moves],
+        # the ring over the sites' failure domains chosen at view 1, and what it could not avoid
+        "placement": host.controller.placement,
         "balance_rounds": len(host.controller.rounds),
         "balance": [{**r, "at_s": round(r["at"] - host._mono_start, 3)}
                     for r in host.controller.rounds],
