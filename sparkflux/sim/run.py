@@ -96,9 +96,10 @@ class FailurePlan:
     executors: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     standby_executors: tuple[str, ...] = ()
-    # (site, delay): crash it ``delay`` steps after the first recovery and every move it
-    # caused (a re-layout over failure domains) are complete
-    after_settled: tuple[tuple[int, int], ...] = ()
+    # (executor, delay): ``delay`` steps after the first recovery and every move it caused
+    # (a re-layout over failure domains) are complete, crash every site whose live process
+    # is in that executor (the whole executor dies at once)
+    after_settled: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -140,6 +141,8 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     # it builds its core from its view (``SendView``: the ring over the failure domains).
     sites: dict[int, SiteCore] = {}
     settled_crashes = list(failures.after_settled)
+    executor_now = {s: failures.executors[s] if s < len(failures.executors) else ""
+                    for s in range(plan.sites)}  # slot -> its live process's executor
     core = boundary_for(plan, replicas, {"heartbeat_timeout": 1e9, "recovery": recovery,
                                          "balance": balance, "policy": policy},
                         end_with_output=False)
@@ -206,7 +209,8 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     if view.ring:
                         lay.set_ring(view.ring)
                     sites[s] = SiteCore(s, copy.deepcopy(plan), lay)
-                case AdoptProcess(slot=k, attempt=att, message=message):
+                case AdoptProcess(slot=k, attempt=att, registered=reg, message=message):
+                    executor_now[k] = domain_of(failures.standby_executors, reg - plan.sites - 1)
                     net.forget(k)  # the old process's connections are gone with it
                     attempt[k] = att
                     sites[k] = SiteCore.adopting(copy.deepcopy(plan), layout, message)
@@ -264,8 +268,10 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                 carry_out(core.handle(RequestMoves(moves=tuple(
                     (q, 0 if lay.site_of(q, 0) != dst else 1, dst) for q, dst in move_at[step]))))
             if settled():
-                for site_, delay in settled_crashes:
-                    crash_at.setdefault(step + delay, []).append(site_)
+                for name, delay in settled_crashes:
+                    crash_at.setdefault(step + delay, []).extend(
+                        k for k in sorted(executor_now)
+                        if executor_now[k] == name and k not in crashed_now)
                 settled_crashes = []
             n_moves = len(controller.moves)  # moves complete in groups: count may jump
             for n in [n for n in crash_after_moves if n <= n_moves]:
