@@ -30,7 +30,7 @@ from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import failure_domain
 from sparkflux.runtime.frames import FRAME_HEADER, MSG, decode, encode
 
-RANDOM_CASES = 300
+RANDOM_CASES = 150
 
 
 def execs(*names: str, host: str = "h") -> list[Domain]:
