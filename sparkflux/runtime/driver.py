@@ -551,9 +551,12 @@ class Host:
                         self.faults.after_recovery()
                 case Move():
                     self.move_started[a.epoch] = time.time()
-                    self.stats.phase = (f"moving partition {a.q} from site {a.src} to {a.dst}"
-                                        if a.reason == "balance" else
-                                        f"recovering partition {a.q} onto site {a.dst}")
+                    self.stats.phase = (
+                        f"moving partition {a.q} from site {a.src} to {a.dst}"
+                        if a.reason == "balance" else
+                        f"moving partition {a.q} off a shared failure domain, site {a.src} "
+                        f"to {a.dst}" if a.reason == "domain" else
+                        f"recovering partition {a.q} onto site {a.dst}")
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
