@@ -97,7 +97,20 @@ def test_three_replicas() -> None:
 
 
 # -- random assignments ------------------------------------------------------------------------
-def random_domains(rng: np.random.Generator, n: int) -> list[Domain]:
+def random_domains(rng: np.random.Generator, n: int, k: int, spread: bool) -> list[Domain]:
+    """Sites on up to four hosts, up to three executors each, one in ten unknown; ``spread``:
+    dealt round-robin (in a random order) over more hosts, or executors of one host, than k,
+    so that the rule can mostly hold."""
+    if spread:
+        colours = k + int(rng.integers(0, 3))
+        multi = rng.random() < 0.5
+        order = rng.permutation(n)
+        out = [Domain("h", "")] * n
+        for i, j in enumerate(order):
+            c = i % colours
+            e = int(rng.integers(2))
+            out[int(j)] = Domain(f"h{c}", f"h{c}:{e}") if multi else Domain("h", f"h:{c}")
+        return out
     hosts = int(rng.integers(1, 5))
     per_host = int(rng.integers(1, 4))
     out = []
@@ -127,7 +140,7 @@ def test_random_assignments_hold_the_invariant_whenever_it_can(part: int) -> Non
     for case in range(RANDOM_CASES // 3):
         n = int(rng.integers(3, 25))
         k = int(rng.integers(2, min(4, n) + 1))
-        doms = random_domains(rng, n)
+        doms = random_domains(rng, n, k, spread=case % 2 == 0)
         ring = choose_ring(doms, k)
         where = f"case {part}/{case}: k={k} domains {doms} ring {ring}"
         assert sorted(ring) == list(range(n)), where
@@ -145,7 +158,7 @@ def test_random_assignments_hold_the_invariant_whenever_it_can(part: int) -> Non
                     assert len({doms[s].host for s in row}) == k, where
         if n <= 7:
             assert cost == best_by_brute_force(doms, k), where
-    assert checked >= RANDOM_CASES // 30, "too few achievable cases: the test checks little"
+    assert checked >= RANDOM_CASES // 12, "too few achievable cases: the test checks little"
 
 
 # -- the layout of a ring ----------------------------------------------------------------------
