@@ -81,8 +81,10 @@ def started(replicas: int = 2) -> Boundary:
     members = {s: cm.Member(host="h", port=100 + s, attempt=0, registered=s)
                for s in range(SITES)}
     acts = b.handle(*[Registered(address=addr(s), now=0.0) for s in range(SITES)])
-    assert acts == [InstallView(view=View(number=1, members={s: addr(s) for s in range(SITES)})),
-                    *[SendView(site=s, view=cm.View(number=1, members=members))
+    ring = tuple(range(SITES))  # every site in one domain (unknown): the identity
+    assert acts == [InstallView(view=View(number=1, members={s: addr(s) for s in range(SITES)}),
+                                ring=ring),
+                    *[SendView(site=s, view=cm.View(number=1, members=members, ring=ring))
                       for s in range(SITES)]]
     assert b.handle(*[SiteReady(site=s, attempt=0) for s in range(SITES)]) == [StartIngress()]
     return b

@@ -149,7 +149,7 @@ def test_a_site_lost_before_the_view_is_waited_for(ha: bool) -> None:
     assert c.handle(Tick(now=5.0)) == []  # nothing to time out before the view
     retry = addr(1, attempt=1)  # Spark's retry of the task
     assert c.handle(Registered(address=retry, now=5.1)) == [
-        InstallView(view=view(1, addr(0), retry, addr(2)))]
+        InstallView(view=view(1, addr(0), retry, addr(2)), ring=(0, 1, 2))]
     # the lost attempt's news is stale now
     assert c.handle(ConnectionClosed(site=1, attempt=0, reason="EOF", now=5.2)) == []
     assert c.handle(*[SiteReady(site=s, attempt=0) for s in (0, 2)]) == []
@@ -208,7 +208,7 @@ def test_a_report_before_the_view_is_ignored() -> None:
     c.handle(Registered(address=addr(0), now=0.0))
     assert c.handle(Suspected(site=0, attempt=0, by=1, reason="timed out", now=0.1)) == []
     [install] = c.handle(Registered(address=addr(1), now=0.2))
-    assert install == InstallView(view=view(1, addr(0), addr(1)))
+    assert install == InstallView(view=view(1, addr(0), addr(1)), ring=(0, 1))
 
 
 # -- 4. a lost partition is reported by sites and partitions, first ------------------------------

@@ -405,12 +405,19 @@ class Boundary:
         out: list[BoundaryAction] = []
         for a in actions:
             match a:
-                case InstallView(view=view):
+                case InstallView(view=view, ring=ring):
                     members = {s: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
                                             registered=s) for s, m in view.members.items()}
                     self.registered = {s: s for s in view.members}
+                    # The ring over failure domains: the ingress and egress load it now, every
+                    # site with its view, all before the ingress starts (after every site's
+                    # ready), so every party routes by the same table from the first row.
+                    if ring:
+                        self.ingress.layout.set_ring(ring)
+                        self.egress.layout.set_ring(ring)
                     out.append(a)
-                    out += [SendView(site=s, view=cm.View(number=view.number, members=members))
+                    out += [SendView(site=s, view=cm.View(number=view.number, members=members,
+                                                          ring=ring))
                             for s in view.members]
                 case FailSites(view=view, dead=dead):
                     out.append(a)

@@ -17,10 +17,22 @@ time. Load balancing runs rounds of a collection phase (``Collect``/``Stats``, t
 round number so stale replies are ignored) and a movement phase (``policy.plan_moves``); a
 move fails the copy on the donor and catches up a new one on the receiver. A failure stops
 load balancing at once.
+
+Placement over failure domains (``dataflow/placement.py``): every site registers with its
+executor and host (``SiteAddress.domain``). At view 1 the controller chooses the ring of
+chained declustering so that no partition has two copies in one executor, nor, where the sites
+are on several hosts, on one host (``choose_ring``), and sends it with the view; when no ring
+can (one executor holds more than N / K sites) it takes the one with the fewest shared pairs
+and warns (``placement`` in the metrics). A standby adopting a failed slot is chosen among the
+idle ones by its domain, and once its recovery is complete, every replica it holds that now
+shares a domain with another copy of its partition is moved (``request_moves``, reason
+``domain``) to a live site that shares none, if there is one. Recovery onto the survivors and
+the load-balancing policy choose their destinations by the same rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,7 +67,7 @@ from sparkflux.control.events import (
     View,
 )
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
-from sparkflux.dataflow.placement import Layout
+from sparkflux.dataflow.placement import Domain, Layout, choose_ring, clash, ring_conflicts
 
 log = logging.getLogger(__name__)
 RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved again yet
@@ -150,6 +162,9 @@ class Controller:
         self._samples: dict[int, Stats] = {}
         self._moving_since = 0.0
         self.now = 0.0
+        self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
+        # the ring chosen at view 1 and what it could not avoid (the run's metrics)
+        self.placement: dict = {}
         self.rounds: list[dict] = []  # per round: utilisation and the moves it planned
         # the last round's U and busy fractions (the policy's hysteresis); none after a start
         # or a failure
@@ -238,7 +253,38 @@ class Controller:
             return []
         self.view = View(number=1, members=dict(self._pending))
         log.info("view 1 installed with %d sites", self.sites)
-        return [InstallView(view=self.view)]
+        return [InstallView(view=self.view, ring=self._choose_ring())]
+
+    def _choose_ring(self) -> tuple[int, ...]:
+        """View 1's chained-declustering ring over the members' failure domains (module
+        docstring), loaded into the controller's layout; a warning when some partition's
+        copies must share an executor or a host."""
+        self.domains = {s: m.domain() for s, m in self.view.members.items()}
+        domains = [self.domains[s] for s in range(self.sites)]
+        if self.layout is None:
+            return tuple(range(self.sites))
+        k = self.layout.replicas
+        ring = choose_ring(domains, k)
+        self.layout.set_ring(ring)
+        hosts, execs = ring_conflicts(ring, domains, k)
+        self.placement = {
+            "ring": list(ring), "host_conflicts": hosts, "executor_conflicts": execs,
+            "domains": {s: f"{d.host}/{d.executor or '?'}" for s, d in self.domains.items()},
+            "executors": len({d.executor for d in domains if d.executor}),
+            "hosts": len({d.host for d in domains})}
+        if ring != list(range(self.sites)):
+            log.info("chained declustering over failure domains: ring %s", ring)
+        if (hosts or execs) and len({(d.host, d.executor) for d in domains}) > 1:
+            log.warning(
+                "placement over failure domains cannot keep every partition's %d copies apart: "
+                "%d pairs of copies share a host and %d an executor (domains: %s); losing one "
+                "of those loses partitions. Spread the sites over more executors or hosts "
+                "(at most %d sites of %d in one)", k, hosts, execs, self.placement["domains"],
+                self.sites // k, self.sites)
+        elif hosts or execs:
+            log.info("every site is in one failure domain (%s): its loss is the run's",
+                     self.placement["domains"][0])
+        return tuple(ring)
 
     def _ready_site(self, ev: SiteReady) -> list[Action]:
         if (self.recovering == ev.site and self.adopted is not None
@@ -357,10 +403,13 @@ class Controller:
         sooner = (": standbys launched up front (--spare-sites) start a recovery at once "
                   "instead of after Spark restarts the failed task" if self.recovery ==
                   "standby" else "")
+        n = self.layout.sites
+        start = (f"on site (q + r) mod {n}" if self.layout.ring == tuple(range(n)) else
+                 f"on site ring[(q + r) mod {n}], ring {', '.join(map(str, self.layout.ring))}")
         return (f"{who}; no complete replica is left of {gone}. Their state is lost, so the "
                 f"run cannot go on. Each partition has {replicas} "
                 f"replica{'s' if replicas > 1 else ''} (at the start, replica r of partition q "
-                f"on site (q + r) mod {self.layout.sites}), so the run survives {replicas} sites "
+                f"{start}), so the run survives {replicas} sites "
                 f"that share a partition failing only if the first is recovered before the "
                 f"last fails. Have fewer sites fail at once, recover sooner{sooner}, or keep "
                 f"more replicas (--replicas {replicas + 1} survives any {replicas} sites "
@@ -384,12 +433,24 @@ class Controller:
         return []
 
     def _adopt_next(self) -> list[Action]:
-        """Give the oldest failed slot to an idle standby (``avail``)."""
+        """Give the oldest failed slot to an idle standby (``avail``): the one whose failure
+        domain the fewest of the slot's partitions' other copies share, the longest idle
+        among equals."""
         assert self.layout is not None
         slot = self.awaiting.pop(0)
-        proc = self.standbys.pop(0)
-        adopted = SiteAddress(site=slot, attempt=proc.attempt, host=proc.host, port=proc.port,
-                              pid=proc.pid)
+        live = self._live_domains()
+        hosted = self.layout.hosted(slot)
+
+        def cost(p: SiteAddress) -> tuple[int, int]:
+            with_p = {**live, slot: p.domain()}
+            per = [clash(slot, self.layout.others(q, r), with_p)  # type: ignore[union-attr]
+                   for q, r in hosted.items()]
+            return sum(c[0] for c in per), sum(c[1] for c in per)
+
+        proc = min(self.standbys, key=cost) if len(self.standbys) > 1 else self.standbys[0]
+        self.standbys.remove(proc)
+        adopted = dataclasses.replace(proc, site=slot)
+        self.domains[slot] = proc.domain()
         members = {**self.view.members, slot: adopted}
         self.view = View(number=self.view.number + 1, members=members)
         self.dead.discard(slot)
@@ -411,6 +472,35 @@ class Controller:
         self.pending_moves += [(q, r, dst, reason) for q, r, dst in moves]
         return self._next_task()
 
+    def _live_domains(self) -> dict[int, Domain]:
+        return {j: self.domains[j] for j in self._live() if j in self.domains}
+
+    def _relayout(self, slot: int) -> list[tuple[int, int, int, str]]:
+        """Moves that restore placement over failure domains after a standby adopted
+        ``slot``: each replica there whose partition has another copy in the same executor
+        (or host, where hosts differ) goes to the live site with the fewest shared domains,
+        then the fewest replicas (``recovery_site``), if that shares fewer."""
+        assert self.layout is not None
+        domains = self._live_domains()
+        table = self.layout.table().copy()
+        live = [j for j in self._live() if j != slot]
+        moves = []
+        for q, r in sorted(self.layout.hosted(slot).items()):
+            others = [int(s) for c, s in enumerate(table[q]) if c != r]
+            now = clash(slot, others, domains)
+            if now == (0, 0):
+                continue
+            dst = recovery_site(q, r, table, live, domains)
+            if dst is None or clash(dst, others, domains) >= now:
+                continue  # nowhere better: the copies stay where they are
+            table[q, r] = dst
+            moves.append((q, r, dst, "domain"))
+        if moves:
+            log.warning("site %d's new process shares a failure domain with other copies of "
+                        "%d of its partitions: moving them (%s)", slot, len(moves),
+                        ", ".join(f"{q}->{d}" for q, _, d, _ in moves))
+        return moves
+
     def _plan_recovery(self, site: int) -> None:
         """``--recovery survivors``: re-place every replica of the failed site on the live
         sites (two copies never on one site), as moves from the dead site."""
@@ -418,7 +508,7 @@ class Controller:
         table = self.layout.table().copy()
         live = self._live()
         for q, r in sorted(self.layout.hosted(site).items()):
-            dst = recovery_site(q, r, table, live)
+            dst = recovery_site(q, r, table, live, self._live_domains())
             if dst is None:
                 continue
             table[q, r] = dst
@@ -519,6 +609,7 @@ class Controller:
             slot = self.recovering
             log.warning("site %d recovered: every replica caught up and folded in", slot)
             self.recovering, self.adopted = None, None
+            self.pending_moves += self._relayout(slot)
             return [Recovered(slot=slot), *self._next_task()]
         actions: list[Action] = []
         while self.queue and len(self.in_flight) < CATCH_UP_PARALLEL:
@@ -602,7 +693,8 @@ class Controller:
     def _stop_balancing(self) -> None:
         """A failure ends load balancing at once: stale statistics are ignored (round
         numbers) and planned moves are dropped; it resumes once recovery is complete."""
-        self.pending_moves = [m for m in self.pending_moves if m[3] != "balance"]
+        # (a re-layout over failure domains is planned afresh after the next recovery)
+        self.pending_moves = [m for m in self.pending_moves if m[3] not in ("balance", "domain")]
         self._previous = ({}, {})  # the sites' loads before the failure say nothing now
         self._pool = []
         self._settled_at = None
@@ -656,7 +748,7 @@ class Controller:
         recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
         gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
         planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured,
-                             u.per_row, gave, self._previous)
+                             u.per_row, gave, self._previous, self._live_domains())
         if self.policy.hysteresis and self._settled_at is not None \
                 and self.now < self._settled_at:
             planned = []  # still ramping up after a start or a failure

@@ -8,14 +8,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkflux.dataflow.placement import Domain
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SiteAddress:
+    """A site process as it registered: its slot and Spark attempt, where its data server
+    listens, and its failure domain (``Domain``): the executor JVM it runs under
+    (``runtime/failure_domain.py``; "" unknown: a domain of its own) and the machine it runs
+    on ("" unknown: ``host``, the address it advertises, stands for it)."""
+
     site: int
     attempt: int
     host: str
     port: int
     pid: int
+    executor: str = ""
+    machine: str = ""
+
+    def domain(self) -> Domain:
+        return Domain(host=self.machine or self.host, executor=self.executor)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,9 +103,13 @@ class Finished:
 # -- actions -----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstallView:
-    """Send the view to every member (they connect to each other and report ready)."""
+    """Send the view to every member (they connect to each other and report ready), with the
+    chained-declustering ring chosen over the members' failure domains (``ring[i]``: the
+    site slot at position i; replica r of partition q on ``ring[(q + r) mod N]``): every
+    party loads it before any data flows."""
 
     view: View
+    ring: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +216,7 @@ class Move:
     src: int
     dst: int
     epoch: int
-    reason: str  # "balance" or "recovery"
+    reason: str  # "balance", "recovery" or "domain" (a re-layout over failure domains)
     survivor: int = -1  # the replica its catch-up copies (-1: the next one after r)
 
 

@@ -16,7 +16,10 @@ donor must have been over ``th_busy`` and above the mean by ``th_imb`` in the pr
 too, and a receiver idle then too (our hysteresis: one noisy phase moves nothing). In unified
 Flux a partition has two copies that never share a site, and the copy on the donor is the one
 failed (the receiver is caught up from the other copy), so a partition whose other copy is on
-the receiver is not a candidate. Pure: no clocks, no I/O.
+the receiver is not a candidate. Nor is one whose copy would share a failure domain (an
+executor, or a host) with another copy of it on the receiver more than on the donor (ours:
+placement over failure domains, ``dataflow/placement.py``): a move never makes a partition
+easier to lose. Pure: no clocks, no I/O.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from sparkflux.dataflow.placement import Domain, clash
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
                busy: dict[int, float] | None = None,
                per_row: dict[int, float] | None = None,
                gave: frozenset[int] = frozenset(),
-               previous: tuple[dict[int, float], dict[int, float]] | None = None
-               ) -> list[PlannedMove]:
+               previous: tuple[dict[int, float], dict[int, float]] | None = None,
+               domains: dict[int, Domain] | None = None) -> list[PlannedMove]:
     """One movement phase: at most ``moves_per_receiver`` moves per receiver (the thesis: one
     per pair). Partitions in ``recent`` (moved in the last rounds) stay put: measurements are
     noisy, and moving a partition back and forth only costs (our addition to the thesis'
@@ -97,7 +102,9 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
     a donor must have had U above ``th_busy`` and ``th_imb`` times that round's mean then too,
     and a receiver idle time (busy at most ``th_util``), so one noisy phase (the start-up, a
     receiver waiting a moment for its input, a saturated dataflow whose sites take turns
-    looking the busiest) moves nothing (ours: hysteresis). None: no such test."""
+    looking the busiest) moves nothing (ours: hysteresis). None: no such test.
+    ``domains``: every live site's failure domain; a copy never moves to a receiver where it
+    would share one with another copy of its partition more than it does on the donor."""
     cfg = cfg or PolicyConfig()
     if len(util) < 2:
         return []
@@ -146,7 +153,8 @@ def plan_moves(util: dict[int, float], counts: dict[int, np.ndarray], table: np.
         moved = recent | {m.q for m in out}
         m_d = _marginal(d, ud, total, avg_cost, per_row)
         m_r = _marginal(r, ur, total, avg_cost, per_row)
-        move = _first_reducing(d, r, ud, ur, load[d], m_d, m_r, placed, moved, cfg.th_gain)
+        move = _first_reducing(d, r, ud, ur, load[d], m_d, m_r, placed, moved, cfg.th_gain,
+                               domains or {})
         if move is None:  # nothing of d's lowers the pair's maximum: r takes no more
             received[r] = cfg.moves_per_receiver
             continue
@@ -170,8 +178,8 @@ def _marginal(j: int, u: float, total: dict[int, int], avg_cost: float,
 
 
 def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, m_d: float,
-                    m_r: float, table: np.ndarray, recent: frozenset[int], th_gain: float = 0.0
-                    ) -> PlannedMove | None:
+                    m_r: float, table: np.ndarray, recent: frozenset[int], th_gain: float = 0.0,
+                    domains: dict[int, Domain] | None = None) -> PlannedMove | None:
     if m_d <= 0:
         return None
     qs, reps = np.nonzero(table == d)
@@ -184,6 +192,9 @@ def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, m_d: fl
             continue  # two copies of a partition never share a site
         if q in recent:
             continue
+        others = [int(s) for s in np.delete(table[q], rep)]
+        if domains and clash(r, others, domains) > clash(d, others, domains):
+            continue  # the copy would share a failure domain with another one
         ud_new = ud - n_p * m_d
         ur_new = ur + n_p * m_r
         if ur_new > 1.0 or max(ud_new, ur_new) > ud * (1 - th_gain):
@@ -192,11 +203,14 @@ def _first_reducing(d: int, r: int, ud: float, ur: float, n: np.ndarray, m_d: fl
     return None
 
 
-def recovery_site(q: int, r: int, table: np.ndarray, live: list[int]) -> int | None:
+def recovery_site(q: int, r: int, table: np.ndarray, live: list[int],
+                  domains: dict[int, Domain] | None = None) -> int | None:
     """Where to recover replica r of q without a standby (thesis Table 5.2): the live site
-    holding the fewest replicas that holds none of q's other copies."""
+    holding the fewest replicas that holds none of q's other copies; with ``domains`` (the
+    live sites' failure domains), first one whose host and executor no other copy shares
+    (fewest shared, hosts first: ``placement.clash``)."""
     others = {int(s) for s in np.delete(table[q], r)}
     load = {j: int((table == j).sum()) for j in live if j not in others}
     if not load:
         return None
-    return min(load, key=lambda j: (load[j], j))
+    return min(load, key=lambda j: (clash(j, others, domains or {}), load[j], j))

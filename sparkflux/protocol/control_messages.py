@@ -38,7 +38,9 @@ class OpenControl:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Register:
-    """First frame of a site's data connection: who it is and where peers reach it."""
+    """First frame of a site's data connection: who it is, where peers reach it, and its
+    failure domain: the executor JVM it runs under and the machine (``executor``,
+    ``machine``: "" unknown; ``runtime/failure_domain.py``)."""
 
     site: int
     attempt: int
@@ -46,6 +48,8 @@ class Register:
     port: int
     pid: int
     token: str
+    executor: str = ""
+    machine: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,10 +152,15 @@ class Member:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class View:
-    """View 1: every member and its address; the site connects to the others."""
+    """View 1: every member and its address; the site connects to the others. ``ring``: the
+    chained-declustering ring the controller chose over the members' failure domains (replica
+    r of partition q on ``ring[(q + r) mod N]``; empty: the identity), which the site loads
+    into its table before it builds its core, so it agrees with every other party before any
+    data flows."""
 
     number: int
     members: dict[int, Member]
+    ring: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -372,7 +372,7 @@ class Host:
                          f"opened with {msg!r}")
             return
         addr = SiteAddress(site=msg.site, attempt=msg.attempt, host=msg.host, port=msg.port,
-                           pid=msg.pid)
+                           pid=msg.pid, executor=msg.executor, machine=msg.machine)
         conn.peer = f"site {addr.site}"
         # The site opened its control connection before it registered; the two accepts may
         # still run in either order here.
@@ -598,9 +598,12 @@ class Host:
                         self.faults.after_recovery()
                 case Move():
                     self.move_started[a.epoch] = time.time()
-                    self.stats.phase = (f"moving partition {a.q} from site {a.src} to {a.dst}"
-                                        if a.reason == "balance" else
-                                        f"recovering partition {a.q} onto site {a.dst}")
+                    self.stats.phase = (
+                        f"moving partition {a.q} from site {a.src} to {a.dst}"
+                        if a.reason == "balance" else
+                        f"moving partition {a.q} off a shared failure domain, site {a.src} "
+                        f"to {a.dst}" if a.reason == "domain" else
+                        f"recovering partition {a.q} onto site {a.dst}")
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:

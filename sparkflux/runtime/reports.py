@@ -46,6 +46,8 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "site_start_s": round(host.site_start_s, 3) if host.site_start_s is not None else None,
         "standby_wait_s": round(host.controller.standby_wait, 3),
         "moves": [move_report(host, mv) for mv in host.controller.moves],
+        # the ring over the sites' failure domains chosen at view 1, and what it could not avoid
+        "placement": host.controller.placement,
         "balance_rounds": len(host.controller.rounds),
         "balance": [{**r, "at_s": round(r["at"] - host._mono_start, 3)}
                     for r in host.controller.rounds],

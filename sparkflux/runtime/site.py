@@ -37,7 +37,7 @@ from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Outgoing, State
 from sparkflux.protocol.site import Received, SiteCore, wire_schema
-from sparkflux.runtime import handshake
+from sparkflux.runtime import failure_domain, handshake
 from sparkflux.runtime.capacity import CpuCap
 from sparkflux.runtime.frames import encode
 from sparkflux.runtime.handshake import Claim, Gate
@@ -185,9 +185,11 @@ class Site:
         self.control.send(cm.OpenControl(token=token))
         self.driver = await connect(host, cport, "driver", sec, self._claim(handshake.DATA),
                                     driver)
+        domain = failure_domain.of_this_process()
         self.driver.send(cm.Register(site=self.id, attempt=self.cfg.attempt,
                                      host=self.cfg.advertise_host, port=port, pid=os.getpid(),
-                                     token=token))
+                                     token=token, executor=domain.executor,
+                                     machine=domain.host))
         if self.on_registered is not None:
             self.on_registered()
         tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
@@ -223,6 +225,8 @@ class Site:
         self._known.set()
 
     async def _install_view(self, msg: cm.View) -> None:
+        if msg.ring:  # chained declustering over the failure domains (``placement.py``)
+            self.layout.set_ring(msg.ring)
         self.core = SiteCore(self.id, self.plan, self.layout)
         self._learn(msg.members)
         self._set_up.set()

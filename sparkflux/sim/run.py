@@ -11,6 +11,11 @@ on it), the ingress and egress at once. Between sites, a snapshot and its ``inst
 travel on a channel of their own too (the runtime's StateMover connections). A run ends when the
 input is exhausted and the network is quiet.
 
+Sites may share failure domains (``FailurePlan.executors``, ``hosts``; a standby's too): they
+register with them as on Spark, the controller lays chained declustering over them at view 1,
+and each site builds its core from the view it gets (with the ring), as the runtime does. A
+crash schedule that kills a whole executor lists all of its sites at one step.
+
 ``check(seed, ...)`` compares the run with the failure-free run of the same input: the egress
 output must be identical row for row and in order, the egress must have seen the end of the
 stream, and every surviving buffer must have drained. A failing seed raises ``Violation`` naming
@@ -36,6 +41,7 @@ from sparkflux.control.boundary import (
     Input,
     InputEnd,
     RequestMoves,
+    SendView,
     Tell,
     boundary_for,
 )
@@ -85,6 +91,15 @@ class FailurePlan:
     after_moves: tuple[tuple[int, int], ...] = ()
     # (site, factor): the site's work costs this much more (load for the balancing policy)
     slow: tuple[tuple[int, float], ...] = ()
+    # Failure domains: the executor (and host) of each site slot's first process, and of the
+    # n-th standby ("" or missing: unknown, a domain of its own; hosts: one "sim" host).
+    executors: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    standby_executors: tuple[str, ...] = ()
+    # (executor, delay): ``delay`` steps after the first recovery and every move it caused
+    # (a re-layout over failure domains) are complete, crash every site whose live process
+    # is in that executor (the whole executor dies at once)
+    after_settled: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -122,8 +137,12 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     rng = np.random.default_rng(seed)
     layout = Layout(plan.sites, plan.partitions, replicas)
     net = Network(rng) if fifo else Network(rng, overtakes=_overtakes)
-    # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan.
-    sites = {s: SiteCore(s, copy.deepcopy(plan), layout) for s in range(plan.sites)}
+    # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan;
+    # it builds its core from its view (``SendView``: the ring over the failure domains).
+    sites: dict[int, SiteCore] = {}
+    settled_crashes = list(failures.after_settled)
+    executor_now = {s: failures.executors[s] if s < len(failures.executors) else ""
+                    for s in range(plan.sites)}  # slot -> its live process's executor
     core = boundary_for(plan, replicas, {"heartbeat_timeout": 1e9, "recovery": recovery,
                                          "balance": balance, "policy": policy},
                         end_with_output=False)
@@ -185,7 +204,13 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                             net.drop_to(k)
                     for k in list(hellos):
                         maybe_ready(k)
-                case AdoptProcess(slot=k, attempt=att, message=message):
+                case SendView(site=s, view=view):
+                    lay = layout.copy()
+                    if view.ring:
+                        lay.set_ring(view.ring)
+                    sites[s] = SiteCore(s, copy.deepcopy(plan), lay)
+                case AdoptProcess(slot=k, attempt=att, registered=reg, message=message):
+                    executor_now[k] = domain_of(failures.standby_executors, reg - plan.sites - 1)
                     net.forget(k)  # the old process's connections are gone with it
                     attempt[k] = att
                     sites[k] = SiteCore.adopting(copy.deepcopy(plan), layout, message)
@@ -211,9 +236,19 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                             capacity_s=float(step) * 4 / slow.get(s, 1.0), at=float(step),
                             counts=counts)
 
+    def settled() -> bool:
+        """The first recovery and every move it caused are complete (``after_settled``)."""
+        return bool(settled_crashes and recovered) and not (
+            controller.pending_moves or controller.moving or controller.incomplete
+            or controller.awaiting or controller.recovering is not None)
+
+    def domain_of(names: tuple[str, ...], i: int) -> str:
+        return names[i] if i < len(names) else ""
+
     for s in range(plan.sites):
-        carry_out(core.handle(Registered(address=SiteAddress(site=s, attempt=0, host="sim",
-                                                             port=s, pid=s), now=0.0)))
+        carry_out(core.handle(Registered(address=SiteAddress(
+            site=s, attempt=0, host=domain_of(failures.hosts, s) or "sim", port=s, pid=s,
+            executor=domain_of(failures.executors, s)), now=0.0)))
     carry_out(core.handle(*[SiteReady(site=s, attempt=0) for s in range(plan.sites)]))
     try:
         while step < max_steps:
@@ -232,6 +267,12 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                 assert lay is not None
                 carry_out(core.handle(RequestMoves(moves=tuple(
                     (q, 0 if lay.site_of(q, 0) != dst else 1, dst) for q, dst in move_at[step]))))
+            if settled():
+                for name, delay in settled_crashes:
+                    crash_at.setdefault(step + delay, []).extend(
+                        k for k in sorted(executor_now)
+                        if executor_now[k] == name and k not in crashed_now)
+                settled_crashes = []
             n_moves = len(controller.moves)  # moves complete in groups: count may jump
             for n in [n for n in crash_after_moves if n <= n_moves]:
                 crash_at.setdefault(step + 1, []).append(crash_after_moves.pop(n))
@@ -244,7 +285,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             if step in standby_at:
                 n_standby += 1
                 addr = SiteAddress(site=plan.sites + n_standby, attempt=n_standby, host="sim",
-                                   port=1000 + n_standby, pid=1000 + n_standby)
+                                   port=1000 + n_standby, pid=1000 + n_standby,
+                                   executor=domain_of(failures.standby_executors,
+                                                      n_standby - 1))
                 carry_out(core.handle(Registered(address=addr, now=float(step))))
             for d in [d for d in pending_detect if d[0] <= step]:
                 pending_detect.remove(d)
@@ -266,7 +309,8 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                 if pending_detect or (can_admit and next_batch < len(batches)):
                     continue  # a detection or an admission is still to come
                 if (any(at > step for at in standby_at) or any(at > step for at in crash_at)
-                        or any(at > step for at in move_at)):
+                        or any(at > step for at in move_at)
+                        or settled()):
                     continue  # a standby still registers: recovery runs after the input ends
                 break  # quiet: finished, or stuck (then the egress has not ended: a violation)
             src, dst, msg = item
