@@ -32,6 +32,7 @@ p = argparse.ArgumentParser(description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--events", type=int, default=400_000)
 p.add_argument("--per-file", type=int, default=20_000, help="packets per landed file")
+p.add_argument("--pace", type=float, default=0.3, help="seconds between landed files")
 p.add_argument("--kill", default="1@2", help="SITE@SECONDS, or '' for no kill")
 p.add_argument("--master", default="local[6,400]")
 p.add_argument("--dir", default=None, help="where the inbox and the table go (default: tmp)")
@@ -41,32 +42,38 @@ inbox, table = work / "inbox", work / "table"
 inbox.mkdir(parents=True, exist_ok=True)
 
 # %% Your SparkSession. The executors' Python must have sparkflux: PYSPARK_PYTHON (set
-# before the session) or spark.pyspark.python; local mode needs retries: local[N,F].
+# before the session) or spark.pyspark.python; local mode needs retries: local[N,F]. The log
+# options keep a killed site's expected Java stack trace out of the output (Spark's log goes
+# to a file; errors still show).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from pyspark.sql import SparkSession  # noqa: E402
 
-spark = (SparkSession.builder.master(a.master).appName("notebook")
-         .config("spark.pyspark.python", sys.executable).getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
+from sparkflux.spark.launcher import log_java_options  # noqa: E402
 
-# %% Upstream: Parquet files landing in the inbox while the query runs.
+spark = (SparkSession.builder.master(a.master).appName("notebook")
+         .config("spark.pyspark.python", sys.executable)
+         .config("spark.driver.extraJavaOptions", log_java_options())
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+
+# %% Upstream: Parquet files landing in the inbox while the query runs (one every --pace
+# seconds once the query has read the first).
 def land() -> None:
     for i, start in enumerate(range(0, a.events, a.per_file)):
         batch = netmon.generate(start, min(a.per_file, a.events - start))
         tmp = inbox / f".part-{i:05d}.parquet.tmp"
         pq.write_table(pa.Table.from_batches([batch]), tmp)
         os.replace(tmp, inbox / f"part-{i:05d}.parquet")
-        time.sleep(0.1)
+        while i == 0 and not source.position().file:
+            time.sleep(0.05)
+        time.sleep(a.pace)
     (inbox / "_DONE").touch()
-
-
-threading.Thread(target=land, daemon=True).start()
 
 # %% The query: netmon over the file source, into a Parquet table, with Flux-HA.
 import sparkflux  # noqa: E402
 from sparkflux.io import FileStreamSource, TableSink  # noqa: E402
 
 source = FileStreamSource(inbox, netmon.SCHEMA, event_time="ts", end_marker="_DONE")
+threading.Thread(target=land, daemon=True).start()
 opts = netmon.NetmonOptions(events=a.events)
 query = sparkflux.start(netmon.build(opts, source=source), spark=spark,
                         sink=TableSink(table), sites=4, partitions=32, ha="flux",

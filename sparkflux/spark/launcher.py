@@ -47,6 +47,15 @@ def spark_log_file() -> Path:
     return Path(tempfile.gettempdir()) / f"sparkflux-spark-{os.getpid()}.log"
 
 
+def log_java_options() -> str:
+    """The driver JVM options that give Spark sparkflux's log configuration
+    (``log4j2.properties``): errors in the terminal, a killed site's expected stack trace and
+    everything else at WARN in ``spark_log_file()``. For a session of your own:
+    ``.config("spark.driver.extraJavaOptions", log_java_options())`` before it starts."""
+    log_conf = Path(__file__).with_name("log4j2.properties")
+    return f"-Dlog4j2.configurationFile=file:{log_conf} -Dsparkflux.spark.log={spark_log_file()}"
+
+
 def spark_session(master: str | None = None, app_name: str = "sparkflux"):  # noqa: ANN201
     """A SparkSession configured for long-lived site tasks: every setting the sites' job
     needs (``session_check.py`` lists them), the executors' Python this one, and Spark's log
@@ -57,9 +66,7 @@ def spark_session(master: str | None = None, app_name: str = "sparkflux"):  # no
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    log_conf = Path(__file__).with_name("log4j2.properties")
-    java_opts = (f"-Dlog4j2.configurationFile=file:{log_conf} "
-                 f"-Dsparkflux.spark.log={spark_log_file()}")
+    java_opts = log_java_options()
     builder = SparkSession.builder
     if master is not None or not under_spark_submit():
         builder = builder.master(master or default_master(4))
