@@ -157,22 +157,17 @@ def test_a_killed_worker_daemon_hosting_the_most_sites(standalone: Any, tmp_path
     check_exact(run.metrics, expected)
 
 
-NEIGHBOURS_LOST = ("until failure-domain placement lands: Spark deals 3 site tasks over 2 "
-                   "executors as {0, 2} and {1}, and sites 2 and 0 are chained-declustering "
-                   "neighbours (both replicas of partitions q = 2 mod 3), so losing that "
-                   "executor loses those partitions")
-
-
-def test_an_executor_hosting_two_neighbours(standalone: Any, tmp_path: Path,
-                                            expected: tuple[str, int]) -> None:
-    """Three sites on two executors: the executor of the most sites holds sites 0 and 2,
-    which share partitions. The right outcome is still the exact result; until placement
-    keeps a partition's replicas in different executors the run stops with the
-    lost-partition error, and only that error makes this an expected failure."""
+def test_an_executor_hosting_two_neighbours_is_named_at_the_start(
+        standalone: Any, tmp_path: Path) -> None:
+    """Three sites on two executors: with two copies of each partition every pair of the
+    three sites shares partitions, so no ring keeps the copies apart (one executor holds two
+    sites). The run says so when it starts, naming the domains, and losing that executor
+    then stops it with the lost partitions named: an honest failure, not a hang."""
     run = run_on_cluster(standalone, tmp_path, "--sites", "3", "--partitions", "12",
                          "--kill", f"executor:most@{KILL_AT}", check=False)
-    lost = r"sites 0 and 2 failed .* no complete replica is left".replace(" ", r"\s+")
-    if run.returncode != 0 and re.search(lost, run.stderr, re.S):
-        pytest.xfail(NEIGHBOURS_LOST)
-    assert run.returncode == 0, run.stderr[-3000:]
-    check_exact(run.metrics, expected)
+    assert re.search(r"placement over failure domains cannot keep every partition's 2 copies "
+                     r"apart: 0 pairs of copies share a host and 1 an executor", run.stderr)
+    assert "at most 1 sites of 3 in one" in run.stderr
+    assert run.returncode == 2
+    assert re.search(r"sites \d and \d failed .* no complete replica is left".replace(" ", r"\s+"),
+                     run.stderr, re.S), run.stderr[-3000:]
