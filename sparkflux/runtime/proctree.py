@@ -15,8 +15,9 @@ lookup here returns None there rather than a process the run cannot lose.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
+
+from sparkflux.runtime.failure_domain import java_ancestor, parent_of
 
 PROC = Path("/proc")
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -26,12 +27,7 @@ LEVELS = ("python", "executor", "worker")  # what ``--kill LEVEL:SITE@SECONDS`` 
 
 def parent(pid: int) -> int | None:
     """The parent's pid (None: the process is gone)."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return parent_of(pid, PROC)
 
 
 def comm(pid: int) -> str:
@@ -59,8 +55,10 @@ def ancestors(pid: int) -> list[int]:
     return out
 
 
-def _nearest_java(pids: Iterable[int]) -> int | None:
-    return next((p for p in pids if comm(p) == "java"), None)
+def _java_above(pid: int) -> int | None:
+    """The nearest ``java`` process strictly above ``pid``."""
+    up = parent(pid)
+    return java_ancestor(up, PROC) if up is not None and up > 1 else None
 
 
 def is_site_process(pid: int) -> bool:
@@ -74,7 +72,7 @@ def executor_of(site_pid: int) -> int | None:
     driver's JVM, or when the site is not on this machine)."""
     if not is_site_process(site_pid):
         return None
-    jvm = _nearest_java(ancestors(site_pid))
+    jvm = _java_above(site_pid)
     return jvm if jvm is not None and EXECUTOR_CLASS in cmdline(jvm) else None
 
 
@@ -82,7 +80,7 @@ def worker_of(executor_pid: int) -> int | None:
     """The Worker daemon JVM that launched an executor: the executor's nearest ``java``
     ancestor; failing that (an executor re-parented to init), the Worker whose
     ``--work-dir`` holds the executor's working directory."""
-    jvm = _nearest_java(ancestors(executor_pid))
+    jvm = _java_above(executor_pid)
     if jvm is not None and WORKER_CLASS in cmdline(jvm):
         return jvm
     try:
