@@ -100,11 +100,14 @@ class StartWatch:
     """Counts start failures for one run and says when the run must stop (None: not yet).
 
     ``tasks``: the site tasks the run launched; ``shipped``: the module names shipped from
-    beside the dataflow file ``dataflow`` (for the hint)."""
+    beside the dataflow file ``dataflow`` (for the hint); ``driver``: the address the sites
+    dial, ``logs``: where Spark's log goes (both named in the hint when known)."""
 
     tasks: int
     shipped: tuple[str, ...] = ()
     dataflow: str = ""
+    driver: str = ""
+    logs: str = ""
     reports: list[StartFailed] = field(default_factory=list)
     same: dict[Signature, list[StartFailed]] = field(default_factory=dict)
     per_slot: Counter[int] = field(default_factory=Counter)
@@ -140,10 +143,13 @@ class StartWatch:
             f"site tasks failed {failed} times before any registered with the driver, "
             f"{unreported} of them without a report (the task could not run sparkflux's code, "
             f"or could not reach the driver); Spark's retries cannot help.\n"
-            f"hint: the error is in the executors' logs (in local mode, printed above). "
-            f"Usually sparkflux or its dependencies are missing on the executors (install "
-            f"them there, in the driver's versions), or the executors cannot reach the "
-            f"driver's address (spark.driver.host)")
+            f"hint: the error is in the executors' logs"
+            + (f" (in local mode, {self.logs})" if self.logs else "")
+            + ". Usually sparkflux or its dependencies are missing on the executors (install "
+            "them there, in the driver's versions), or the executors cannot reach the "
+            "driver's address"
+            + (f" {self.driver}" if self.driver else "")
+            + " (spark.driver.host, spark.driver.bindAddress)")
         return self.stopped
 
     def _stop(self, how: str, f: StartFailed) -> str:

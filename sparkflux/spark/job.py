@@ -34,6 +34,7 @@ from sparkflux.spark.launcher import (
     failed_attempts,
     is_local,
     launch_sites,
+    spark_log_file,
     spark_session,
 )
 from sparkflux.spark.session_check import check_session
@@ -98,6 +99,9 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     # Sites on a cluster bind to, and advertise, their address towards the driver ("").
     site_bind = bind if is_local(master) else ""
     assert cfg.security is not None
+    host.start_watch.driver = f"{advertise}:{host.port}"
+    if own:
+        host.start_watch.logs = f"Spark's log is {spark_log_file()}"
     host.launched_at = time.time()
     job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind, tasks,
                        host.replicas, cfg.security, cfg.site_cpu)
@@ -145,7 +149,8 @@ def supervise(run: Launched) -> RunResult:
             host.stop(
                 f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
                 f"{cfg.start_timeout:.0f}s; the Spark master needs at least {plan.sites} free "
-                f"task slots (local mode: local[{plan.sites}] or more)"
+                f"task slots (local mode: local[{plan.sites}] or more), and the executors must "
+                f"reach the driver at {host.start_watch.driver} (spark.driver.host)"
             )
     if host.failure:
         cancel_sites(spark, job)
