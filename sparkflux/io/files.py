@@ -45,7 +45,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,21 +183,27 @@ class FileStreamSource(Source):
             groups, skip = _row_groups_from(pf, skip)
             batches = pf.iter_batches(batch_size=self.batch_size, row_groups=groups,
                                       columns=[n for n in self.schema.names if n in have])
-            for b in batches:
-                if skip:
-                    if skip >= b.num_rows:
-                        skip -= b.num_rows
-                        continue
-                    b, skip = b.slice(skip), 0
-                self._advance(name, b.num_rows)
-                yield b
-                if self._closed.is_set():
-                    return
+            yield from self._from_row(name, batches, skip)
         except (OSError, pa.ArrowException) as e:
             self._advance(name, 0)
             yield [Malformed({"file": name, "row": self._pos.row},
                              f"file {name}: not readable as Parquet from row {self._pos.row} "
                              f"({type(e).__name__}: {e})")]
+
+    def _from_row(self, name: str, batches: Iterable[pa.RecordBatch], skip: int
+                  ) -> Iterator[pa.RecordBatch]:
+        """``batches`` of file ``name`` from its row ``skip`` on, each counted into the
+        position as it is handed over; none after ``close()``."""
+        for b in batches:
+            if skip:
+                if skip >= b.num_rows:
+                    skip -= b.num_rows
+                    continue
+                b, skip = b.slice(skip), 0
+            self._advance(name, b.num_rows)
+            yield b
+            if self._closed.is_set():
+                return
 
     # -- JSON lines --------------------------------------------------------------------------
     def _read_json(self, name: str, skip: int) -> Iterator[Item]:
@@ -207,17 +213,8 @@ class FileStreamSource(Source):
         options = pj.ParseOptions(explicit_schema=nullable, unexpected_field_behavior="ignore")
         try:
             reader = pj.open_json(self.path / name, parse_options=options)
-            for block in reader:
-                for b in _slices(block, self.batch_size):
-                    if skip:
-                        if skip >= b.num_rows:
-                            skip -= b.num_rows
-                            continue
-                        b, skip = b.slice(skip), 0
-                    self._advance(name, b.num_rows)
-                    yield b
-                    if self._closed.is_set():
-                        return
+            yield from self._from_row(
+                name, (b for block in reader for b in _slices(block, self.batch_size)), skip)
             return
         except pa.ArrowInvalid:
             pass  # a line pyarrow cannot convert: go through the lines to find it
