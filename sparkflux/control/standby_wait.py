@@ -13,6 +13,10 @@ come. So the wait is the largest of:
   submission to registration: scheduling, the Python worker, the imports);
 - ``ADOPTION_FACTOR`` times the slowest adoption seen in this run (failure detected to the
   standby adopting the slot): what this cluster's restarts really took;
+- on a cluster whose executors' start was timed (a session sparkflux made: from the
+  application's start until its executors had registered), ``ADOPTION_FACTOR`` times that
+  start plus the sites' start: a lost executor's sites come back only once the worker has
+  launched a new executor and Spark has started the tasks on it;
 
 capped at ``CAP_S``.
 """
@@ -26,7 +30,8 @@ CAP_S = 60.0
 
 
 def standby_wait(fixed: float | None, start_s: float | None = None,
-                 adoptions_s: list[float] | tuple[float, ...] = ()) -> float:
+                 adoptions_s: list[float] | tuple[float, ...] = (),
+                 executor_start_s: float | None = None) -> float:
     """The wait: ``fixed`` if the user gave one, else the measured rule above.
 
     >>> standby_wait(None)
@@ -37,6 +42,8 @@ def standby_wait(fixed: float | None, start_s: float | None = None,
     2.0
     >>> standby_wait(None, start_s=100.0)
     60.0
+    >>> standby_wait(None, start_s=2.0, executor_start_s=6.0)
+    12.0
     """
     if fixed is not None:
         return fixed
@@ -45,4 +52,6 @@ def standby_wait(fixed: float | None, start_s: float | None = None,
         wait = max(wait, START_FACTOR * start_s)
     if adoptions_s:
         wait = max(wait, ADOPTION_FACTOR * max(adoptions_s))
+    if executor_start_s is not None:
+        wait = max(wait, ADOPTION_FACTOR * (executor_start_s + (start_s or 0.0)))
     return min(wait, CAP_S)

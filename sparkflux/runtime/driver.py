@@ -190,6 +190,7 @@ class Host:
         # the standby wait is measured from.
         self.launched_at: float | None = None
         self.site_start_s: float | None = None
+        self.executor_start_s: float | None = None  # a new cluster application's, if timed
         self._ending = False  # end_input: the sources end at their next batch boundary
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
@@ -643,7 +644,8 @@ class Host:
         """The standby wait, from this run's measured starts and adoptions
         (``control/standby_wait.py``)."""
         self.controller.standby_wait = standby_wait(
-            self.cfg.standby_wait, self.site_start_s, [a["after_s"] for a in self.adoptions])
+            self.cfg.standby_wait, self.site_start_s, [a["after_s"] for a in self.adoptions],
+            self.executor_start_s)
 
     def _failed(self, dead: set[int]) -> None:
         """The view lost these sites: forget their connections and what waits for them."""

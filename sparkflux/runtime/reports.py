@@ -45,6 +45,8 @@ def result_metrics(host: Host) -> dict[str, Any]:
         # how long the sites took to start, and the standby wait measured from it
         "site_start_s": round(host.site_start_s, 3) if host.site_start_s is not None else None,
         "standby_wait_s": round(host.controller.standby_wait, 3),
+        **({"executor_start_s": round(host.executor_start_s, 3)}
+           if host.executor_start_s is not None else {}),
         "moves": [move_report(host, mv) for mv in host.controller.moves],
         # the ring over the sites' failure domains chosen at view 1, and what it could not avoid
         "placement": host.controller.placement,

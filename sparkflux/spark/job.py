@@ -102,6 +102,7 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     host.start_watch.driver = f"{advertise}:{host.port}"
     if own:
         host.start_watch.logs = f"Spark's log is {spark_log_file()}"
+    host.executor_start_s = getattr(spark.sparkContext, "_sparkflux_executor_start_s", None)
     host.launched_at = time.time()
     job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind, tasks,
                        host.replicas, cfg.security, cfg.site_cpu)

@@ -19,6 +19,7 @@ import secrets
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,10 @@ def spark_session(master: str | None = None, app_name: str = "sparkflux"):  # no
     # The log configuration takes effect only if this call launches Spark's JVM (not under
     # spark-submit, no session yet); otherwise only errors are shown, as Spark's API allows.
     jvm_here = not under_spark_submit() and SparkContext._active_spark_context is None
+    created = time.monotonic()
     spark = builder.getOrCreate()
+    if jvm_here:  # a new application: its executors' start can be timed (session_check.py)
+        spark.sparkContext._sparkflux_created = created
     if not jvm_here:
         spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -137,6 +137,11 @@ def task_slots(spark: Any, master: str, cpus: int, want: int, wait_s: float) -> 
         if slots != last:
             last, since = slots, now
         if slots is None or now >= deadline or (slots >= want and now - since >= SETTLE_S):
+            created = getattr(spark.sparkContext, "_sparkflux_created", None)
+            if created is not None and slots is not None and slots >= want:
+                # a new application's executors came up this long after it started: what a
+                # lost executor's restart takes (the standby wait, control/standby_wait.py)
+                spark.sparkContext._sparkflux_executor_start_s = since - created
             return slots
         time.sleep(0.25)
 
