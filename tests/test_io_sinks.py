@@ -82,32 +82,42 @@ def test_the_table_holds_the_output_in_files_named_by_sn_range(tmp_path: Path) -
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
-def test_the_names_depend_on_the_output_only_not_on_batches_or_timing(tmp_path: Path) -> None:
+def test_without_flushes_the_names_depend_on_the_output_only(tmp_path: Path) -> None:
     rows = output()
     write(tmp_path / "a", deliveries(rows, 1), flush_interval=None)
-    write(tmp_path / "b", deliveries(rows, 2), flush_interval=0.0)  # a flush on every batch
+    write(tmp_path / "b", deliveries(rows, 2), flush_interval=None)
     assert parts(tmp_path / "a") == parts(tmp_path / "b")
     for name in parts(tmp_path / "a"):
         assert pq.read_table(tmp_path / "a" / name).equals(pq.read_table(tmp_path / "b" / name))
 
 
-@pytest.mark.parametrize("flush", [None, 0.0], ids=["complete-files", "flush-every-batch"])
-def test_a_rewrite_after_a_crash_leaves_the_rows_once(tmp_path: Path,
-                                                      flush: float | None) -> None:
+def test_a_published_file_is_never_written_again_in_a_run(tmp_path: Path) -> None:
+    """Spark lists files with their sizes and reads footers later: a file must not change
+    under a reader, even when the flush interval publishes a range's rows in pieces."""
     rows = output()
-    batches = deliveries(rows, 5)
-    # the first run dies halfway: no close(), a temporary file left behind
-    write(tmp_path, batches[: len(batches) // 2], close=False, flush_interval=flush)
-    (tmp_path / f".{parts(tmp_path)[-1]}.tmp").write_bytes(b"half a file")
-    partial = user_rows(pq.read_table(tmp_path))
-    assert 0 < len(partial) < rows.num_rows and set(partial) <= set(expected(rows))
-    # the rerun from the start writes the same output, in other batches
-    write(tmp_path, deliveries(rows, 6), flush_interval=flush)
+    sink = TableSink(tmp_path, sn_span=4_096, rows_per_file=300, flush_interval=0.0)
+    sink.open(SCHEMA)
+    seen: dict[str, tuple[int, int]] = {}
+    for b in deliveries(rows, 4):
+        sink.write(b)
+        for name in parts(tmp_path):
+            st = (tmp_path / name).stat()
+            assert seen.setdefault(name, (st.st_ino, st.st_size)) == (st.st_ino, st.st_size)
+    sink.close()
     assert user_rows(pq.read_table(tmp_path)) == expected(rows)
-    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
-    # and once more, to the end: still every row once
-    write(tmp_path, deliveries(rows, 7), flush_interval=flush)
+
+
+@pytest.mark.parametrize("first,second", [(None, 0.0), (0.0, None)],
+                         ids=["whole-then-flushed", "flushed-then-whole"])
+def test_a_rewrite_cut_otherwise_leaves_no_stale_files(tmp_path: Path, first: float | None,
+                                                       second: float | None) -> None:
+    rows = output()
+    write(tmp_path, deliveries(rows, 1), flush_interval=first)
+    write(tmp_path, deliveries(rows, 2), flush_interval=second)
     assert user_rows(pq.read_table(tmp_path)) == expected(rows)
+    again = tmp_path / "again"
+    write(again, deliveries(rows, 2), flush_interval=second)
+    assert parts(tmp_path) == parts(again)  # exactly the second run's files
 
 
 def test_a_reader_meanwhile_sees_whole_files_and_a_prefix_of_the_output(

@@ -5,30 +5,33 @@
 once and in SN order, and a rerun over the same input delivers the same rows with the same
 SNs (the ingress numbers the input in one order; every replica and rerun computes the same
 output from it). So the sink cuts the output at fixed multiples of ``sn_span``: range ``b``
-holds the rows with ``b * sn_span <= _sn < (b + 1) * sn_span``, and within a range every
-``rows_per_file`` rows, counted from the range's first row, start a new file::
+holds the rows with ``b * sn_span <= _sn < (b + 1) * sn_span``, in files numbered from 0::
 
     part-<first SN of the range>-<end SN of the range, exclusive>-<file in the range>.parquet
 
-(each number zero-padded, so names sort in output order). The name depends only on the
-output, never on timing or batch boundaries: a run that writes the same output again (a rerun
-from the start after a crash, a replayed run) writes the same names, and each replaces the
-file of the same name. A directory records the two settings in ``_sparkflux_table.json``, and
-a sink with other settings for it is refused: its names would not replace the old ones.
+(each number zero-padded, so names sort in output order). A file ends when it holds
+``rows_per_file`` rows, when the output passes its range, at the end of the run, or, with
+``flush_interval``, once its oldest row has waited that long (so the table is at most about
+that far behind the output). A directory records the settings in ``_sparkflux_table.json``;
+a sink with other settings for it is refused.
 
-**Readers never see half a file.** Each file is written under a hidden temporary name
-(``.part-...parquet.tmp``, which Spark's and pyarrow's readers skip, as they skip every name
-starting with ``.`` or ``_``) and renamed into place, atomically. A range's file is written
-when it is full, or when the output has passed the range (a row of a later range arrived), or
-at the end of the run; and, when ``flush_interval`` is set, the file still filling is also
-written once its oldest unwritten row has waited that long, so the table is at most about that
-far behind the output. That file is later replaced, atomically, by the same name with more
-rows: a reader sees it either way, never half of it. Memory: at most ``rows_per_file`` rows.
+**Readers never see half a file, nor a file change.** Each file is written under a hidden
+temporary name (``.part-...parquet.tmp``, which Spark's and pyarrow's readers skip, as they
+skip every name starting with ``.`` or ``_``) and renamed into place, atomically, and within a
+run a published file is never written again: Spark lists a directory's files with their
+sizes and reads each footer at that size later, so a file replaced in between cannot be read
+(``CANNOT_READ_FILE_FOOTER``). Memory: at most ``rows_per_file`` rows.
 
-**What a rewrite leaves.** Exactly the rows of the output, once each, when it writes the
-same output (``tests/test_io_sinks.py`` writes, "crashes" halfway, rewrites from the start).
-A run over *different* input (other files, another start position) numbers its output from
-SN 0 again, so its ranges would replace the earlier run's: give it a directory of its own.
+**What a rewrite leaves.** A run that writes the same output into the same directory again
+(a rerun from the start after a crash) writes each range's files afresh, replacing files of
+the same name, and when its output passes a range it removes that range's files numbered
+beyond its own (the earlier run may have cut the range into more files: ``flush_interval``
+depends on timing). Once the rewrite has passed a range, that range holds exactly its rows,
+once each, and at the end the whole table does (``tests/test_io_sinks.py`` writes,
+"crashes" halfway, rewrites from the start); meanwhile a range being rewritten may show rows
+of both runs. A run over *different* input (other files, another start position) numbers its
+output from SN 0 again, so its ranges would replace the earlier run's: give it a directory
+of its own.
 
 Columns: the sink's user columns, and ``_sn`` and ``_snm`` unless ``sequence_columns`` is
 False (they let a reader order the rows as the output did); the timing columns (``_t0``,
@@ -116,13 +119,11 @@ class TableSink(Sink):
             self._write_file()
 
     def close(self) -> None:
-        if self._unwritten_since is not None:
-            self._write_file()
+        self._end_range()
 
     def _add(self, rng: int, rows: pa.RecordBatch) -> None:
         if rng != self._range:
-            if self._unwritten_since is not None:
-                self._write_file()  # the output has passed that range: its last file
+            self._end_range()  # the output has passed that range
             self._range, self._file, self._rows, self._held = rng, 0, [], 0
         while rows.num_rows:
             take = rows.slice(0, self.rows_per_file - self._held)
@@ -133,20 +134,36 @@ class TableSink(Sink):
                 self._unwritten_since = time.monotonic()
             if self._held == self.rows_per_file:
                 self._write_file()
-                self._file, self._rows, self._held = self._file + 1, [], 0
+
+    def _prefix(self, rng: int) -> str:
+        lo = rng * self.sn_span
+        return f"part-{lo:0{DIGITS}d}-{lo + self.sn_span:0{DIGITS}d}-"
 
     def _write_file(self) -> None:
-        """The file being filled, whole, under its final name (replacing any earlier one)."""
+        """Publish the file being filled under its final name; the next rows start the next
+        file of the range (a published file is not written again in this run)."""
         assert self._schema is not None
-        lo = self._range * self.sn_span
-        name = (f"part-{lo:0{DIGITS}d}-{lo + self.sn_span:0{DIGITS}d}-"
-                f"{self._file:04d}.parquet")
+        name = f"{self._prefix(self._range)}{self._file:04d}.parquet"
         table = pa.Table.from_batches(self._rows, schema=self._schema)
         tmp = self.path / f".{name}.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, self.path / name)
         self.files_written += 1
+        self._file, self._rows, self._held = self._file + 1, [], 0
         self._unwritten_since = None
+
+    def _end_range(self) -> None:
+        """The range is done: its last file published, and files of an earlier run's that
+        cut it into more files removed."""
+        if self._range < 0:
+            return
+        if self._unwritten_since is not None:
+            self._write_file()
+        prefix = self._prefix(self._range)
+        for old in self.path.glob(f"{prefix}*.parquet"):
+            index = old.name[len(prefix):-len(".parquet")]
+            if index.isdigit() and int(index) >= self._file:
+                old.unlink(missing_ok=True)
 
     def _replace(self, target: Path, data: bytes) -> None:
         tmp = target.with_name(f".{target.name}.tmp")
