@@ -453,3 +453,125 @@ def test_table_sink_reused_with_other_settings(spark: Any, tmp_path: Path) -> No
     assert "same settings" in str(err.value) and time.monotonic() - t0 < 20
     assert {p.name: p.stat().st_mtime_ns for p in table.iterdir()} == before
     assert kvt_rows(table_rows(spark, table)) == kvt_expected(range(20_000))
+
+
+# --------------------------------------------------------------------------- more probes
+
+def test_table_sink_rerun_replaces_and_names_files_by_sn_range(spark: Any,
+                                                                tmp_path: Path) -> None:
+    """"files are named by fixed output SN ranges, part-<lo>-<hi>-<k>.parquet for the rows
+    with lo <= _sn < hi (lo a multiple of sn_span), k counting every rows_per_file rows";
+    a rerun over the same input writes the same names: nothing doubled."""
+    total, span, per_file = 30_000, 8192, 1000
+    table = tmp_path / "table"
+    expected = kvt_expected(range(total))
+    names = []
+    for _ in range(2):
+        q = sparkflux.start(kvt_flow(Bounded(total)), spark=spark,
+                            sink=TableSink(table, sn_span=span, rows_per_file=per_file),
+                            sites=2, partitions=8, ha="none", announce=None)
+        assert q.await_termination(60) is True and q.exception() is None
+        assert kvt_rows(table_rows(spark, table)) == expected
+        names.append(sorted(p.name for p in table.glob("part-*")))
+    assert names[0] == names[1]
+    assert hidden_leftovers(table) == []
+    for name in names[1]:
+        assert name.endswith(".parquet"), name
+        lo, hi, k = (int(x) for x in name[len("part-"):-len(".parquet")].split("-"))
+        assert lo % span == 0 and hi == lo + span, name
+        sn = pq.read_table(table / name).column("_sn").to_pylist()
+        assert all(lo <= s < hi for s in sn), (name, min(sn), max(sn))
+        assert 0 < len(sn) <= per_file, (name, len(sn))
+    for lo in {n.split("-")[1] for n in names[1]}:
+        ks = sorted(int(n.split("-")[3][:-len(".parquet")]) for n in names[1]
+                    if n.split("-")[1] == lo)
+        assert ks == list(range(len(ks))), (lo, ks)
+
+
+def test_file_source_skips_hidden_foreign_late_and_bad_files(netmon: Any, spark: Any,
+                                                             tmp_path: Path) -> None:
+    """Names starting with '.' or '_' and other suffixes are never read; a file that is not
+    Parquet is one dead letter naming it; a file landing with a name that sorts before one
+    already read is not read and is listed in late_files; end_marker ends the source."""
+    inbox, table, dead = tmp_path / "inbox", tmp_path / "table", tmp_path / "dead.jsonl"
+    inbox.mkdir()
+
+    def put(name: str, start: int, count: int) -> None:
+        tmp = inbox / f".{name}.tmp"
+        pq.write_table(pa.Table.from_batches([kvt(start, count)]), tmp)
+        os.replace(tmp, inbox / name)
+
+    put("b-000.parquet", 0, 5_000)
+    put("_b-001.parquet", 5_000, 5_000)      # never read: starts with '_'
+    put("b-001.parquet.bak", 5_000, 5_000)   # never read: not the format's suffix
+    (inbox / "b-002.parquet").write_text("this is not parquet\n")
+    put("b-003.parquet", 10_000, 5_000)
+    source = FileStreamSource(inbox, KVT, event_time="ts", end_marker="_DONE")
+
+    def later() -> None:
+        deadline = time.monotonic() + 60
+        while source.position().file < "b-003" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        put("a-late.parquet", 50_000, 1_000)  # sorts before what was read: not read
+        time.sleep(0.3)
+        put("c-004.parquet", 15_000, 5_000)
+        time.sleep(0.3)
+        (inbox / "_DONE").touch()
+
+    t = threading.Thread(target=later, daemon=True)
+    t.start()
+    q = sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table), dead_letter=dead,
+                        sites=2, partitions=8, ha="none", announce=None)
+    assert q.await_termination(60) is True
+    t.join(5)
+    assert q.exception() is None
+    assert kvt_rows(table_rows(spark, table)) == kvt_expected(
+        [*range(0, 5_000), *range(10_000, 20_000)])
+    letters = [json.loads(line) for line in dead.read_text().splitlines() if line.strip()]
+    assert len(letters) == 1 and "b-002.parquet" in json.dumps(letters[0]), letters
+    assert any("a-late.parquet" in str(f) for f in source.late_files), source.late_files
+    assert q.metrics["dead_letters"] == 1
+
+
+def test_file_source_resumes_at_a_position(spark: Any, tmp_path: Path) -> None:
+    """start=FilePosition(file, row): every file before `file` read, and `row` records of
+    it (blank JSON lines not counted)."""
+    inbox, table = tmp_path / "inbox", tmp_path / "table"
+    inbox.mkdir()
+    for i in range(3):
+        recs = [{"k": v % KEYS, "v": v, "ts": v} for v in range(i * 1000, (i + 1) * 1000)]
+        lines = [json.dumps(r) for r in recs]
+        lines.insert(100, "")  # a blank line, not counted
+        (inbox / f"r-{i}.jsonl").write_text("\n".join(lines) + "\n")
+    source = FileStreamSource(inbox, KVT, format="json", event_time="ts", idle_timeout=1.0,
+                              start=sparkflux.io.FilePosition("r-1.jsonl", 250))
+    q = sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table), sites=2,
+                        partitions=8, ha="none", announce=None)
+    assert q.await_termination(60) is True and q.exception() is None
+    assert kvt_rows(table_rows(spark, table)) == kvt_expected(range(1250, 3000))
+    assert q.metrics["input_tuples"] == 1750
+
+
+def test_stop_under_flux(spark: Any, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    source = Endless(batch=500, every=0.01)
+    query = sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table),
+                            sites=2, partitions=8, ha="flux", announce=None)
+    t0 = time.monotonic()
+    while query.status.get("output_records", 0) < 10_000:
+        assert query.await_termination(0.2) is False
+        assert time.monotonic() - t0 < 60, query.status
+    assert query.stop() is True
+    assert query.await_termination(30) is True and query.exception() is None
+    admitted = query.metrics["input_tuples"]
+    assert admitted == source.handed
+    assert kvt_rows(table_rows(spark, table)) == kvt_expected(range(admitted))
+
+
+def test_kill_without_ha_fails_with_advice(spark: Any) -> None:
+    q = sparkflux.start(kvt_flow(Bounded(50_000)), spark=spark, sink=foreach_batch(
+        lambda b, lo, hi: None), sites=2, partitions=8, ha="none", rate=10_000,
+        kill=["1@1"], announce=None)
+    with pytest.raises(RunFailed, match="--ha flux"):
+        q.await_termination(60)
+    assert isinstance(q.exception(), RunFailed)
