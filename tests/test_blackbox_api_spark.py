@@ -575,3 +575,86 @@ def test_kill_without_ha_fails_with_advice(spark: Any) -> None:
     with pytest.raises(RunFailed, match="--ha flux"):
         q.await_termination(60)
     assert isinstance(q.exception(), RunFailed)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "TableSink replaces a range's file under the same name (flush_interval, then more rows); "
+    "spark.read.parquet(table) while the run writes lists the files with their sizes and then "
+    "reads the footer of a file that has meanwhile been replaced by a longer one: "
+    "FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER. The README promises Spark reads the table "
+    "while the dataflow runs, and examples/notebook.py's watch loop does exactly this."))
+def test_table_readable_by_spark_while_the_run_writes(spark: Any, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    source = Endless(batch=200, every=0.02)
+    query = sparkflux.start(kvt_flow(source), spark=spark,
+                            sink=TableSink(table, flush_interval=0.05), sites=2,
+                            partitions=8, ha="none", announce=None)
+    errors: list[str] = []
+    counts: list[int] = []
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 8 and not errors:
+            if not any(table.glob("part-*")):
+                time.sleep(0.05)
+                continue
+            try:
+                counts.append(spark.read.parquet(str(table)).count())
+            except Exception as e:  # noqa: BLE001 - any failure of the read is the finding
+                errors.append(str(e)[:300])
+    finally:
+        assert query.stop() is True
+        assert query.await_termination(30) is True
+    admitted = query.metrics["input_tuples"]
+    assert kvt_rows(table_rows(spark, table)) == kvt_expected(range(admitted))
+    assert counts == sorted(counts)
+    assert not errors, errors[0]
+
+
+def test_foreach_batch_with_spark_gives_dataframes(spark: Any) -> None:
+    got: list[tuple[Any, int, int]] = []
+    sink = foreach_batch(lambda df, lo, hi: got.append((df.collect(), lo, hi)), spark=spark)
+    q = sparkflux.start(kvt_flow(Bounded(20_000)), spark=spark, sink=sink, sites=2,
+                        partitions=8, ha="none", announce=None)
+    assert q.await_termination(60) is True and q.exception() is None
+    rows = [r.asDict() for rs, _, _ in got for r in rs]
+    assert kvt_rows(rows) == kvt_expected(range(20_000))
+    for rs, lo, hi in got:
+        assert all(lo <= r["_sn"] <= hi for r in rs)
+
+
+def test_a_raising_sink_or_source_fails_the_run_with_its_traceback(spark: Any) -> None:
+    def bad_sink(batch: Any, lo: int, hi: int) -> None:
+        raise ValueError("sink exploded here")
+
+    class BadSource(Bounded):
+        def batches(self) -> Iterator[pa.RecordBatch]:
+            yield kvt(0, 1000)
+            raise RuntimeError("source exploded here")
+
+    for flow, sink, words in ((kvt_flow(Bounded(20_000)), foreach_batch(bad_sink),
+                               "sink exploded here"),
+                              (kvt_flow(BadSource(10)), foreach_batch(lambda *a: None),
+                               "source exploded here")):
+        q = sparkflux.start(flow, spark=spark, sink=sink, sites=2, partitions=8, ha="none",
+                            announce=None)
+        with pytest.raises(RunFailed, match=words):
+            q.await_termination(60)
+        assert "Traceback" in str(q.exception()) and q.status["message"] != "running"
+
+
+def test_table_without_sequence_columns_and_stop_at_once(spark: Any, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    q = sparkflux.start(kvt_flow(Bounded(20_000)), spark=spark,
+                        sink=TableSink(table, sequence_columns=False), sites=2, partitions=8,
+                        ha="none", announce=None)
+    assert q.await_termination(60) is True
+    out = spark.read.parquet(str(table))
+    assert sorted(out.columns) == ["k", "ts", "v", "y"]
+    assert kvt_rows(out.collect()) == kvt_expected(range(20_000))
+
+    source = Endless()
+    q = sparkflux.start(kvt_flow(source), spark=spark, sink=foreach_batch(lambda *a: None),
+                        sites=2, partitions=8, ha="none", announce=None)
+    assert q.stop() is True   # before the sites are even up
+    assert q.await_termination(30) is True and q.exception() is None
+    assert q.metrics["input_tuples"] == source.handed and source.close_calls >= 1
