@@ -577,12 +577,6 @@ def test_kill_without_ha_fails_with_advice(spark: Any) -> None:
     assert isinstance(q.exception(), RunFailed)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "TableSink replaces a range's file under the same name (flush_interval, then more rows); "
-    "spark.read.parquet(table) while the run writes lists the files with their sizes and then "
-    "reads the footer of a file that has meanwhile been replaced by a longer one: "
-    "FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER. The README promises Spark reads the table "
-    "while the dataflow runs, and examples/notebook.py's watch loop does exactly this."))
 def test_table_readable_by_spark_while_the_run_writes(spark: Any, tmp_path: Path) -> None:
     table = tmp_path / "table"
     source = Endless(batch=200, every=0.02)
