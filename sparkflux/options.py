@@ -27,7 +27,7 @@ def run_config(**options: Any) -> RunConfig:
     if unknown:
         raise PlanError(f"unknown option(s) {', '.join(unknown)}; the options are: "
                         f"{', '.join(sorted(DEFAULTS))}")
-    o = DEFAULTS | {k: v for k, v in options.items() if v is not None or k == "replicas"}
+    o = DEFAULTS | {k: v for k, v in options.items() if v is not None}
     sites = o["sites"]
     if not isinstance(sites, int) or sites < 1:
         raise PlanError(f"sites={sites!r}: give a number of sites, 1 or more")
@@ -64,8 +64,6 @@ def options_of(args: Any) -> dict[str, Any]:
     out = {k: getattr(args, k) for k in DEFAULTS if hasattr(args, k)}
     if getattr(args, "no_balance", False):
         out["balance"] = False
-    if hasattr(args, "spare_sites"):
-        out["spare_sites"] = args.spare_sites
     return out
 
 

@@ -24,7 +24,7 @@ from sparkflux.operators.base import PlanError
 from sparkflux.options import options_of
 from sparkflux.query import start
 from sparkflux.runtime.run_config import LiveStats, RunResult
-from sparkflux.runtime.sinks import DeadLetters, NullSink, ParquetSink
+from sparkflux.runtime.sinks import DeadLetters
 
 if TYPE_CHECKING:
     from sparkflux.spark.expected import Expected
@@ -44,13 +44,8 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
         from dataclasses import replace
 
         opts = replace(opts, batch=args.batch_size)
-    if sink is None:
-        sink = ParquetSink(args.output) if args.output else NullSink()
-    if dead is None:
-        path = args.dead_letter or (str(Path(args.output).with_suffix(".dead-letter.jsonl"))
-                                    if args.output else None)
-        dead = DeadLetters(path)
     query = start(module.build(opts), spark=spark, sink=sink, dead_letters=dead,
+                  output=args.output, dead_letter=args.dead_letter,
                   dataflow_file=getattr(module, "__file__", None), announce=announce,
                   **options_of(args))
     if display is not None:

@@ -131,24 +131,17 @@ def choose_ring(domains: Sequence[Domain], replicas: int) -> list[int]:
     ring = _grid(host if hosts_differ(domains) else execu, replicas)
     if ring is not None and ring_conflicts(ring, domains, replicas) == (0, 0):
         return ring
-    if n <= EXACT_SITES:
-        best, cost = identity, base
-        for perm in itertools.permutations(range(1, n)):  # rotations are alike: fix site 0
-            ring = [0, *perm]
-            c = ring_conflicts(ring, domains, replicas)
-            if c < cost:
-                best, cost = ring, c
-                if c == (0, 0):
-                    break
-        return best
+    candidates: Iterable[list[int]] = (
+        ([0, *perm] for perm in itertools.permutations(range(1, n)))  # rotations alike: fix 0
+        if n <= EXACT_SITES else
+        (_improve(_deal(domains, replicas, order), domains, replicas) for order in (0, 1)))
     best, cost = identity, base
-    for order in (0, 1):
-        ring = _improve(_deal(domains, replicas, order), domains, replicas)
+    for ring in candidates:
         c = ring_conflicts(ring, domains, replicas)
         if c < cost:
             best, cost = ring, c
-        if cost == (0, 0):
-            break
+            if c == (0, 0):
+                break
     return best
 
 

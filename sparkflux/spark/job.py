@@ -66,11 +66,9 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     the modules beside it are shipped."""
     master = cfg.master or default_master(cfg.sites + cfg.spares)
     tasks = plan.sites + cfg.spares
-    if spark is None:
+    own = spark is None  # a session made here has every setting; the user's is checked
+    if own:
         spark = spark_session(master)
-        own = True
-    else:
-        own = False
     master = spark.sparkContext.master
     if cfg.process_kills and is_local(master):
         raise PlanError("--kill LEVEL:SITE@SECONDS kills a site's process, executor or Worker on "

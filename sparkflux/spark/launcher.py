@@ -157,10 +157,15 @@ def cancel_sites(spark: Any, job: SiteJob) -> None:
 def failed_attempts(spark: Any, job: SiteJob) -> int | None:
     """How many attempts of the sites' tasks have failed so far (Spark's status tracker; 0
     before the job is submitted; None if Spark cannot say)."""
+    return failed_in_group(spark.sparkContext, job.group)
+
+
+def failed_in_group(sc: Any, group: str) -> int | None:
+    """Failed task attempts of the jobs of a job group (None if Spark cannot say)."""
     try:
-        tracker = spark.sparkContext.statusTracker()
+        tracker = sc.statusTracker()
         failed = 0
-        for job_id in tracker.getJobIdsForGroup(job.group):
+        for job_id in tracker.getJobIdsForGroup(group):
             info = tracker.getJobInfo(job_id)
             for stage_id in info.stageIds if info is not None else ():
                 stage = tracker.getStageInfo(stage_id)

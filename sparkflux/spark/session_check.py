@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from sparkflux.operators.base import PlanError
+from sparkflux.spark.launcher import failed_in_group
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,8 @@ def probe_python(spark: Any, timeout: float = PROBE_TIMEOUT_S) -> dict[str, str]
              f"'Running on a cluster')")
     while thread.is_alive():
         thread.join(0.25)
-        if thread.is_alive() and (_failed(sc, group) >= 2 or time.monotonic() > deadline):
+        failed = failed_in_group(sc, group) or 0
+        if thread.is_alive() and (failed >= 2 or time.monotonic() > deadline):
             sc.cancelJobGroup(group)
             thread.join(10)
             raise PlanError(f"a probe task could not run on {where}; the executor logs "
@@ -222,17 +224,3 @@ def probe_python(spark: Any, timeout: float = PROBE_TIMEOUT_S) -> dict[str, str]
     log.info("executors' Python: %s", info)
     sc._sparkflux_probe = (sc.pythonExec, info)
     return info
-
-
-def _failed(sc: Any, group: str) -> int:
-    try:
-        tracker = sc.statusTracker()
-        n = 0
-        for job_id in tracker.getJobIdsForGroup(group):
-            info = tracker.getJobInfo(job_id)
-            for stage_id in info.stageIds if info is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                n += stage.numFailedTasks if stage is not None else 0
-        return n
-    except Exception:  # noqa: BLE001 - no count: the timeout still holds
-        return 0
