@@ -74,6 +74,43 @@ def test_it_resumes_from_its_position(frame: Any) -> None:
         == DataFramePosition(99, 0)
 
 
+def test_small_partitions_go_several_to_a_job_and_resume_inside_a_group(spark: Any) -> None:
+    """40 partitions of 125 rows with ``fetch_rows=1000``: jobs of 1, 2, 4, 8, 8, ...
+    partitions (each job costs its latency), every row once in order, and a position taken
+    inside a later group resumes there."""
+    from pyspark.sql import functions as F
+
+    small = (spark.range(ROWS).withColumn("v", F.col("id").cast("string"))
+             .repartitionByRange(40, "id").sortWithinPartitions("id"))
+    jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    src = DataFrameSource(small, batch_size=100, fetch_rows=1000)
+    it = src.batches()
+    got: list[pa.RecordBatch] = []
+    while sum(b.num_rows for b in got) < 3_000:
+        item = next(it)
+        if item is None:
+            time.sleep(0.002)
+        else:
+            got.append(item)
+    src.close()
+    assert next(it, "end") == "end"
+    pos = src.position()
+    assert pos.partition >= 15 and ids(got) == list(range(sum(b.num_rows for b in got)))
+    rest, _ = drain(DataFrameSource(small, start=pos, fetch_rows=1000).batches())
+    assert ids(got) + ids(rest) == list(range(ROWS))
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup()) - jobs_before
+    assert jobs < 25, jobs  # one job per partition would be 40 and more
+
+
+def test_the_group_grows_to_the_target_rows() -> None:
+    from sparkflux.io.dataframe import MAX_GROUP, _group
+
+    assert [_group(g, g, 125 * g, 1000) for g in (1, 2, 4, 8)] == [2, 4, 8, 8]
+    assert _group(1, 1, 0, 1000) == 2  # empty partitions: grow
+    assert _group(64, 64, 64, 10**9) == MAX_GROUP
+    assert _group(4, 4, 4 * 10**6, 1000) == 1  # large partitions: one a job
+
+
 def test_a_table_by_name(spark: Any, frame: Any) -> None:
     frame.createOrReplaceTempView("io_source_table")
     batches, _ = drain(DataFrameSource("io_source_table", spark=spark, order_by=["id"])

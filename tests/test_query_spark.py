@@ -112,3 +112,33 @@ def test_executors_without_a_usable_python_are_named(spark: Any) -> None:
     finally:
         sc.pythonExec = before
         sc._sparkflux_probe = cached
+
+
+class Fetching(Endless):
+    """After 1,000 numbers it says "nothing yet" while a job of its own never finishes."""
+
+    def batches(self) -> Iterator[pa.RecordBatch | None]:
+        yield pa.record_batch([pa.array(range(1000), pa.int64())], schema=self.schema)
+        while not self.closed:
+            yield None
+
+    def waiting_for(self) -> str | None:
+        return "Fetching: its job for part 2 has not finished"
+
+
+def test_a_source_waiting_on_its_own_job_is_reported_not_hidden_as_idle(spark: Any) -> None:
+    df = Dataflow("fetching")
+    df.source(Fetching(), name="numbers").exchange(by=["n"]).sink()
+    sink = CollectSink()
+    query = sparkflux.start(df, spark=spark, sink=sink, sites=2, partitions=4,
+                            stall_timeout=1.0, announce=None)
+    deadline = time.monotonic() + 60
+    while not query.metrics.get("stalls"):
+        assert query.is_active and time.monotonic() < deadline, query.status
+        time.sleep(0.2)
+    [stall] = query.metrics["stalls"]
+    assert stall["message"].startswith("the input has waited ") and not stall["stopped"]
+    assert stall["message"].endswith("Fetching: its job for part 2 has not finished")
+    assert query.is_active  # an idle source is never stopped for
+    assert query.stop(timeout=60)
+    assert query.metrics["output_tuples"] == 1000 == sink.table().num_rows

@@ -102,3 +102,13 @@ def test_few_retries_only_warn(monkeypatch: pytest.MonkeyPatch) -> None:
     slots(monkeypatch, 5)
     warnings = check_session(FakeSession("spark://h:7077"), 4, ha=True, slots_wait=0)
     assert any("spark.task.maxFailures=400" in w for w in warnings)
+
+
+def test_a_source_that_runs_spark_jobs_needs_its_slots_beside_the_sites() -> None:
+    # four sites hold local[4]'s four slots for the whole run: a DataFrameSource's fetch job
+    # would wait forever, so the start is refused with the master that works
+    with pytest.raises(PlanError, match=r"need 1 more \(DataFrameSource 1\).*local\[5,400\]"):
+        check_session(FakeSession("local[4,400]"), 4, ha=True, user_session=False,
+                      source_slots={"DataFrameSource": 1})
+    assert check_session(FakeSession("local[5,400]"), 4, ha=True, user_session=False,
+                         source_slots={"DataFrameSource": 1}) == []

@@ -44,11 +44,17 @@ class Source(ABC):
     (the run then ends as when its input is exhausted). It may be called from another thread
     (a query being stopped) and after the input has ended; the default does nothing, which
     suits a bounded source.
+
+    ``task_slots`` is how many Spark task slots the source's own Spark jobs need while the
+    dataflow runs (``DataFrameSource``: one, for the job that fetches a partition). The sites'
+    tasks hold their slots for the whole run, so these come on top: a session without them
+    is refused at the start, and a session sparkflux makes has them.
     """
 
     schema: pa.Schema
     event_time: str | None = None
     lateness: int = 0
+    task_slots: int = 0
 
     @abstractmethod
     def batches(self) -> Iterator[pa.RecordBatch | list[dict] | None]: ...
@@ -59,6 +65,12 @@ class Source(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """End the input at the next batch boundary (optional; see the class docstring)."""
+
+    def waiting_for(self) -> str | None:
+        """While the source says "nothing yet" because of work of its own (a Spark job), not
+        for input yet to come: what it waits for. The driver reports it once the wait
+        outlasts ``--stall-timeout`` (an idle source is otherwise no stall)."""
+        return None
 
 
 class Sink(ABC):

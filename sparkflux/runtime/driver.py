@@ -176,6 +176,9 @@ class Host:
         self.failures: list[dict[str, Any]] = []
         self.ingress_times: list[float] = []
         self._mono_start = 0.0
+        # the driver process's CPU seconds when input started and when the output ended
+        self.cpu_start = self.cpu_end = 0.0
+        self._source_reported = False  # a source's own wait reported (``_source_wait``)
         self.completed: list[tuple[float, int]] = []  # (time, egress progress): input done
         self.ingress_counts: list[int] = []
         # Flow control and the watchdog (README: "Flow control"): what the ingress is doing,
@@ -550,6 +553,24 @@ class Host:
             log.warning("%s", message)
             self.stats.phase = f"stalled for {stall.seconds:.0f} s"
 
+    def _source_wait(self, source: SourceFeed, since: float) -> None:
+        """An idle source is no stall, unless it waits for work of its own (a Spark job):
+        that is reported once the wait outlasts ``--stall-timeout``."""
+        now = time.monotonic()
+        timeout = self.cfg.stall_timeout
+        if self._source_reported or timeout <= 0 or now - since < timeout:
+            return
+        waits = source.waiting_for()
+        if waits is None:
+            return
+        self._source_reported = True
+        message = f"the input has waited {now - since:.0f} s: {waits}"
+        self.stalls.append({"at_s": round(now - self._mono_start, 3),
+                            "seconds": round(now - since, 3), "stopped": False,
+                            "message": message})
+        log.warning("%s", message)
+        self.stats.phase = "waiting for the source"
+
     def _admission(self) -> str:
         """Why admission waits (for the watchdog's report), or ""."""
         if self.input_state != "blocked":
@@ -613,6 +634,7 @@ class Host:
                     self._abort(reason)
                 case OutputEnded():
                     self.metrics.end = time.time()
+                    self.cpu_end = time.process_time()
                     self.stats.phase = "finished"
                     assert self._finished is not None
                     self._finished.set()
@@ -694,6 +716,7 @@ class Host:
         self.metrics.start = start
         self.stats.started_at = start
         self._mono_start = time.monotonic()
+        self.cpu_start = time.process_time()
         self.faults.arm()
         source = self._source = SourceFeed(self.plan)
         if self._ending:
@@ -710,16 +733,19 @@ class Host:
                 item = source.next()
                 return item if item is None or item is WAIT else [item]
         idle = 0.002  # the wait while the sources have nothing: doubles up to 50 ms
+        idle_since: float | None = None
         try:
             while True:
                 items = take()
                 if items is WAIT:
                     self.input_state = "idle"
+                    idle_since = idle_since or time.monotonic()
+                    self._source_wait(source, idle_since)
                     await asyncio.sleep(idle)
                     if not self.cfg.rate:  # a paced buffer is filled on its own clock
                         idle = min(idle * 2, 0.05)
                     continue
-                idle = 0.002
+                idle, idle_since, self._source_reported = 0.002, None, False
                 self.input_state = "admitting"
                 if items is None:
                     break

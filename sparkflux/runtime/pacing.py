@@ -61,6 +61,13 @@ class SourceFeed:
                     pass
             self._iters[i] = iter(())
 
+    def waiting_for(self) -> str | None:
+        """What the source the feed waits on says it waits for (``Source.waiting_for``)."""
+        live = [i for i, o in enumerate(self._open) if o]
+        if not live:
+            return None
+        return self._sources[min(live, key=lambda j: (self._wm[j], j))].waiting_for()
+
     def next(self) -> Item | None | object:
         live = [i for i, o in enumerate(self._open) if o]
         if not live:

@@ -54,6 +54,11 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "balance": [{**r, "at_s": round(r["at"] - host._mono_start, 3)}
                     for r in host.controller.rounds],
         "utilisation": utilisation(host),
+        # the driver process's CPU time over the run's duration (every thread of it: sources,
+        # ingress, egress, sinks, controller); near 1.0 the driver, one core for Python's
+        # GIL, limits the input rate
+        "driver_cpu_share": (round((host.cpu_end - host.cpu_start) / duration, 3)
+                             if host.cpu_end > host.cpu_start and duration > 0 else None),
         # connections closed before or right after authentication, never decoded
         "refused_connections": {"driver": host.gate.total_refused,
                                 "sites": sum(host.site_refused.values()),

@@ -64,7 +64,8 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     a bad setting raises PlanError saying what to change), or None for a session made here
     with every setting the job needs. ``dataflow_file``: the file the dataflow came from;
     the modules beside it are shipped."""
-    master = cfg.master or default_master(cfg.sites + cfg.spares)
+    source_slots = sum(src.task_slots for src in plan.sources)
+    master = cfg.master or default_master(cfg.sites + cfg.spares + source_slots)
     tasks = plan.sites + cfg.spares
     own = spark is None  # a session made here has every setting; the user's is checked
     if own:
@@ -74,7 +75,9 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
         raise PlanError("--kill LEVEL:SITE@SECONDS kills a site's process, executor or Worker on "
                         "this machine: it needs a Spark standalone cluster here (--master "
                         "spark://...); in local mode the JVM above the sites is the driver's")
-    check_session(spark, tasks, cfg.ha == "flux", user_session=not own)
+    check_session(spark, tasks, cfg.ha == "flux", user_session=not own,
+                  source_slots={type(src).__name__: src.task_slots
+                                for src in plan.sources if src.task_slots})
     if dataflow_file is not None:
         path = Path(dataflow_file).resolve()
         cfg = replace(cfg, dataflow=path.name, shipped=ship_beside(spark, path.parent))

@@ -50,11 +50,14 @@ _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:\s*,\s*(\d+))?\])?$")
 
 
 def check_session(spark: Any, tasks: int, ha: bool, user_session: bool = True,
-                  slots_wait: float = SLOTS_WAIT_S) -> list[str]:
+                  slots_wait: float = SLOTS_WAIT_S,
+                  source_slots: dict[str, int] | None = None) -> list[str]:
     """Raise PlanError listing every setting of ``spark`` that would break a run of
     ``tasks`` site tasks (what to change, one line each); return the warnings (also
     logged). ``user_session``: the session was passed in (the probe job runs only then,
-    and on a cluster)."""
+    and on a cluster). ``source_slots``: per kind of source, the task slots its own Spark
+    jobs need beside the sites' (``Source.task_slots``): without them it would wait for a
+    slot the sites never free."""
     sc = spark.sparkContext
     conf = sc.getConf()
     master = sc.master
@@ -80,14 +83,25 @@ def check_session(spark: Any, tasks: int, ha: bool, user_session: bool = True,
     cpus = int(conf.get("spark.task.cpus", "1"))
     # On a cluster a lost executor takes its slots along: a spare slot restarts its sites.
     # (In local mode a failed task's own slot frees, and nothing else is lost.)
-    need = tasks + (1 if ha and not master.startswith("local") else 0)
-    slots = task_slots(spark, master, cpus, tasks, slots_wait)
+    extra = sum((source_slots or {}).values())
+    need = tasks + extra + (1 if ha and not master.startswith("local") else 0)
+    slots = task_slots(spark, master, cpus, tasks + extra, slots_wait)
     if slots is not None and slots < tasks:
         problems.append(
             f"the session offers {slots} task slots (spark.task.cpus={cpus}) and the run's "
             f"{tasks} site tasks (sites + spare sites) must all run at once; give the "
             f"executors more cores (or fewer --sites / --spare-sites)"
-            + (f"; local mode: local[{tasks},400]" if master.startswith("local") else ""))
+            + (f"; local mode: local[{tasks + extra},400]" if master.startswith("local")
+               else ""))
+    elif slots is not None and slots < tasks + extra:
+        kinds = ", ".join(f"{name} {n}" for name, n in (source_slots or {}).items())
+        problems.append(
+            f"the session offers {slots} task slots (spark.task.cpus={cpus}): the run's "
+            f"{tasks} site tasks hold theirs for the whole run, and its sources' Spark jobs "
+            f"need {extra} more ({kinds}), which would wait forever; give the executors "
+            f"{tasks + extra - slots} more core(s) (or fewer --sites / --spare-sites)"
+            + (f"; local mode: local[{tasks + extra},400]" if master.startswith("local")
+               else ""))
     elif slots is not None and slots < need:
         warnings.append(f"{slots} task slots for {tasks} site tasks: after an executor is "
                         f"lost Spark has no free slot to restart its sites, so recovery goes "
