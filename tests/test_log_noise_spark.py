@@ -1,7 +1,8 @@
 """What the terminal shows on a session sparkflux makes (``sparkflux run``): a killed site's
 expected Java stack trace ("Python worker exited unexpectedly") stays out of it and goes to
-Spark's log file, while sparkflux reports the failure itself; a real error (an operator that
-raises on a site) still shows, with its message."""
+Spark's log file, and so does the JVM's "Using incubator modules" line, while sparkflux
+reports the failure itself; a real error (an operator that raises on a site) still shows,
+with its message."""
 
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ def test_a_killed_site_leaves_no_java_stack_trace_in_the_terminal(tmp_path: Path
     assert code == 0, out[-3000:]
     assert "killing site 1" in out and "site 1 failed" in out
     assert "Python worker exited unexpectedly" not in out
+    assert "Using incubator modules" not in out  # the JVM's start-up line (launch_jvm)
     assert not re.search(r"^\s+at org\.apache\.spark", out, flags=re.M)
     assert "Python worker exited unexpectedly" in spark_log(pid)  # kept, in the file
 

@@ -69,36 +69,72 @@ def spark_session(master: str | None = None, app_name: str = "sparkflux"):  # no
 
     java_opts = log_java_options()
     builder = SparkSession.builder
-    if master is not None or not under_spark_submit():
-        builder = builder.master(master or default_master(4))
-    builder = (
-        builder
-        .appName(app_name)
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.speculation", "false")
-        .config("spark.dynamicAllocation.enabled", "false")
-        .config("spark.task.maxFailures", str(TASK_MAX_FAILURES))
+    settings = {
+        "spark.app.name": app_name,
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.speculation": "false",
+        "spark.dynamicAllocation.enabled": "false",
+        "spark.task.maxFailures": str(TASK_MAX_FAILURES),
         # A retried site task must start at once (it becomes the standby): no locality wait.
-        .config("spark.locality.wait", "0s")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.faulthandler.enabled", "true")
-    )
+        "spark.locality.wait": "0s",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.faulthandler.enabled": "true",
+    }
+    if master is not None or not under_spark_submit():
+        settings["spark.master"] = master or default_master(4)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     from pyspark import SparkContext
 
     # The log configuration takes effect only if this call launches Spark's JVM (not under
     # spark-submit, no session yet); otherwise only errors are shown, as Spark's API allows.
     jvm_here = not under_spark_submit() and SparkContext._active_spark_context is None
     created = time.monotonic()
+    if jvm_here and SparkContext._gateway is None:
+        launch_jvm(settings)
     spark = builder.getOrCreate()
     if jvm_here:  # a new application: its executors' start can be timed (session_check.py)
         spark.sparkContext._sparkflux_created = created
     if not jvm_here:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+# What the JVM prints at every start, whatever its log configuration: Spark's launcher always
+# adds the incubating vector module, and the JVM announces it on its standard error.
+JVM_NOISE = (b"WARNING: Using incubator modules:",)
+
+
+def launch_jvm(settings: dict[str, str]) -> None:
+    """Start Spark's JVM (py4j gateway) as PySpark would, with its standard error read by a
+    thread that passes every line on to this process's standard error except ``JVM_NOISE``:
+    the one line the log configuration cannot reach. Everything else the JVM and the Python
+    workers it starts write there (real errors) still shows."""
+    import subprocess
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False)
+    conf.setAll(list(settings.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    proc = gateway.proc
+    threading.Thread(target=_pass_on, args=(proc.stderr,), name="sparkflux-jvm-stderr",
+                     daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+def _pass_on(stream: Any) -> None:
+    """Copy the JVM's standard error to ours, line by line, without ``JVM_NOISE``."""
+    for line in iter(stream.readline, b""):
+        if not line.startswith(JVM_NOISE):
+            view = memoryview(line)
+            while view:
+                view = view[os.write(2, view):]
 
 
 
