@@ -12,6 +12,7 @@ waits only on the first stage's acknowledgements now, which never wait for a win
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -59,10 +60,11 @@ def test_a_stalled_run_says_what_it_waits_for(netmon: Any, spark: Any) -> None:
     result = run_example(netmon, args, sink=NullSink(), dead=DeadLetters(), spark=spark)
     m = result.metrics
     assert m["input_tuples"] == 2_000_000 and m["failures"] == []
-    (stall,) = m["stalls"]
+    # the hang's report (a loaded machine may add a short one elsewhere in 2M events)
+    (stall,) = [s for s in m["stalls"] if "It waits for site 1," in s["message"]]
     assert not stall["stopped"] and 1.0 <= stall["seconds"] < 3.0
     text = stall["message"]
-    assert text.startswith("no progress for 1 s: the output is at SN "), text
+    assert re.match(r"no progress for \d s: the output is at SN ", text), text
     assert "the ingress is blocked by admission" in text, text
     assert "It waits for site 1, which has sent no heartbeat for" in text, text
     assert text.endswith("(--stall-timeout 1: the run stops if this lasts 4 s)")
