@@ -129,12 +129,18 @@ def launch_jvm(settings: dict[str, str]) -> None:
 
 
 def _pass_on(stream: Any) -> None:
-    """Copy the JVM's standard error to ours, line by line, without ``JVM_NOISE``."""
+    """Copy the JVM's standard error to ours, line by line, without ``JVM_NOISE``. It reads
+    to the end whatever happens to our standard error (closed, a broken pipe): a JVM whose
+    pipe fills would block."""
+    writable = True
     for line in iter(stream.readline, b""):
-        if not line.startswith(JVM_NOISE):
+        if writable and not line.startswith(JVM_NOISE):
             view = memoryview(line)
-            while view:
-                view = view[os.write(2, view):]
+            try:
+                while view:
+                    view = view[os.write(2, view):]
+            except OSError:
+                writable = False
 
 
 
