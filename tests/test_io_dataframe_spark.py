@@ -40,6 +40,21 @@ def drain(it: Iterator[Any], budget_s: float = 60.0) -> tuple[list[pa.RecordBatc
     return out, waits
 
 
+def read_then_close(src: DataFrameSource, rows: int) -> list[pa.RecordBatch]:
+    """Batches until at least ``rows`` rows, then ``close()``: the iterator ends there."""
+    it = src.batches()
+    got: list[pa.RecordBatch] = []
+    while sum(b.num_rows for b in got) < rows:
+        item = next(it)
+        if item is None:
+            time.sleep(0.002)
+        else:
+            got.append(item)
+    src.close()
+    assert next(it, "end") == "end"
+    return got
+
+
 def ids(batches: list[pa.RecordBatch]) -> list[int]:
     return [i for b in batches for i in b.column("id").to_pylist()]
 
@@ -56,16 +71,7 @@ def test_rows_come_in_order_by_order_in_bounded_batches(frame: Any) -> None:
 
 def test_it_resumes_from_its_position(frame: Any) -> None:
     first = DataFrameSource(frame, order_by="id", batch_size=300)
-    it = first.batches()
-    got: list[pa.RecordBatch] = []
-    while len(got) < 5:
-        item = next(it)
-        if item is None:
-            time.sleep(0.002)
-        else:
-            got.append(item)
-    first.close()
-    assert next(it, "end") == "end"
+    got = read_then_close(first, 1_500)
     pos = first.position()
     assert pos.row > 0 and ids(got) == list(range(sum(b.num_rows for b in got)))
     rest, _ = drain(DataFrameSource(frame, order_by="id", batch_size=300, start=pos).batches())
@@ -84,16 +90,7 @@ def test_small_partitions_go_several_to_a_job_and_resume_inside_a_group(spark: A
              .repartitionByRange(40, "id").sortWithinPartitions("id"))
     jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
     src = DataFrameSource(small, batch_size=100, fetch_rows=1000)
-    it = src.batches()
-    got: list[pa.RecordBatch] = []
-    while sum(b.num_rows for b in got) < 3_000:
-        item = next(it)
-        if item is None:
-            time.sleep(0.002)
-        else:
-            got.append(item)
-    src.close()
-    assert next(it, "end") == "end"
+    got = read_then_close(src, 3_000)
     pos = src.position()
     assert pos.partition >= 15 and ids(got) == list(range(sum(b.num_rows for b in got)))
     rest, _ = drain(DataFrameSource(small, start=pos, fetch_rows=1000).batches())
