@@ -230,15 +230,22 @@ def test_start_status_metrics_await_and_exception(spark: Any, tmp_path: Path) ->
 
 # --------------------------------------------------------------------------- 2. stop
 
-def test_stop_an_unbounded_source(spark: Any, tmp_path: Path) -> None:
-    table = tmp_path / "table"
+def start_endless(spark: Any, table: Path, ha: str, until: int) -> tuple[Any, Any]:
+    """(query, source): an unbounded source into a TableSink at ``table``, once at least
+    ``until`` records are out (within 60 s; the run must not end by itself)."""
     source = Endless(batch=500, every=0.01)
     query = sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table),
-                            sites=2, partitions=8, ha="none", announce=None)
+                            sites=2, partitions=8, ha=ha, announce=None)
     t0 = time.monotonic()
-    while query.status.get("output_records", 0) < 20_000:
+    while query.status.get("output_records", 0) < until:
         assert query.await_termination(0.2) is False, "an unbounded run ended by itself"
         assert time.monotonic() - t0 < 60, query.status
+    return query, source
+
+
+def test_stop_an_unbounded_source(spark: Any, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    query, source = start_endless(spark, table, "none", 20_000)
     stopped = query.stop()
     assert stopped is True
     assert query.await_termination(30) is True
@@ -557,13 +564,7 @@ def test_file_source_resumes_at_a_position(spark: Any, tmp_path: Path) -> None:
 
 def test_stop_under_flux(spark: Any, tmp_path: Path) -> None:
     table = tmp_path / "table"
-    source = Endless(batch=500, every=0.01)
-    query = sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table),
-                            sites=2, partitions=8, ha="flux", announce=None)
-    t0 = time.monotonic()
-    while query.status.get("output_records", 0) < 10_000:
-        assert query.await_termination(0.2) is False
-        assert time.monotonic() - t0 < 60, query.status
+    query, source = start_endless(spark, table, "flux", 10_000)
     assert query.stop() is True
     assert query.await_termination(30) is True and query.exception() is None
     admitted = query.metrics["input_tuples"]

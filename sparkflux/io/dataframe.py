@@ -128,8 +128,8 @@ class DataFrameSource(Source):
                     continue
                 self._fetching = None
                 fetched = job.result()  # one list of IPC blobs per partition, in order
-                rows = sum(_rows(blob) for blobs in fetched for blob in blobs)
-                group = _group(group, len(fetched), rows, self.fetch_rows)
+                count = sum(_rows(blob) for blobs in fetched for blob in blobs)
+                group = _group(group, len(fetched), count, self.fetch_rows)
                 after = first + len(fetched)
                 pending = fetch(after, group) if after < parts else None
                 for blobs in fetched:
@@ -137,15 +137,15 @@ class DataFrameSource(Source):
                     for blob in blobs:
                         for batch in pa.ipc.open_stream(pa.py_buffer(blob)):
                             for at in range(0, batch.num_rows, self.batch_size):
-                                rows_ = batch.slice(at, self.batch_size)
+                                rows = batch.slice(at, self.batch_size)
                                 if skip:
-                                    if skip >= rows_.num_rows:
-                                        skip -= rows_.num_rows
+                                    if skip >= rows.num_rows:
+                                        skip -= rows.num_rows
                                         continue
-                                    rows_, skip = rows_.slice(skip), 0
+                                    rows, skip = rows.slice(skip), 0
                                 self._pos = DataFramePosition(part,
-                                                              self._pos.row + rows_.num_rows)
-                                yield rows_
+                                                              self._pos.row + rows.num_rows)
+                                yield rows
                                 if self._closed.is_set():
                                     return
                     part, skip = part + 1, 0
