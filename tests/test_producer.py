@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.schema import PART, SN
-from sparkflux.protocol.messages import SRC, Ack
+from sparkflux.protocol.messages import SRC, Ack, Rejoin
 from sparkflux.protocol.producer import ProducerBuffer
 
 SCHEMA = pa.schema([pa.field(SN, pa.int64()), pa.field(PART, pa.int32()),
@@ -95,3 +95,22 @@ def test_an_ack_for_a_producer_not_hosted_here_is_ignored_and_one_out_of_range_r
     assert b.acked[b.pi(1), 1, 1] == -1  # not counted for whatever is installed there later
     with pytest.raises(ProtocolError, match="outside 0..1"):
         b.on_ack(ack(5, 1, 1, 3), src=2)
+
+def test_a_rejoin_for_a_producer_moved_away_is_stale() -> None:
+    """Found by the simulator (a moves plan, FIFO links): replica 0 of a partition moves to
+    a site and back; the egress's ``rejoin`` for the copy there (its fold-in, after the
+    survivor's ``psync``) reaches that site after the second move. Applied, it made the site
+    hold the rows that copy had left for an acknowledgement that now goes to its new site,
+    and everything buffered behind them with it."""
+    buf = buffer()
+    buf.produce(rows(1, 0, [1, 2]), *progress(2))  # held for (q0, c1)
+    buf.produce(rows(0, 1, [3]), *progress(3))  # behind them
+    buf.drop(1)  # producer 1 moved away: its rows wait for nobody
+    stale = Rejoin(1, p=np.array([1], np.int32), r=np.array([0], np.int8),
+                   q=np.array([0], np.int32), c=np.array([1], np.int8),
+                   floor=np.array([0], np.int64), send=np.array([False]),
+                   wait=np.array([True]))
+    assert buf.on_rejoin(stale) == []
+    assert not buf.wait[buf.pi(1)].any()
+    buf.on_ack(ack(0, 1, 1, 3))
+    assert buf.buffered_rows() == 0

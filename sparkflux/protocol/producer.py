@@ -254,7 +254,19 @@ class ProducerBuffer:
         if not msg.p.size:
             return []
         pi = self.index[msg.p]
-        if (pi < 0).any() or (self.replica[pi] != msg.r).any():
+        if (pi < 0).any():
+            raise ProtocolError(f"rejoin for stage {self.stage} reached the wrong replica")
+        # A rejoin for a copy moved away since (the consumer sent it before the move reached
+        # it) is stale: held for it, the rows that copy left here would wait for an
+        # acknowledgement that now goes to its new site, and everything behind them too.
+        mine = self.hosted[pi]
+        if not mine.all():
+            msg = replace(msg, **{f: getattr(msg, f)[mine] for f in msg.__dataclass_fields__
+                                  if f != "stage"})
+            pi = pi[mine]
+            if not msg.p.size:
+                return []
+        if (self.replica[pi] != msg.r).any():
             raise ProtocolError(f"rejoin for stage {self.stage} reached the wrong replica")
         c = msg.c.astype(np.intp)
         np.maximum.at(self.acked, (pi, msg.q, c), msg.floor)

@@ -167,7 +167,7 @@ class SiteCore:
         kind (``link_runs``): as if the network had delayed the other links' messages between
         them, which it may."""
         out: list[Outgoing] = []
-        first: int | None = None
+        fed: set[int] = set()  # the stages that got input
         evict: set[int] = set()  # buffers acks arrived for: evicted once, not once per ack
         for src, run in link_runs(items):
             if self.stopped or src in self.dead_sites:
@@ -175,7 +175,7 @@ class SiteCore:
             msg = run[0]
             if isinstance(msg, Data):
                 out += self.cons[msg.stage].on_data(msg, src, run[1:])  # type: ignore[arg-type]
-                first = msg.stage if first is None else min(first, msg.stage)
+                fed.add(msg.stage)
             elif isinstance(msg, Ack):
                 self.prods[msg.stage - 1].on_ack(merge_acks(run), src, evict=False)  # type: ignore[arg-type]
                 evict.add(msg.stage - 1)
@@ -186,8 +186,8 @@ class SiteCore:
                 out += self._handle(msg, src)
         for i in evict:
             self.prods[i].evict()
-        if first is not None and not self.stopped:
-            out += self._drive(first)
+        if fed and not self.stopped:
+            out += self._drive(*fed)
         return coalesce_acks(self._local(out))
 
     def _handle(self, msg: Message, src: int) -> list[Outgoing]:
@@ -411,21 +411,23 @@ class SiteCore:
                 remote.append(o)
         return remote
 
-    def _drive(self, first: int) -> list[Outgoing]:
+    def _drive(self, *stages: int) -> list[Outgoing]:
+        """Release, process and produce the input of each of ``stages`` (those that got
+        input in a pass), in stage order. What goes to a replica of the next stage on this
+        site is returned like the rest, for ``_local`` to deliver in its turn (it drives
+        that stage then): handed over at once, it would pass self-addressed messages queued
+        before it (a ``reverse``'s resent rows), and its progress claim would overtake the
+        rows it covers. And a stage whose frontier did not move says nothing of the stages
+        after it: each one that got input is driven. (The simulator found both with three
+        stages in a chain.)"""
         out: list[Outgoing] = []
-        for s in range(first, len(self.plan.stages)):
+        for s in sorted(set(stages)):
             rel = self.cons[s].release()
             if rel is None:
-                break
+                continue
             rows, f_sn, f_wm = rel
             batch, prog_sn, prog_wm = self._process(s, rows, f_sn, f_wm)
-            sends = self.prods[s].produce(batch, prog_sn, prog_wm)
-            for o in sends:
-                if o.site == self.site:  # the next stage's replica is here: deliver now
-                    assert isinstance(o.message, Data)
-                    out += self.cons[o.message.stage].on_data(o.message, self.site)
-                else:
-                    out.append(o)
+            out += self.prods[s].produce(batch, prog_sn, prog_wm)
         return out
 
     def _process(self, s: int, rows: pa.RecordBatch, f_sn: np.ndarray, f_wm: np.ndarray

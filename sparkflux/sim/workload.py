@@ -75,6 +75,32 @@ def tiny_plan(events: int = 400, batch: int = 40, sites: int = 4, partitions: in
     return compile_plan(df, partitions, sites), list(src.batches())
 
 
+def tiny_chain_plan(events: int = 400, batch: int = 40, sites: int = 4, partitions: int = 8,
+                    seed: int = 1) -> tuple[PhysicalPlan, list[pa.RecordBatch]]:
+    """``tiny_plan`` with one more exchange in front (by ``ts``, through an identity map):
+    three stages in a chain, so a middle stage both takes rows from sites and sends rows to
+    sites, and a producer and its consumer of one exchange share a site on both sides of it.
+    Its output is ``tiny_plan``'s, row for row and SN for SN (a map keeps the SN)."""
+    src = TinySessions(events, batch, seed)
+    df = Dataflow("tiny_chain")
+    (df.source(src, name="events")
+       .apply(Filter(pc.field("dst") != 3), name="drop_dst3")
+       .exchange(by=["ts"])
+       .apply(Map(lambda b: {"app": b.column("app")}, [pa.field("app", pa.int32())]),
+              name="same")
+       .exchange(by=["src", "dst"])
+       .apply(Map(lambda b: {"app": pc.add(b.column("app"), 1)},
+                  [pa.field("app", pa.int32())]), name="bump")
+       .apply(SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
+                                    carry=["app", "src"]), name="sessions")
+       .exchange(by=["app", "src"])
+       .apply(CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
+                                   aggs={"mx": "max", "n": "count", "avg": "avg"}),
+              name="stats")
+       .sink())
+    return compile_plan(df, partitions, sites), list(src.batches())
+
+
 # The two chained windows of ``tiny_windows_plan`` (event time ``ts`` = 5 x event index).
 HOT_SIZE, HOT_SLIDE, TOP_SIZE = 60, 20, 40
 
@@ -235,3 +261,65 @@ def tiny_dag_model(views: pa.Table, clicks: pa.Table) -> dict[str, list[tuple]]:
                  for (p, s, _, n) in counts for b in c
                  if b["page"] == p and abs(s - b["ts"]) <= UNION_WINDOW)
     return {"counts": counts, "pairs_out": pairs, "hot_out": hot}
+
+
+# ``tiny_files_plan``: ``tiny_plan``'s dataflow over Parquet files, read on the driver or on
+# the sites.
+def write_tiny_files(directory: str, events: int = 400, per_file: int = 70, seed: int = 1,
+                     bad_every: int = 0, late_every: int = 0) -> None:
+    """``TinySessions``' events as Parquet files ``part-0000.parquet``, ... in name order
+    (row groups of about half a file), and the end marker ``_DONE``. ``bad_every``: every so
+    many events a null ``app`` (invalid: ``app`` is required), which makes the file
+    irregular; ``late_every``: every so many events one whose time is 40 behind (late under a
+    lateness below 40)."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    src = TinySessions(events, events, seed)
+    table = pa.Table.from_batches([src.generate(0, events)])
+    if late_every:
+        ts = table.column("ts").to_numpy().copy()
+        ts[late_every - 1::late_every] -= 40
+        table = table.set_column(3, SCHEMA.field("ts"), pa.array(ts))
+    if bad_every:
+        apps = table.column("app").to_pylist()
+        apps = [None if i % bad_every == bad_every - 1 else a for i, a in enumerate(apps)]
+        loose = pa.schema([f.with_nullable(True) for f in SCHEMA])
+        table = table.cast(loose).set_column(4, loose.field("app"), pa.array(apps, pa.int32()))
+    for i, start in enumerate(range(0, events, per_file)):
+        pq.write_table(table.slice(start, per_file), Path(directory) / f"part-{i:04d}.parquet",
+                       row_group_size=per_file // 2 + 1)
+    (Path(directory) / "_DONE").touch()
+
+
+def tiny_files_plan(directory: str, sites: int = 4, partitions: int = 8, chunk_rows: int = 16,
+                    read_on: str = "sites", lateness: int = 0, deal: bool = True
+                    ) -> tuple[PhysicalPlan, list[pa.RecordBatch | list]]:
+    """``tiny_plan``'s dataflow over ``write_tiny_files``' files, read on the sites (its
+    input: the chunk records the driver admits, and lists of the dead letters the driver
+    writes for them) or on the driver (the files' batches). Read through once: the plan's
+    source is spent (a file source's iterator lists the directory as it goes).
+    ``deal=False``: the plan alone (the simulator feeds it the items it was given)."""
+    from sparkflux.io.files import FileStreamSource
+
+    src = FileStreamSource(directory, SCHEMA, event_time="ts", lateness=lateness,
+                           end_marker="_DONE", batch_size=32, read_on=read_on,
+                           chunk_rows=chunk_rows, poll_interval=0.0)
+    df = Dataflow("tiny_files")
+    (df.source(src, name="events")
+       .apply(Filter(pc.field("dst") != 3), name="drop_dst3")
+       .exchange(by=["src", "dst"])
+       .apply(Map(lambda b: {"app": pc.add(b.column("app"), 1)},
+                  [pa.field("app", pa.int32())]), name="bump")
+       .apply(SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
+                                    carry=["app", "src"]), name="sessions")
+       .exchange(by=["app", "src"])
+       .apply(CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
+                                   aggs={"mx": "max", "n": "count", "avg": "avg"}),
+              name="stats")
+       .sink())
+    plan = compile_plan(df, partitions, sites)
+    if not deal:
+        return plan, []
+    return plan, [b for b in plan.sources[0].batches() if b is not None]
