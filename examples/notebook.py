@@ -5,6 +5,7 @@ Spark SQL reference. Paste the cells into Jupyter, or run it whole:
 
     .venv/bin/python examples/notebook.py --events 400000 --kill 1@2
     .venv/bin/python examples/notebook.py --master spark://127.0.0.1:7077
+    .venv/bin/python examples/notebook.py --read-on sites   # the sites read the files
 
 The files are written by a thread standing in for your upstream job: each under a hidden
 name, then renamed into place (what the file source reads: complete files only), and a
@@ -35,6 +36,9 @@ p.add_argument("--per-file", type=int, default=20_000, help="packets per landed 
 p.add_argument("--pace", type=float, default=0.3, help="seconds between landed files")
 p.add_argument("--kill", default="1@2", help="SITE@SECONDS, or '' for no kill")
 p.add_argument("--master", default="local[6,400]")
+p.add_argument("--read-on", choices=["driver", "sites"], default="driver",
+               help="who reads the files: the driver, or the sites (rows never pass through "
+                    "the driver)")
 p.add_argument("--dir", default=None, help="where the inbox and the table go (default: tmp)")
 a = p.parse_args()
 work = Path(a.dir or tempfile.mkdtemp(prefix="sparkflux-notebook-"))
@@ -72,7 +76,8 @@ def land() -> None:
 import sparkflux  # noqa: E402
 from sparkflux.io import FileStreamSource, TableSink  # noqa: E402
 
-source = FileStreamSource(inbox, netmon.SCHEMA, event_time="ts", end_marker="_DONE")
+source = FileStreamSource(inbox, netmon.SCHEMA, event_time="ts", end_marker="_DONE",
+                          read_on=a.read_on)
 threading.Thread(target=land, daemon=True).start()
 opts = netmon.NetmonOptions(events=a.events)
 query = sparkflux.start(netmon.build(opts, source=source), spark=spark,

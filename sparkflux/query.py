@@ -36,6 +36,7 @@ from typing import Any
 
 from sparkflux.dataflow.api import Dataflow, Sink
 from sparkflux.dataflow.compiler import compile_plan
+from sparkflux.operators.base import PlanError
 from sparkflux.options import run_config
 from sparkflux.runtime.reports import result_metrics
 from sparkflux.runtime.run_config import LiveStats, RunFailed, RunResult
@@ -148,6 +149,11 @@ def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,
     bad option, dataflow or session setting, RunFailed if the driver cannot listen."""
     cfg = run_config(**options)
     plan = compile_plan(dataflow, cfg.partitions, cfg.sites)
+    if cfg.rate is not None and plan.isn_span is not None:
+        raise PlanError(f"--rate paces records as the driver reads them, and source "
+                        f"{plan.streams[0].name!r} is read on the sites (read_on='sites'): "
+                        f"its rows never reach the driver. Leave --rate out (the files' "
+                        f"landing paces the input) or read it with read_on='driver'")
     if sink is None:
         sink = ParquetSink(output) if output else NullSink()
     if dead_letters is None:

@@ -3,7 +3,9 @@ files that a thread keeps adding to while it runs (``FileStreamSource``, ended b
 marker) and writes through ``TableSink``; ``spark.read.parquet`` of the table afterwards
 equals netmon's Spark SQL reference, rows and sequence numbers, with ``--ha none`` (then once
 more into the same table: the rewrite replaces, nothing doubles) and with ``--ha flux`` and a
-site killed while files are still landing. A reader meanwhile sees the table grow."""
+site killed while files are still landing. A reader meanwhile sees the table grow. The same
+two with the files read on the sites (``read_on="sites"``): the driver's ingress numbers one
+record per chunk, never a row, and the table is the same."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.spark
 
 EVENTS = 60_000
 PER_FILE = 4_000  # 15 files
+CHUNK_ROWS = 1_000  # read on the sites: 4 chunks a file
 
 
 def land_files(netmon: Any, d: Path, pause: float, seen: list[int], table: Path,
@@ -63,12 +66,13 @@ def expected(netmon: Any, spark: Any) -> Any:
 
 
 def run(netmon: Any, spark: Any, tmp: Path, table: Path, pause: float,
-        **kw: Any) -> tuple[dict, list[int], TableSink]:
+        read_on: str = "driver", **kw: Any) -> tuple[dict, list[int], TableSink]:
     inbox = tmp / "inbox"
     inbox.mkdir(exist_ok=True)
     seen: list[int] = []
     source = FileStreamSource(inbox, netmon.SCHEMA, event_time="ts", end_marker="_DONE",
-                              batch_size=4096, poll_interval=0.05)
+                              batch_size=4096, poll_interval=0.05, read_on=read_on,
+                              chunk_rows=CHUNK_ROWS)
     writer = threading.Thread(target=land_files,
                               args=(netmon, inbox, pause, seen, table, source))
     sink = TableSink(table, sn_span=8_192, flush_interval=0.2)
@@ -125,5 +129,25 @@ def test_files_landing_into_a_table_with_ha_flux_and_a_kill(
     table = tmp_path / "table"
     m, _, _ = run(netmon, spark, tmp_path, table, pause=0.2, ha="flux", kill=["1@1.0"])
     assert m["input_tuples"] == EVENTS and m["dead_letters"] == 0
+    assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
+    check_table(spark, table, expected)
+
+
+def test_files_read_on_the_sites_with_ha_none(netmon: Any, spark: Any, expected: Any,
+                                              tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    m, seen, _ = run(netmon, spark, tmp_path, table, pause=0.15, read_on="sites")
+    assert m["input_tuples"] == EVENTS and m["dead_letters"] == 0
+    assert m["ingress_records"] == EVENTS // CHUNK_ROWS  # chunks, not rows, in the driver
+    check_table(spark, table, expected)
+    assert any(0 < n < expected.rows for n in seen), seen
+
+
+def test_files_read_on_the_sites_with_ha_flux_and_a_kill(netmon: Any, spark: Any,
+                                                         expected: Any, tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    m, _, _ = run(netmon, spark, tmp_path, table, pause=0.2, read_on="sites", ha="flux",
+                  kill=["1@1.0"])
+    assert m["input_tuples"] == EVENTS and m["ingress_records"] == EVENTS // CHUNK_ROWS
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
     check_table(spark, table, expected)

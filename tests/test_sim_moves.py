@@ -170,37 +170,37 @@ def test_a_reverse_that_reaches_the_survivor_after_its_snapshot(tiny_baseline: A
     """A known gap, pinned: it stops the run with a clear error and never loses a row.
 
     Seed 218 of the moves plans with strict FIFO links (an order the runtime can produce
-    too: every frame written at once) lost a row. Replica 0 of partition 1 moves from site 1
-    to site 3. Site 1's stage-1 consumer of partition 5 reverses stream 1 -> 5 to the
-    survivor, site 2 (floor 199), and that ``reverse`` reaches site 2 only after site 2 has
-    snapshotted partition 1 for site 3 (the new copy starts above SN 239; the data
-    connection and the controller's ``cu-start`` are not ordered). Site 2 resends SN 239 and
-    265 to site 1 and, now its primary, holds them for nobody. The controller counts the move
-    done on the survivor's ``cu-done``, the plan then fails site 2, and its resend and its
-    ``psync`` to site 1 are lost with it. Site 1 reversed to the new copy, which resent 265
-    but never had 239: a lost row. A consumer now reverses only to a copy whose ``psync`` it
-    has had (``ConsumerSet.complete``), so site 1 stops with the lost-partition error
-    instead; with three replicas it reverses to the third copy. Closing the gap for two
-    replicas takes the paper's buffer transfer (README: known gaps)."""
+    too: every frame written at once) lost a row: a consumer's ``reverse`` to a move's
+    survivor reached it only after the survivor had snapshotted the partition for the new
+    copy (the data connection and the controller's ``cu-start`` are not ordered); the
+    survivor resent rows below the cut and, now primary, held them for nobody; the controller
+    counted the move done on the survivor's ``cu-done``, the plan then failed the survivor,
+    and the consumer reversed to the new copy, which never had them. A consumer now reverses
+    only to a copy whose ``psync`` it has had (``ConsumerSet.complete``), so it stops with
+    the lost-partition error instead; with three replicas it reverses to the third copy.
+    Closing the gap for two replicas takes the paper's buffer transfer (README: known gaps).
+    Since a site hands its local consumers their rows through its own FIFO link, the
+    scheduling of every seed differs: seed 325 is the one of 1,000 that reaches the gap
+    now (replica 0 of partition 4 moves to site 2, then its survivor, site 1, fails)."""
     batches, expected, steps = tiny_baseline
-    fp, kw = plan_for(218, steps)
-    assert fp == FailurePlan(standbys=(464,), moves=((74, 1, 3),), after_moves=((2, 1),))
-    with pytest.raises(Violation, match="seed 218: every complete replica of partition 1 of "
+    fp, kw = plan_for(325, steps)
+    assert fp == FailurePlan(standbys=(512,), moves=((206, 4, 2),), after_moves=((1, 1),))
+    with pytest.raises(Violation, match="seed 325: every complete replica of partition 4 of "
                        "stage 0 failed; the one left is still being caught up"):
-        check(lambda: tiny_plan()[0], batches, 218, fp, expected=expected, fifo=True, **kw)
+        check(lambda: tiny_plan()[0], batches, 325, fp, expected=expected, fifo=True, **kw)
 
 
 def test_the_survivor_fails_before_its_psync_reaches_the_egress(tiny_baseline: Any) -> None:
     """Seed 309 of the moves plans, in the runtime's order, lost a row while ``cu-done``
-    could overtake the survivor's ``psync``. Replica 0 of partition 3 moves from site 3 to
-    site 2; the egress reverses to the survivor, site 0 (from SN 159), and acknowledges to
-    nobody. Site 0 snapshots partition 3 of the last stage for site 2 at SN 279 and folds it
-    in: its ``psync`` to the egress waits behind its data in the skew buffer; a ``cu-done``
-    written at once overtook them, the move was done for the controller, the plan failed
-    site 0, and its last rows and its ``psync`` were lost with it. ``cu-done`` now stays
-    behind the data and ``psync`` on its connection (``ORDERED_WITH_DATA``), so the egress
-    has every row up to the cut before the controller counts the copy as back."""
+    could overtake the survivor's ``psync``: the egress reversed to a move's survivor, whose
+    ``psync`` to the egress waited behind its data in the skew buffer; a ``cu-done`` written
+    at once overtook them, the move was done for the controller, the plan failed the
+    survivor, and its last rows and its ``psync`` were lost with it. ``cu-done`` now stays
+    behind the data and ``psync`` on its connection (``ORDERED_WITH_DATA``). Since a site
+    hands its local consumers their rows through its own FIFO link the seeds schedule
+    otherwise; seed 3 is now the first that the mutant of ``test_sim.py`` (``cu-done``
+    written at once) fails, and it passes with the real rule."""
     batches, expected, steps = tiny_baseline
-    fp, kw = plan_for(309, steps)
-    assert fp == FailurePlan(standbys=(464,), moves=((102, 3, 2),), after_moves=((0, 1),))
-    check(lambda: tiny_plan()[0], batches, 309, fp, expected=expected, **kw)
+    fp, kw = plan_for(3, steps)
+    assert fp == FailurePlan(((1, 23),), after_moves=((0, 4),))
+    check(lambda: tiny_plan()[0], batches, 3, fp, expected=expected, **kw)

@@ -116,7 +116,7 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
                                n.lateness if n.lateness is not None
                                else n.source.lateness)  # type: ignore[union-attr]
                     for n in sources)
-    return PhysicalPlan(
+    plan = PhysicalPlan(
         name=df.name,
         sources=tuple(n.source for n in sources),  # type: ignore[misc]
         streams=streams,
@@ -127,6 +127,12 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
         partitions=partitions,
         sites=sites,
     )
+    readers = [s for s in plan.sources if getattr(s, "read_on", "driver") == "sites"]
+    if not readers:
+        return plan
+    from sparkflux.dataflow.site_read import read_on_sites  # it imports sparkflux.io
+
+    return read_on_sites(plan)
 
 
 def _reaching(df: Dataflow, sinks: list[Node]) -> list[Node]:

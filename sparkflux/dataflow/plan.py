@@ -10,7 +10,7 @@ exchange run in the ingress, whose ports are the sources.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -69,6 +69,9 @@ class PhysicalPlan:
     sinks: tuple[SinkSpec, ...]
     partitions: int
     sites: int
+    # the column of the ingress's records that says how many input sequence numbers each
+    # takes (a chunk of a source read on the sites, ``site_read.py``); None: one each
+    isn_span: str | None = None
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -91,6 +94,11 @@ class PhysicalPlan:
                 out.append((k, decode(ports, ports[spec.port], mine)))
         return out
 
+    def for_sites(self) -> PhysicalPlan:
+        """The plan without what only the driver needs (the sources, the sinks' objects):
+        what a site gets (it may hold threads and open files that neither pickle nor copy)."""
+        return replace(self, sources=(), sinks=tuple(replace(k, sink=None) for k in self.sinks))
+
     def site_of(self, part: int) -> int:
         """The site holding mini-partition ``part`` (the same for every stage)."""
         return part % self.sites
@@ -112,6 +120,8 @@ class PhysicalPlan:
 def _describe_step(program: StageProgram, step: Step) -> str:
     if step.kind == "head":
         port = program.in_ports[step.inputs[0]]
+        if port.label.endswith(" (chunks)"):  # a source read on the sites (``site_read``)
+            return f"chunks of {port.label.removesuffix(' (chunks)')} in turn"
         return f"exchange(by={list(port.key or ())})"
     if step.kind == "join":
         return f"join {step.name}"

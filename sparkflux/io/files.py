@@ -54,6 +54,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from sparkflux.dataflow.api import Source
+from sparkflux.io.chunks import MAX_CHUNK_ROWS
 from sparkflux.model.validate import Malformed
 
 log = logging.getLogger(__name__)
@@ -80,9 +81,18 @@ class FileStreamSource(Source):
                  event_time: str | None = None, lateness: int = 0, batch_size: int = 8192,
                  start: FilePosition | None = None, end_marker: str | None = None,
                  idle_timeout: float | None = None, max_files: int | None = None,
-                 poll_interval: float = 0.1) -> None:
+                 poll_interval: float = 0.1, read_on: str = "driver",
+                 chunk_rows: int = 65_536) -> None:
         if format not in SUFFIXES:
             raise ValueError(f"format must be one of {', '.join(SUFFIXES)} (got {format!r})")
+        if read_on not in ("driver", "sites"):
+            raise ValueError(f"read_on must be 'driver' or 'sites' (got {read_on!r})")
+        if read_on == "sites" and format != "parquet":
+            raise ValueError("read_on='sites' reads Parquet only (a chunk's rows are found "
+                             "from the file's footer); read JSON lines with read_on='driver'")
+        if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
+            raise ValueError(f"chunk_rows must be between 1 and {MAX_CHUNK_ROWS} "
+                             f"(got {chunk_rows})")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
         self.path = Path(path)
@@ -96,6 +106,8 @@ class FileStreamSource(Source):
         self.idle_timeout = idle_timeout
         self.max_files = max_files
         self.poll_interval = poll_interval
+        self.read_on = read_on
+        self.chunk_rows = chunk_rows
         self.late_files: list[str] = []
         self.files_read = 0
         self._pos = self.start
@@ -111,6 +123,28 @@ class FileStreamSource(Source):
 
     # -- the iterator ------------------------------------------------------------------------
     def batches(self) -> Iterator[Item]:
+        for landed in self.landed():
+            if landed is None:
+                yield None
+                continue
+            for item in self._read(*landed):
+                yield item
+                if self.closed:
+                    return
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def mark(self, name: str, row: int) -> None:
+        """The position moves to row ``row`` of file ``name`` (what has been handed over)."""
+        self._pos = FilePosition(name, row)
+
+    def landed(self) -> Iterator[tuple[str, int] | None]:
+        """Each complete file to read, in name order, from the position's file on, as
+        ``(name, rows to skip)``; ``None`` while none is there yet. The caller reads a file to
+        its end (or stops at ``close()``), moving the position with ``mark``, before it asks
+        for the next; the input's end (see the module) ends the iterator."""
         self._pos = self.start
         finished = False  # whether the file of the position is read to its end
         seen: set[str] = set()
@@ -144,12 +178,12 @@ class FileStreamSource(Source):
             for name in pending:
                 if self.max_files is not None and self.files_read >= self.max_files:
                     return
+                finished = False
                 skip = self._pos.row if name == self._pos.file else 0
-                self._pos, finished = FilePosition(name, skip), False
-                for item in self._read(name, skip):
-                    yield item
-                    if self._closed.is_set():
-                        return
+                self._pos = FilePosition(name, skip)
+                yield name, skip
+                if self._closed.is_set():
+                    return
                 finished = True
                 self.files_read += 1
             if self.max_files is not None and self.files_read >= self.max_files:

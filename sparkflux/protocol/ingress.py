@@ -39,6 +39,7 @@ class Ingress:
         site, send, wait = ingress_roles(self.layout)
         self.buffer = ProducerBuffer(0, {0: 0}, site, send, wait, self.wire)
         self.next_isn = 0
+        self.records = 0  # records admitted (chunks, when a record takes several ISNs)
         self.epochs = np.zeros((layout.partitions, layout.replicas), dtype=np.int64)
         self.watermark = NO_WATERMARK
         self.ended = False
@@ -46,18 +47,37 @@ class Ingress:
     def admit(self, batch: pa.RecordBatch, now: float, watermark: int) -> list[Outgoing]:
         """Number, route and send a batch of records (``source_rows_schema``: each source's
         columns and ``_port``, its source), in the order the sequencer released them;
-        ``watermark``: no later record has an event time below it."""
+        ``watermark``: no later record has an event time below it.
+
+        Each record takes one ISN, or, with the plan's ``isn_span`` column, that many: a chunk
+        of a source read on the sites takes one for each of its rows the readers will keep,
+        and its own ``_sn`` is the first of them (``io/chunks.py``). Such records are spread
+        over the first stage's partitions in turn (the ``n``-th admitted to partition ``n mod
+        P``), so that consecutive chunks are read on different sites at once."""
         self.watermark = max(self.watermark, watermark)
         n = batch.num_rows
-        system = {SN: pa.array(np.arange(self.next_isn, self.next_isn + n, dtype=np.int64)),
+        part = np.full(n, -1, dtype=np.int32)  # no partition yet: routed by the first stage's key
+        if self.plan.isn_span is None:
+            first = np.arange(self.next_isn, self.next_isn + n, dtype=np.int64)
+            taken = n
+        else:
+            part = ((self.records + np.arange(n)) % self.plan.partitions).astype(np.int32)
+            spans = batch.column(self.plan.isn_span).to_numpy().astype(np.int64)
+            if n and spans.min() < 1:
+                raise ValueError(f"a record takes {int(spans.min())} sequence numbers "
+                                 f"({self.plan.isn_span!r}): at least one each")
+            ends = np.cumsum(spans)
+            first, taken = self.next_isn + ends - spans, int(ends[-1]) if n else 0
+        system = {SN: pa.array(first),
                   SNM: pa.array(np.zeros(n, dtype=np.int64)),
                   T0: pa.array(np.full(n, now, dtype=np.float64)),
-                  PART: pa.array(np.full(n, -1, dtype=np.int32))}  # no partition yet
+                  PART: pa.array(part)}
         schema = self.program.in_schema
         numbered = pa.RecordBatch.from_arrays(
             [system[f.name] if f.name in system else batch.column(f.name) for f in schema],
             schema=schema)
-        self.next_isn += n
+        self.next_isn += taken
+        self.records += n
         out, _ = self.program.run(numbered, _STATELESS, hold=False)
         return self._send(out)
 

@@ -18,6 +18,9 @@ def result_metrics(host: Host) -> dict[str, Any]:
     inp = host.ingress.next_isn
     return {
         "input_tuples": inp,
+        # what the driver's ingress numbered and sent: a record each, or one per chunk of a
+        # source read on the sites (whose rows never pass through the driver)
+        "ingress_records": host.ingress.records,
         "output_tuples": host.egress.delivered,
         "duration_s": round(duration, 4),
         "throughput_tps": round(inp / duration, 1) if duration > 0 else 0.0,

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparkflux.control.boundary import (
     AdoptProcess,
@@ -135,6 +136,10 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     the runtime's order (the default), e.g. to show that a mutant is caught only because
     acknowledgements and control frames may pass held data."""
     rng = np.random.default_rng(seed)
+    # admission keeps about ``window`` input batches in flight (counted in ISNs)
+    unit = (len(_item(batches[0])[1]) if batches else 1) if plan.isn_span is None \
+        else next((n for n in (_isns(plan, b) for b in batches) if n), 1)
+    site_plan = plan.for_sites()
     layout = Layout(plan.sites, plan.partitions, replicas)
     net = Network(rng) if fifo else Network(rng, overtakes=_overtakes)
     # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan;
@@ -208,12 +213,12 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     lay = layout.copy()
                     if view.ring:
                         lay.set_ring(view.ring)
-                    sites[s] = SiteCore(s, copy.deepcopy(plan), lay)
+                    sites[s] = SiteCore(s, copy.deepcopy(site_plan), lay)
                 case AdoptProcess(slot=k, attempt=att, registered=reg, message=message):
                     executor_now[k] = domain_of(failures.standby_executors, reg - plan.sites - 1)
                     net.forget(k)  # the old process's connections are gone with it
                     attempt[k] = att
-                    sites[k] = SiteCore.adopting(copy.deepcopy(plan), layout, message)
+                    sites[k] = SiteCore.adopting(copy.deepcopy(site_plan), layout, message)
                     crashed_now.discard(k)
                     hellos[k] = set()
                     maybe_ready(k)
@@ -295,7 +300,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                                                        now=float(step))))
             # Admit the next input batch when the window allows, with some probability.
             can_admit = (next_batch < len(batches)
-                         and core.in_flight() < window * _rows(batches, 1))
+                         and core.in_flight() < window * unit)
             if can_admit and rng.random() < 0.3:
                 stream, b = _item(batches[next_batch])
                 carry_out(core.handle(Input(batch=b, now=0.0, stream=stream)))
@@ -393,8 +398,14 @@ def _item(item: pa.RecordBatch | tuple[int, pa.RecordBatch]) -> tuple[int, pa.Re
     return item if isinstance(item, tuple) else (0, item)
 
 
-def _rows(batches: list, i: int) -> int:
-    return _item(batches[0])[1].num_rows * i if batches else 1
+def _isns(plan: PhysicalPlan, item: Any) -> int:
+    """The input sequence numbers the valid records of an input item take: one each, or
+    the plan's ``isn_span`` of each (a chunk of a source read on the sites)."""
+    k, b = _item(item)
+    good, _ = validate(b, plan.source_schemas[k])
+    if plan.isn_span is None:
+        return good.num_rows
+    return int(pc.sum(good.column(plan.isn_span)).as_py() or 0)
 
 
 def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch], seed: int,
@@ -405,8 +416,8 @@ def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch
         base = simulate(plan_factory(), batches, seed, FailurePlan(), **kw)  # type: ignore[arg-type]
         expected, expected_all = base.output, base.outputs
     res = simulate(plan_factory(), batches, seed, failures, **kw)  # type: ignore[arg-type]
-    schemas = plan_factory().source_schemas
-    total = sum(validate(b, schemas[k])[0].num_rows for k, b in map(_item, batches))
+    plan = plan_factory()
+    total = sum(_isns(plan, b) for b in batches)
     if res.admitted != total:
         raise Violation(f"seed {seed}: the ingress admitted {res.admitted} of {total} inputs")
     if not res.ended:

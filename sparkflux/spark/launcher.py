@@ -164,7 +164,7 @@ def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bi
     ``spark.network.crypto.enabled`` protect that channel on a cluster)."""
     from pyspark import cloudpickle
 
-    site_plan = _site_plan(plan)
+    site_plan = plan.for_sites()
     blob = cloudpickle.dumps(site_plan)
     host, port = controller
     site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas, security,
@@ -216,13 +216,6 @@ def failed_in_group(sc: Any, group: str) -> int | None:
     except Exception as e:  # noqa: BLE001 - a count is a hint; the start deadline still holds
         log.debug("cannot count the sites' failed attempts: %s", e)
         return None
-
-
-def _site_plan(plan: PhysicalPlan) -> PhysicalPlan:
-    """The plan without what only the driver needs (sources, the sinks' objects)."""
-    from dataclasses import replace
-
-    return replace(plan, sources=(), sinks=tuple(replace(k, sink=None) for k in plan.sinks))
 
 
 def under_spark_submit() -> bool:
