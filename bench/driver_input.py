@@ -1,16 +1,21 @@
 """How much of the driver the input takes: the netmon dataflow at 4 unreplicated sites, fed
-as fast as it accepts from its own generator, from a directory of Parquet files
-(``FileStreamSource``) and from a Spark DataFrame (``DataFrameSource``), in one Spark session.
+as fast as it accepts from its own generator, from a directory of Parquet files read by the
+driver (``FileStreamSource``), from the same files read on the sites (``read_on="sites"``:
+the driver deals chunks, the rows never reach it) and from a Spark DataFrame
+(``DataFrameSource``), through the driver and written on the executors for the sites to
+read, in one Spark session.
 
     .venv/bin/python bench/driver_input.py [--events 1000000] [--per-file 50000] [--json PATH]
 
 Sources run in the driver, and so do the ingress (numbering, routing, sending every row to
-every first-stage replica) and the egress. Per configuration it prints the input rate, the
-driver process's CPU share of the run (``driver_cpu_share``: every thread of the driver's
-Python process; near 1.0 the driver, one core under Python's GIL, is what limits the rate)
-and the sites' mean busy fraction. All three read the same events, so their output digests
-must agree, and the bench says so. The sites share this machine's cores with the driver, so
-the figures say where the driver's ceiling lies relative to the sites, not a cluster's.
+every first-stage replica) and the egress; a source read on the sites leaves the driver the
+footers, the event-time column and one record per chunk. Per configuration it prints the
+input rate, the driver process's CPU share of the run (``driver_cpu_share``: every thread of
+the driver's Python process; near 1.0 the driver, one core under Python's GIL, is what limits
+the rate), the driver's CPU time per input row, the records its ingress numbered, and the
+sites' mean busy fraction. All read the same events, so their output digests must agree, and
+the bench says so. The sites share this machine's cores with the driver, so the figures say
+where the driver's ceiling lies relative to the sites, not a cluster's.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def main() -> int:
     p.add_argument("--partitions", type=int, default=32)
     p.add_argument("--json", default=None)
     a = p.parse_args()
-    console = Console()
+    console = Console(width=max(Console().width, 132))
     module = load_example(ROOT / "examples" / "netmon.py")
     spark = spark_session(default_master(a.sites + 1))  # DataFrameSource: one slot more
     rows: list[dict[str, Any]] = []
@@ -85,8 +90,14 @@ def main() -> int:
             ("generator", None),
             ("Parquet files", FileStreamSource(inbox, module.SCHEMA, event_time="ts",
                                                end_marker="_DONE", batch_size=8192)),
+            ("Parquet files, read on the sites",
+             FileStreamSource(inbox, module.SCHEMA, event_time="ts", end_marker="_DONE",
+                              read_on="sites")),
             ("DataFrame", DataFrameSource(frame, order_by="ts", schema=module.SCHEMA,
                                           event_time="ts", batch_size=8192)),
+            ("DataFrame, read on the sites",
+             DataFrameSource(frame, order_by="ts", schema=module.SCHEMA, event_time="ts",
+                             read_on="sites", staging=Path(tmp) / "staging")),
         ]
         for name, source in configs:
             console.print(f"[dim]running netmon from {name}...[/]")
@@ -95,18 +106,23 @@ def main() -> int:
                             sink=NullSink(), dead=DeadLetters(), spark=spark).metrics
             util = list(m["utilisation"].values())
             rows.append({"source": name, "input_tuples": m["input_tuples"],
+                         "ingress_records": m["ingress_records"],
                          "throughput_tps": m["throughput_tps"],
                          "driver_cpu_share": m["driver_cpu_share"],
+                         # the driver's CPU time per input row, whatever the rate
+                         "driver_cpu_us_per_row": round(m["driver_cpu_share"] * m["duration_s"]
+                                                        / m["input_tuples"] * 1e6, 2),
                          "site_busy_mean": round(sum(util) / len(util), 3) if util else None,
                          "output_digest": m["output_digest"]})
     table = Table(title=f"netmon, {a.sites} sites, --ha none, {a.events:,} events, unpaced")
     for col in ("source", "input rows/s", "vs generator", "driver CPU share",
-                "sites busy (mean)"):
+                "driver CPU µs/row", "ingress records", "sites busy (mean)"):
         table.add_column(col, justify="left" if col == "source" else "right")
     base = rows[0]["throughput_tps"]
     for r in rows:
         table.add_row(r["source"], f"{r['throughput_tps']:,.0f}",
                       f"{r['throughput_tps'] / base:.2f}", f"{r['driver_cpu_share']}",
+                      f"{r['driver_cpu_us_per_row']}", f"{r['ingress_records']:,}",
                       f"{r['site_busy_mean']}")
     console.print(table)
     digests = {r["output_digest"] for r in rows}

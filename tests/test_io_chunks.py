@@ -278,3 +278,30 @@ def test_bad_configurations_say_what_to_change(tmp_path: Path) -> None:
     a.union(b).exchange(by=["src"]).sink()
     with pytest.raises(PlanError, match="one source; this one has 2 .a, b."):
         compile_plan(df, 8, 4)
+
+
+def test_rate_is_refused_for_a_source_read_on_the_sites(tmp_path: Path) -> None:
+    import sparkflux
+
+    plan_df = Dataflow("paced")
+    (plan_df.source(FileStreamSource(tmp_path, SCHEMA, event_time="ts", read_on="sites"),
+                    name="files").exchange(by=["src"]).sink())
+    with pytest.raises(PlanError, match="source 'files' is read on the sites .* Leave --rate "
+                       "out"):
+        sparkflux.start(plan_df, rate=1000, sites=2, partitions=4)
+
+
+def test_a_dataframe_read_on_the_sites_needs_a_shared_staging_directory() -> None:
+    from types import SimpleNamespace
+
+    from sparkflux.io import DataFrameSource
+
+    with pytest.raises(ValueError, match="read_on must be 'driver' or 'sites'"):
+        DataFrameSource(object(), read_on="executors")
+    on_cluster = SimpleNamespace(sparkSession=SimpleNamespace(
+        sparkContext=SimpleNamespace(master="spark://10.0.0.1:7077")))
+    with pytest.raises(ValueError, match="on a cluster needs staging=: a directory the driver "
+                       "and every executor can read and write at the same path"):
+        DataFrameSource(on_cluster, schema=SCHEMA, read_on="sites")
+    src = DataFrameSource(on_cluster, schema=SCHEMA, read_on="sites", staging="/shared/x")
+    assert src.task_slots == 1 and src.read_on == "sites"

@@ -1,5 +1,8 @@
 """The DataFrame source on a Spark session: rows in ``order_by`` order in bounded batches,
-"nothing yet" while a partition is fetched, positions and resuming, a table by name."""
+"nothing yet" while a partition is fetched, positions and resuming, a table by name; and
+read on the sites (``read_on="sites"``): partitions written on the executors, dealt in
+chunks, netmon on 4 sites with ``--ha none`` and with ``--ha flux`` and a kill equal to its
+reference, the driver's ingress numbering chunks only."""
 
 from __future__ import annotations
 
@@ -135,3 +138,66 @@ def test_netmon_from_a_dataframe_matches_the_reference(spark: Any, netmon: Any) 
     digest, rows, _ = reference_digest(netmon, args, spark=spark)
     assert result.metrics["input_tuples"] == 40_000 and result.metrics["dead_letters"] == 0
     assert result.metrics["output_tuples"] == rows and result.metrics["output_digest"] == digest
+
+
+def test_read_on_the_sites_stages_each_partition_once_and_resumes(spark: Any,
+                                                                  tmp_path: Any) -> None:
+    """10 range partitions written on the executors, one file each, in order; a start
+    position inside a partition skips its first rows; positions follow ``mark``."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    ranged = (spark.range(ROWS).withColumn("v", F.col("id").cast("string"))
+              .repartitionByRange(10, "id").sortWithinPartitions("id"))
+    src = DataFrameSource(ranged, read_on="sites", staging=tmp_path, fetch_rows=1000,
+                          start=DataFramePosition(2, 100))
+    landed = drain_landed(src.landed())
+    assert [n for n, _ in landed] == [f"part-{p:05d}.parquet" for p in range(2, 10)]
+    assert [skip for _, skip in landed] == [100] + [0] * 7
+    assert sorted(p.name for p in src.path.iterdir()) == [n for n, _ in landed]
+    staged = [i for n, _ in landed for i in pq.read_table(src.path / n).column("id").to_pylist()]
+    assert staged == list(range(staged[0], ROWS)) and 0 < staged[0] < ROWS // 2  # sampled
+    src.mark("part-00007.parquet", 7)
+    assert src.position() == DataFramePosition(7, 7)
+
+
+def drain_landed(it: Iterator[Any], budget_s: float = 60.0) -> list[tuple[str, int]]:
+    out = []
+    deadline = time.monotonic() + budget_s
+    for item in it:
+        if item is None:
+            time.sleep(0.01)
+            assert time.monotonic() < deadline
+            continue
+        out.append(item)
+    return out
+
+
+@pytest.mark.parametrize("ha", ["none", "flux"])
+def test_netmon_from_a_dataframe_read_on_the_sites(spark: Any, netmon: Any, tmp_path: Any,
+                                                   ha: str) -> None:
+    """netmon's packets from a DataFrame sorted by event time, written on the executors and
+    read on 4 sites (with ``--ha flux`` one of them killed): the reference's output digest,
+    and the driver's ingress numbered a record per chunk, none per row."""
+    from types import SimpleNamespace
+
+    from sparkflux.runner import reference_digest, run_example
+    from sparkflux.runtime.sinks import CollectSink, DeadLetters
+
+    from .test_netmon_spark import netmon_args
+
+    args = netmon_args(events=40_000, ha=ha, kill=["2@1.0"] if ha == "flux" else [])
+    events = spark.createDataFrame(pa.Table.from_batches([netmon.generate(0, 40_000)]))
+    source = DataFrameSource(events.repartition(5), order_by="ts", schema=netmon.SCHEMA,
+                             event_time="ts", read_on="sites", staging=tmp_path,
+                             chunk_rows=2_000, fetch_rows=8_000)
+    module = SimpleNamespace(options=netmon.options, __file__=netmon.__file__,
+                             build=lambda opts: netmon.build(opts, source=source))
+    result = run_example(module, args, sink=CollectSink(), dead=DeadLetters(), spark=spark)
+    m = result.metrics
+    digest, rows, _ = reference_digest(netmon, args, spark=spark)
+    assert m["input_tuples"] == 40_000 and m["dead_letters"] == 0
+    assert m["ingress_records"] <= 40_000 // 2_000 + 5  # chunks of the 5 partitions
+    assert m["output_tuples"] == rows and m["output_digest"] == digest
+    if ha == "flux":
+        assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [2]

@@ -40,7 +40,7 @@ def read_on_sites(plan: PhysicalPlan) -> PhysicalPlan:
     if steps[0].kind != "head" or any(s.kind != "apply" for s in steps[1:]):
         raise PlanError("read_on='sites': the steps before the first exchange must be "
                         "operators applied to the source (filters, maps)")
-    chunks = ChunkSource(source, source.chunk_rows, stream.name,  # type: ignore[arg-type]
+    chunks = ChunkSource(source, source.chunk_rows, stream.name,  # type: ignore[attr-defined]
                          stream.lateness)
     port = Port(0, CHUNK_SCHEMA, None, HEAD, 0, f"{stream.name} (chunks)")
     head = port_schema(port)

@@ -46,7 +46,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -59,8 +59,25 @@ from sparkflux.model.schema import PART, SN, SNM, T0, user_fields, with_system
 from sparkflux.model.validate import Malformed, Rejected, validate
 from sparkflux.operators.base import Operator
 
-if TYPE_CHECKING:
-    from sparkflux.io.files import FileStreamSource
+
+class LandingFiles(Protocol):
+    """What ``ChunkSource`` deals from: Parquet files in a directory, each handed over once
+    it is complete (``FileStreamSource``, or ``DataFrameSource`` writing its partitions on
+    the executors), with a position that ``mark`` moves."""
+
+    path: Path
+    schema: pa.Schema
+    event_time: str | None
+    task_slots: int
+
+    def landed(self) -> Iterator[tuple[str, int] | None]: ...
+    def mark(self, name: str, row: int) -> None: ...
+    def close(self) -> None: ...
+    def position(self) -> object: ...
+    def waiting_for(self) -> str | None: ...
+
+    @property
+    def closed(self) -> bool: ...
 
 CHUNK_SCHEMA = pa.schema([
     pa.field("file", pa.string(), nullable=False),  # its absolute path
@@ -233,19 +250,21 @@ class Chunk:
 
 
 class ChunkSource(Source):
-    """The driver's side of a ``FileStreamSource`` read on the sites: its chunk records, and
-    the dead letters of the rows the readers will drop (see the module)."""
+    """The driver's side of a source read on the sites: its chunk records, and the dead
+    letters of the rows the readers will drop (see the module). The Spark jobs of the source
+    it deals from (``task_slots``) and what they wait for are that source's."""
 
     schema = CHUNK_SCHEMA
     lateness = 0
 
-    def __init__(self, files: FileStreamSource, chunk_rows: int, name: str,
+    def __init__(self, files: LandingFiles, chunk_rows: int, name: str,
                  lateness: int) -> None:
         if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
             raise ValueError(f"chunk_rows must be between 1 and {MAX_CHUNK_ROWS} "
                              f"(got {chunk_rows})")
         self.files = files
         self.chunk_rows = chunk_rows
+        self.task_slots = files.task_slots
         self.source_name = name  # the dataflow's name for the source (for dead letters)
         self.source_lateness = lateness  # the stream's (``source(..., lateness=)`` or its own)
         # the sequencer orders chunks by the watermark after them: in dealing order
@@ -258,6 +277,9 @@ class ChunkSource(Source):
 
     def position(self) -> object:
         return self.files.position()
+
+    def waiting_for(self) -> str | None:
+        return self.files.waiting_for()
 
     def batches(self) -> Iterator[pa.RecordBatch | list[Malformed] | None]:
         for landed in self.files.landed():

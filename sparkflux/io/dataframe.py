@@ -27,18 +27,34 @@ and partitioning).
 
 ``schema`` defaults to the DataFrame's, as Arrow types; every row is validated against it by
 the ingress like any source's.
+
+**Read on the sites** (``read_on="sites"``): the rows never reach the driver. The same jobs,
+grouped the same way, write each partition on its executor as one Parquet file,
+``part-<partition>.parquet`` under a directory of ``staging`` made for the run, and bring
+the driver its row count alone; the driver deals the files in chunks to a reader stage on
+the sites, as for a file source read there (``io/chunks.py``). ``staging`` must be readable
+and writable at the same path by the driver and every executor (a shared file system);
+in local mode it defaults to a temporary directory. The staged copy is left there when the
+run ends (the sites may read it to the last row): remove it then. ``position()`` and
+``start=`` are the same as through the driver.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sparkflux.dataflow.api import Source
 
@@ -54,14 +70,24 @@ class DataFramePosition:
 
 
 class DataFrameSource(Source):
-    """A Spark DataFrame or table, read partition by partition through the driver."""
+    """A Spark DataFrame or table, read partition by partition: through the driver, or
+    written on the executors for the sites to read (``read_on="sites"``; see the module)."""
 
     task_slots = 1  # the fetch job's, beside the sites' (see ``Source``)
 
     def __init__(self, data: Any, *, spark: Any = None,
                  order_by: str | Sequence[str] | None = None, schema: pa.Schema | None = None,
                  event_time: str | None = None, lateness: int = 0, batch_size: int = 8192,
-                 start: DataFramePosition | None = None, fetch_rows: int = 262_144) -> None:
+                 start: DataFramePosition | None = None, fetch_rows: int = 262_144,
+                 read_on: str = "driver", staging: str | Path | None = None,
+                 chunk_rows: int = 65_536) -> None:
+        from sparkflux.io.chunks import MAX_CHUNK_ROWS
+
+        if read_on not in ("driver", "sites"):
+            raise ValueError(f"read_on must be 'driver' or 'sites' (got {read_on!r})")
+        if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
+            raise ValueError(f"chunk_rows must be between 1 and {MAX_CHUNK_ROWS} "
+                             f"(got {chunk_rows})")
         if isinstance(data, str):
             from pyspark.sql import SparkSession
 
@@ -77,6 +103,16 @@ class DataFrameSource(Source):
             schema = to_arrow_schema(data.schema)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+        if read_on == "sites" and staging is None:
+            if not data.sparkSession.sparkContext.master.startswith("local"):
+                raise ValueError("DataFrameSource(read_on='sites') on a cluster needs staging=: "
+                                 "a directory the driver and every executor can read and "
+                                 "write at the same path (a shared file system)")
+            staging = tempfile.mkdtemp(prefix="sparkflux-staging-")
+        self.read_on = read_on
+        self.staging = None if staging is None else Path(staging)
+        self.chunk_rows = chunk_rows
+        self.path = Path()  # read on the sites: the run's directory of staged partitions
         self.df = data
         self.schema = schema
         self.event_time = event_time
@@ -101,7 +137,8 @@ class DataFrameSource(Source):
         if fetching is None:
             return None
         part, parts, since = fetching
-        return (f"DataFrameSource: the Spark job fetching partitions from {part} (of {parts}) "
+        doing = "writing" if self.read_on == "sites" else "fetching"
+        return (f"DataFrameSource: the Spark job {doing} partitions from {part} (of {parts}) "
                 f"has not finished after {time.monotonic() - since:.0f} s (it needs a free "
                 f"task slot beside the sites'; see the Spark UI or log)")
 
@@ -152,6 +189,93 @@ class DataFrameSource(Source):
                     self._pos = DataFramePosition(part, 0)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+    # -- read on the sites: partitions written on the executors --------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def mark(self, name: str, row: int) -> None:
+        """The position moves to row ``row`` of the partition staged as ``name``."""
+        self._pos = DataFramePosition(int(name.removeprefix("part-").split(".")[0]), row)
+
+    def landed(self) -> Iterator[tuple[str, int] | None]:
+        """``read_on="sites"``: each partition from the start position on, once a Spark job
+        has written it under ``path`` (see the module), as ``(file name, rows to skip)``;
+        ``None`` while a job runs. Empty partitions are skipped."""
+        assert self.staging is not None
+        self.path = self.staging / f"dataframe-{uuid.uuid4().hex[:12]}"
+        self.path.mkdir(parents=True)
+        ipc = self.df.mapInArrow(_to_ipc, "ipc binary").rdd
+        written = ipc.mapPartitionsWithIndex(partial(_write_partition, str(self.path)))
+        context = self.df.sparkSession.sparkContext
+        parts = ipc.getNumPartitions()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="sparkflux-dataframe-stage")
+
+        def write(first: int, count: int) -> tuple[int, Future[list[int]]]:
+            group = list(range(first, min(first + count, parts)))
+            return first, pool.submit(context.runJob, written, _counts, group)
+
+        part, skip = self.start.partition, self.start.row
+        self._pos = self.start
+        group = 1
+        pending = write(part, group) if part < parts else None
+        try:
+            while pending is not None and not self._closed.is_set():
+                first, job = pending
+                if not job.done():
+                    if self._fetching is None or self._fetching[0] != first:
+                        self._fetching = (first, parts, time.monotonic())
+                    yield None  # a Spark job is writing partitions: nothing yet
+                    continue
+                self._fetching = None
+                counts = job.result()  # the rows of each partition written, in order
+                group = _group(group, len(counts), sum(counts), self.fetch_rows)
+                after = first + len(counts)
+                pending = write(after, group) if after < parts else None
+                for rows in counts:
+                    if rows > skip:
+                        self._pos = DataFramePosition(part, skip)
+                        yield _staged(part), skip
+                        if self._closed.is_set():
+                            return
+                    part, skip = part + 1, 0
+                    self._pos = DataFramePosition(part, 0)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _staged(partition: int) -> str:
+    return f"part-{partition:05d}.parquet"
+
+
+def _write_partition(directory: str, partition: int, rows: Iterator[Any]) -> Iterator[int]:
+    """On an executor: the partition's IPC blobs written as one Parquet file (under a hidden
+    name, then renamed: complete when it has its name); yields its row count."""
+    writer = None
+    count = 0
+    tmp = os.path.join(directory, f".{_staged(partition)}.tmp")
+    try:
+        for r in rows:
+            for batch in pa.ipc.open_stream(pa.py_buffer(bytes(r[0]))):
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, batch.schema)
+                writer.write_batch(batch)
+                count += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is not None and count:
+        os.replace(tmp, os.path.join(directory, _staged(partition)))
+    elif writer is not None:
+        os.remove(tmp)
+    yield count
+
+
+def _counts(counts: Iterator[int]) -> list[int]:
+    """One partition's row count as one item of the job's result."""
+    return [sum(counts)]
 
 
 def _group(group: int, fetched: int, rows: int, target: int) -> int:
