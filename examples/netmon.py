@@ -67,6 +67,8 @@ class NetmonOptions:
     batch: int = 8192
     bad_every: int = 0
     skew: bool = False
+    input_dir: str | None = None  # read the packets from Parquet files there
+    read_on: str = "driver"  # who reads those files: the driver or the sites
 
 
 def generate(start: int, count: int, seed: int = 7, skew: bool = False) -> pa.RecordBatch:
@@ -176,6 +178,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--skew", action="store_true",
                         help="80/20 keys: 80%% of sessions on 20%% of the (src, dst) pairs")
+    parser.add_argument("--input-dir", default=None,
+                        help="read the packets from the Parquet files landing in this "
+                             "directory (the generator's events, written by another "
+                             "process) until its _DONE marker, instead of generating them")
+    parser.add_argument("--read-on", choices=["driver", "sites"], default="driver",
+                        help="with --input-dir: the driver reads the files, or the sites "
+                             "do (the rows never pass through the driver)")
 
 
 def options(args: argparse.Namespace) -> NetmonOptions:
@@ -185,6 +194,8 @@ def options(args: argparse.Namespace) -> NetmonOptions:
         cpu_work=args.cpu_work,
         bad_every=args.bad_every,
         skew=getattr(args, "skew", False),
+        input_dir=getattr(args, "input_dir", None),
+        read_on=getattr(args, "read_on", "driver"),
     )
 
 
@@ -193,6 +204,11 @@ def build(opts: NetmonOptions, source: Source | None = None) -> Dataflow:
     packets come from the generator, or from ``source`` (e.g. files of its batches: its
     records in ``SCHEMA``, event time ``ts``)."""
     words = dictionary(opts.seed) if opts.cpu_work else None
+    if source is None and opts.input_dir is not None:
+        from sparkflux.io import FileStreamSource
+
+        source = FileStreamSource(opts.input_dir, SCHEMA, event_time="ts", end_marker="_DONE",
+                                  read_on=opts.read_on)
     df = Dataflow("netmon")
     sessions = (
         df.source(source or NetmonSource(opts), name="packets")

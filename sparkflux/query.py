@@ -144,7 +144,8 @@ def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,
     Parquet file, or nothing but counts); ``dead_letter``: a JSON-lines file for rejected
     input (default: next to ``output``, else kept in memory); ``dataflow_file``: the file the
     dataflow is defined in, whose neighbouring modules are shipped to the executors;
-    ``options``: ``sparkflux run``'s (``sites``, ``partitions``, ``ha``, ``replicas``,
+    ``announce``: gets the plan's description and the run's milestones (when the input
+    starts); ``options``: ``sparkflux run``'s (``sites``, ``partitions``, ``ha``, ``replicas``,
     ``master``, ``rate``, ``window``, ``spare_sites``, ``kill``, ...). Raises PlanError for a
     bad option, dataflow or session setting, RunFailed if the driver cannot listen."""
     cfg = run_config(**options)
@@ -162,7 +163,7 @@ def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,
         dead_letters = DeadLetters(path)
     if announce is not None:
         announce(plan.describe())
-    launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file)
+    launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file, announce)
     return FluxQuery(launched)
 
 

@@ -2,7 +2,9 @@
 machine: ``standalone`` in conftest.py, ``tests/cluster.py``), through real kills of a site's
 Python worker, of a whole executor JVM and of a Worker daemon, each run by the ``sparkflux``
 command against the cluster and checked against netmon's Spark SQL reference, digest for
-digest. Each test prints the run's figures (start-up, detection, adoption, recovery)."""
+digest. Each test prints the run's figures (start-up, detection, adoption, recovery). One
+reads its packets from Parquet files landing while it runs, read on the sites (the rows go
+from the files to the executors, never through the driver), through a Worker's kill."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -56,30 +60,46 @@ class ClusterRun:
         return [(t, m) for t, _, msg in self.log if (m := re.search(pattern, msg))]
 
 
-def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str, check: bool = True
+def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str, check: bool = True,
+                   paced: bool = True, on_line: Callable[[str], None] | None = None
                    ) -> ClusterRun:
     """``sparkflux run examples/netmon.py`` on the cluster, as a user runs it (its own driver
-    process, the cluster's driver configuration)."""
+    process, the cluster's driver configuration). ``paced``: its generator at ``RATE``;
+    ``on_line``: called with each line of its standard error as it comes."""
     cluster.ensure_workers()  # a test before may have killed one
     metrics = tmp_path / "metrics.json"
     cmd = [sys.executable, "-m", "sparkflux.cli", "run", str(ROOT / "examples" / "netmon.py"),
            "--events", str(EVENTS), "--sites", "4", "--partitions", "16", "--ha", "flux",
-           "--rate", str(RATE), "--master", cluster.master_url, "--metrics", str(metrics),
-           *extra]  # argparse: a later --sites or --partitions in ``extra`` wins
+           *(["--rate", str(RATE)] if paced else []), "--master", cluster.master_url,
+           "--metrics", str(metrics), *extra]  # a later --sites in ``extra`` wins
     t0 = time.monotonic()
-    p = subprocess.run(cmd, env=cluster.driver_env(), cwd=tmp_path, capture_output=True,
-                       text=True, timeout=RUN_TIMEOUT)
+    p = subprocess.Popen(cmd, env=cluster.driver_env(), cwd=tmp_path, text=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    timer = threading.Timer(RUN_TIMEOUT, p.kill)
+    timer.start()
+    lines = []
+    try:
+        assert p.stderr is not None
+        for line in p.stderr:
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+        p.wait()
+    finally:
+        timer.cancel()
+    stderr = "".join(lines)
     seconds = time.monotonic() - t0
-    (tmp_path / "stderr.txt").write_text(p.stderr)
+    (tmp_path / "stderr.txt").write_text(stderr)
+    assert seconds < RUN_TIMEOUT, f"the run took over {RUN_TIMEOUT} s:\n{stderr[-4000:]}"
     log = []
-    for line in p.stderr.splitlines():
+    for line in stderr.splitlines():
         if m := LOG_TIME.match(line):
             t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
             log.append((t, m[2], m[3]))
     if check:
-        assert p.returncode == 0, f"sparkflux run failed ({p.returncode}):\n{p.stderr[-6000:]}"
+        assert p.returncode == 0, f"sparkflux run failed ({p.returncode}):\n{stderr[-6000:]}"
     m = json.loads(metrics.read_text()) if metrics.exists() else {}
-    return ClusterRun(p.returncode, m, log, p.stderr, seconds)
+    return ClusterRun(p.returncode, m, log, stderr, seconds)
 
 
 def kill_figures(run: ClusterRun, level: str) -> dict[str, Any]:
@@ -171,3 +191,46 @@ def test_an_executor_hosting_two_neighbours_is_named_at_the_start(
     assert run.returncode == 2
     assert re.search(r"sites \d and \d failed .* no complete replica is left".replace(" ", r"\s+"),
                      run.stderr, re.S), run.stderr[-3000:]
+
+
+def test_files_read_on_the_sites_through_a_worker_kill(standalone: Any, tmp_path: Path,
+                                                       expected: tuple[str, int]) -> None:
+    """netmon's packets as 20 Parquet files landing one every 0.35 s once the input has
+    started (the first is there before), read on the sites, a chunk a file: the driver's
+    ingress numbers chunks, the executors read the rows. The Worker hosting the most sites
+    is SIGKILLed 3 s into the input, while files still land; the result is the reference's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import netmon  # the generator's events, what the reference computes from
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    per = EVENTS // 20
+    started = threading.Event()
+
+    def land(i: int) -> None:
+        tmp = inbox / f".part-{i:03d}.parquet.tmp"
+        pq.write_table(pa.Table.from_batches([netmon.generate(i * per, per)]), tmp)
+        tmp.rename(inbox / f"part-{i:03d}.parquet")
+
+    def lander() -> None:
+        started.wait(RUN_TIMEOUT)
+        for i in range(1, 20):
+            time.sleep(0.35)
+            land(i)
+        (inbox / "_DONE").touch()
+
+    land(0)
+    writer = threading.Thread(target=lander, daemon=True)
+    writer.start()
+    run = run_on_cluster(standalone, tmp_path, "--input-dir", str(inbox), "--read-on", "sites",
+                         "--kill", f"worker:most@{KILL_AT}", paced=False,
+                         on_line=lambda ln: started.set() if "input started" in ln else None)
+    started.set()
+    writer.join()
+    f = kill_figures(run, "worker")
+    assert len(f["sites"]) == 2 and run.metrics["kills"] == 2
+    assert run.metrics["ingress_records"] == 20  # one chunk per file of 20,000 rows
+    check_exact(run.metrics, expected)

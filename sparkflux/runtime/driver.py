@@ -99,9 +99,11 @@ class Host:
     """Controller + ingress + egress for one run, driven by one asyncio loop."""
 
     def __init__(self, plan: PhysicalPlan, cfg: RunConfig, sink: Sink,
-                 dead_letters: DeadLetters) -> None:
+                 dead_letters: DeadLetters,
+                 announce: Callable[[str], None] | None = None) -> None:
         self.plan = plan
         self.cfg = cfg
+        self.announce = announce or log.info  # the run's milestones, for the user
         self.security = cfg.security or make_security(secrets.token_bytes(32))
         self.gate = Gate(self.security.secret, lambda: (DRIVER_ID, 0),
                          self.security.handshake_timeout, self.security.max_pending)
@@ -717,6 +719,8 @@ class Host:
         self.stats.started_at = start
         self._mono_start = time.monotonic()
         self.cpu_start = time.process_time()
+        self.announce(f"input started: {self.plan.sites} sites ready "
+                      f"{start - (self.launched_at or start):.1f} s after the launch")
         self.faults.arm()
         source = self._source = SourceFeed(self.plan)
         if self._ending:

@@ -58,12 +58,14 @@ class Launched:
 
 
 def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
-           spark: Any = None, dataflow_file: str | Path | None = None) -> Launched:
+           spark: Any = None, dataflow_file: str | Path | None = None,
+           announce: Callable[[str], None] | None = None) -> Launched:
     """Start the driver host and submit the sites' Spark job; return at once (``supervise``
     then waits for the end). ``spark``: the user's session, checked (``session_check.py``:
     a bad setting raises PlanError saying what to change), or None for a session made here
     with every setting the job needs. ``dataflow_file``: the file the dataflow came from;
-    the modules beside it are shipped."""
+    the modules beside it are shipped. ``announce`` gets the run's milestones (the input's
+    start)."""
     source_slots = sum(src.task_slots for src in plan.sources)
     master = cfg.master or default_master(cfg.sites + cfg.spares + source_slots)
     tasks = plan.sites + cfg.spares
@@ -88,7 +90,7 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
         cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
     bind, advertise = driver_addresses(master, conf, cfg.bind_host)
     cfg = replace(cfg, local=is_local(master), bind_host=bind)
-    host = Host(plan, cfg, sink, dead_letters)
+    host = Host(plan, cfg, sink, dead_letters, announce)
     thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
     thread.start()
     host.ready.wait(30)
