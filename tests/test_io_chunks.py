@@ -34,9 +34,12 @@ from sparkflux.io.chunks import (
     CHUNK_SCHEMA,
     ChunkSource,
     FileChanged,
+    FileDamaged,
     ReadChunks,
+    SiteReadError,
     regular,
     screen,
+    spans,
 )
 from sparkflux.io.files import FilePosition, FileStreamSource
 from sparkflux.model.progress import NO_WATERMARK
@@ -103,7 +106,7 @@ def files(tmp_path: Path, **kw: Any) -> Path:
 def dealt(d: Path, chunk_rows: int = 16, **kw: Any) -> tuple[list[dict], list, ChunkSource]:
     src = FileStreamSource(d, SCHEMA, event_time="ts", end_marker="_DONE", read_on="sites",
                            chunk_rows=chunk_rows, poll_interval=0.0, **kw)
-    chunks = ChunkSource(src, chunk_rows, "events", 0)
+    chunks = ChunkSource(src, chunk_rows, "events", SCHEMA, 0)
     records: list[dict] = []
     dead: list = []
     for item in chunks.batches():
@@ -123,10 +126,10 @@ def test_chunks_cover_every_row_once_and_span_the_valid_ones(tmp_path: Path) -> 
         assert c["size"] == os.stat(c["file"]).st_size
         by_file.setdefault(Path(c["file"]).name, []).append((c["row_start"], c["rows"]))
     assert sorted(by_file) == sorted(p.name for p in d.glob("*.parquet"))
-    for name, spans in by_file.items():  # contiguous, from row 0 to the file's end
-        assert spans[0][0] == 0
-        assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False))
-        assert spans[-1][0] + spans[-1][1] == pq.ParquetFile(d / name).metadata.num_rows
+    for name, cut in by_file.items():  # contiguous, from row 0 to the file's end
+        assert cut[0][0] == 0
+        assert all(a + n == b for (a, n), (b, _) in zip(cut, cut[1:], strict=False))
+        assert cut[-1][0] + cut[-1][1] == pq.ParquetFile(d / name).metadata.num_rows
     assert source.rows_dealt == 400
     assert sum(c["sns"] for c in records) + len(dead) == 400
     wms = [c["watermark"] for c in records]
@@ -139,7 +142,7 @@ def test_a_chunk_with_no_valid_row_is_not_dealt(tmp_path: Path) -> None:
     d.mkdir()
     t = pa.table(rows(src=[1, 2, 3, 4], dst=[0] * 4, kind=[0] * 4, ts=[1, 2, 3, 4],
                       app=[1, 1, None, None]))
-    pq.write_table(t, d / "a.parquet")
+    pq.write_table(t, d / "a.parquet", row_group_size=2)
     (d / "_DONE").touch()
     records, dead, _ = dealt(d, chunk_rows=2)
     assert [(c["row_start"], c["sns"]) for c in records] == [(0, 2)]
@@ -158,13 +161,14 @@ def test_close_ends_the_deal_at_a_chunk_boundary(tmp_path: Path) -> None:
     d = files(tmp_path)
     src = FileStreamSource(d, SCHEMA, event_time="ts", read_on="sites", chunk_rows=16,
                            poll_interval=0.0)
-    chunks = ChunkSource(src, 16, "events", 0)
+    chunks = ChunkSource(src, 16, "events", SCHEMA, 0)
     it = chunks.batches()
     got = [next(it) for _ in range(3)]
     chunks.close()
     assert list(it) == []
     last = got[-1].to_pylist()[0]
-    assert src.position() == FilePosition("part-0000.parquet", last["row_start"] + 16)
+    assert src.position() == FilePosition("part-0000.parquet",
+                                          last["row_start"] + last["rows"])
 
 
 def test_the_dead_letters_are_the_ones_the_driver_writes_reading_itself(
@@ -255,11 +259,101 @@ def test_a_file_replaced_after_it_landed_stops_the_reader(tmp_path: Path) -> Non
         reader().process(chunk_rows_batch(c, sn=0))
 
 
+def test_a_damaged_column_the_driver_did_not_read_stops_the_reader(tmp_path: Path) -> None:
+    """The driver reads a regular file's footer and event-time column only; a reader that
+    cannot decode the rest says the file is damaged and how to read such input."""
+    d = tmp_path / "in"
+    d.mkdir()
+    t = pa.table(rows(src=list(range(20)), dst=[0] * 20, kind=[0] * 20, ts=list(range(20)),
+                      app=[1] * 20)).cast(SCHEMA)
+    path = d / "a.parquet"
+    pq.write_table(t, path, compression="none", row_group_size=20)
+    (d / "_DONE").touch()
+    records, dead, _ = dealt(d)
+    assert dead == [] and len(records) == 1
+    data = bytearray(path.read_bytes())
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    col = next(meta.column(j) for j in range(meta.num_columns)
+               if meta.column(j).path_in_schema == "src")
+    for k in range(col.data_page_offset, col.data_page_offset + 24):  # the page header
+        data[k] = 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(FileDamaged, match="(?s)rows 0..19 of .* cannot be decoded .* read "
+                       "such input with read_on='driver'"):
+        reader().process(chunk_rows_batch(records[0], sn=0))
+
+
+def test_a_file_unreadable_from_a_row_on_is_one_dead_letter_from_there(tmp_path: Path) -> None:
+    """The chunks before the damage are dealt; the rest of the file is one dead letter
+    naming the row, as when the driver reads it; the event times of the rows never dealt
+    do not move the watermark (the next file's rows are not late)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    t = pa.table(rows(src=list(range(20)), dst=[0] * 20, kind=[0] * 20,
+                      ts=list(range(1000, 1020)), app=[1] * 20)).cast(SCHEMA)
+    path = d / "a.parquet"
+    pq.write_table(t, path, compression="none", row_group_size=10)
+    meta = pq.ParquetFile(path).metadata.row_group(1)
+    col = next(meta.column(j) for j in range(meta.num_columns)
+               if meta.column(j).path_in_schema == "ts")
+    data = bytearray(path.read_bytes())
+    for k in range(col.data_page_offset, col.data_page_offset + 24):
+        data[k] = 0xFF
+    path.write_bytes(bytes(data))
+    # 1012: behind rows 10-19 (never dealt), not behind rows 0-9
+    later = pa.table(rows(src=[1], dst=[0], kind=[0], ts=[1012], app=[1])).cast(SCHEMA)
+    pq.write_table(later, d / "b.parquet")
+    (d / "_DONE").touch()
+    records, dead, _ = dealt(d, chunk_rows=10)
+    assert [(Path(c["file"]).name, c["row_start"], c["sns"]) for c in records] == [
+        ("a.parquet", 0, 10), ("b.parquet", 0, 1)]
+    assert [m.record for m in dead] == [{"file": "a.parquet", "row": 10}]
+    assert dead[0].reason.startswith("file a.parquet: not readable as Parquet from row 10")
+
+
+def test_a_null_event_time_is_a_dead_letter_on_both_sides(tmp_path: Path) -> None:
+    """Whether the schema allows it or not, a record needs its event time."""
+    loose = SCHEMA.set(3, SCHEMA.field("ts").with_nullable(True))
+    d = tmp_path / "in"
+    d.mkdir()
+    t = pa.table(rows(src=[1, 2, 3], dst=[0] * 3, kind=[0] * 3, ts=[5, None, 7], app=[1] * 3))
+    pq.write_table(t, d / "a.parquet")
+    (d / "_DONE").touch()
+
+    def rejects(read_on: str) -> list[str]:
+        df = Dataflow("nulls")
+        df.source(FileStreamSource(d, loose, event_time="ts", end_marker="_DONE",
+                                   read_on=read_on, poll_interval=0.0), name="events"
+                  ).exchange(by=["src"]).sink()
+        plan = compile_plan(df, 4, 2)
+        b = boundary_for(plan, 1, {"heartbeat_timeout": 10.0})
+        out = []
+        for item in plan.sources[0].batches():
+            if item is not None:
+                out += [r.reason for a in b.handle(Input(batch=item, now=0.0))
+                        if isinstance(a, Rejects) for r in a.rejected]
+        return out
+
+    assert rejects("driver") == rejects("sites") == ["missing value for column 'ts'"]
+
+
+def test_chunks_follow_the_row_groups(tmp_path: Path) -> None:
+    """Whole row groups up to ``chunk_rows``, a larger group alone, the first from the skip."""
+    path = tmp_path / "g.parquet"
+    t = pa.table({"x": list(range(100))})
+    pq.write_table(t, path, row_group_size=10)
+    meta = pq.ParquetFile(path).metadata
+    assert list(spans(meta, 0, 25)) == [(0, 20), (20, 20), (40, 20), (60, 20), (80, 20)]
+    assert list(spans(meta, 0, 5)) == [(k, 10) for k in range(0, 100, 10)]
+    assert list(spans(meta, 37, 25)) == [(37, 23), (60, 20), (80, 20)]
+    assert list(spans(meta, 100, 25)) == []
+
+
 def test_a_file_a_site_cannot_read_names_the_shared_file_system(tmp_path: Path) -> None:
     d = files(tmp_path)
     records, _, _ = dealt(d)
     c = {**records[0], "file": str(tmp_path / "elsewhere" / "part-0000.parquet")}
-    with pytest.raises(FileChanged, match="same path on every executor"):
+    with pytest.raises(SiteReadError, match="same path on every executor"):
         reader().process(chunk_rows_batch(c, sn=0))
 
 
@@ -305,3 +399,29 @@ def test_a_dataframe_read_on_the_sites_needs_a_shared_staging_directory() -> Non
         DataFrameSource(on_cluster, schema=SCHEMA, read_on="sites")
     src = DataFrameSource(on_cluster, schema=SCHEMA, read_on="sites", staging="/shared/x")
     assert src.task_slots == 1 and src.read_on == "sites"
+
+
+def test_staged_partitions_are_named_by_task_attempt(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two attempts of one partition's task (a retry, a lost executor's task still running)
+    write two files; each returns its own name, and neither replaces the other's."""
+    from types import SimpleNamespace
+
+    from pyspark import TaskContext
+
+    from sparkflux.io import dataframe as dfm
+
+    batch = pa.record_batch({"x": [1, 2]})
+    out = pa.BufferOutputStream()
+    with pa.ipc.new_stream(out, batch.schema) as w:
+        w.write_batch(batch)
+    blob = out.getvalue().to_pybytes()
+    for attempt in (11, 12):
+        ctx = SimpleNamespace(taskAttemptId=lambda a=attempt: a)
+        monkeypatch.setattr(TaskContext, "get", staticmethod(lambda c=ctx: c))
+        got = list(dfm._write_partition(str(tmp_path), 3, iter([(blob,)])))
+        assert got == [(2, f"part-00003-{attempt}.parquet")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part-00003-11.parquet",
+                                                           "part-00003-12.parquet"]
+    empty = list(dfm._write_partition(str(tmp_path), 4, iter([])))
+    assert empty[0][0] == 0 and len(list(tmp_path.iterdir())) == 2

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.spark
 
 EVENTS = 60_000
 PER_FILE = 4_000  # 15 files
-CHUNK_ROWS = 1_000  # read on the sites: 4 chunks a file
+CHUNK_ROWS = 1_000  # read on the sites: 4 chunks a file (row groups of as many rows)
 
 
 def land_files(netmon: Any, d: Path, pause: float, seen: list[int], table: Path,
@@ -43,7 +43,8 @@ def land_files(netmon: Any, d: Path, pause: float, seen: list[int], table: Path,
     and the writer reads the table between files, as a reader would (whole files only)."""
     for i in range(EVENTS // PER_FILE):
         tmp = d / f".part-{i:05d}.parquet.tmp"
-        pq.write_table(pa.Table.from_batches([netmon.generate(i * PER_FILE, PER_FILE)]), tmp)
+        pq.write_table(pa.Table.from_batches([netmon.generate(i * PER_FILE, PER_FILE)]), tmp,
+                       row_group_size=CHUNK_ROWS)  # read on the sites: a chunk a group
         os.replace(tmp, d / f"part-{i:05d}.parquet")
         deadline = time.monotonic() + 60
         while i == 0 and not source.position().file and time.monotonic() < deadline:

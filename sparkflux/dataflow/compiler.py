@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparkflux.dataflow.api import Dataflow, Node
+from sparkflux.dataflow.api import Dataflow, Node, Source
 from sparkflux.dataflow.plan import PhysicalPlan, SinkSpec, StagePlan, StreamSpec
 from sparkflux.dataflow.ports import Port, port_schema
 from sparkflux.dataflow.program import StageProgram, Step
@@ -120,7 +120,7 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
         name=df.name,
         sources=tuple(n.source for n in sources),  # type: ignore[misc]
         streams=streams,
-        source_schemas=tuple(pa.schema(list(n.source.schema)) for n in sources),  # type: ignore[union-attr]
+        source_schemas=tuple(valid_record(n.source) for n in sources),  # type: ignore[arg-type]
         ingress=ingress,
         stages=tuple(plans),
         sinks=sink_specs,
@@ -133,6 +133,19 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
     from sparkflux.dataflow.site_read import read_on_sites  # it imports sparkflux.io
 
     return read_on_sites(plan)
+
+
+def valid_record(source: Source) -> pa.Schema:
+    """What the ingress accepts of ``source``: its schema, with its event-time column
+    required (a record without an event time has no place in the merged order, and no
+    watermark can bound it: it goes to the dead letters)."""
+    schema = pa.schema(list(source.schema))
+    if source.event_time is None:
+        return schema
+    i = schema.get_field_index(source.event_time)
+    if i < 0:
+        return schema  # the compiler names the missing column
+    return schema.set(i, schema.field(i).with_nullable(False))
 
 
 def _reaching(df: Dataflow, sinks: list[Node]) -> list[Node]:

@@ -40,13 +40,14 @@ def read_on_sites(plan: PhysicalPlan) -> PhysicalPlan:
     if steps[0].kind != "head" or any(s.kind != "apply" for s in steps[1:]):
         raise PlanError("read_on='sites': the steps before the first exchange must be "
                         "operators applied to the source (filters, maps)")
+    valid = plan.source_schemas[0]
     chunks = ChunkSource(source, source.chunk_rows, stream.name,  # type: ignore[attr-defined]
-                         stream.lateness)
+                         valid, stream.lateness)
     port = Port(0, CHUNK_SCHEMA, None, HEAD, 0, f"{stream.name} (chunks)")
     head = port_schema(port)
     ingress = StageProgram((port,), (port,), [Step(HEAD, "head", (0,), schema=head)],
                            [("step", 0)], plan.partitions)
-    reader = ReadChunks(source.schema, stream.event_time, stream.lateness, stream.name)
+    reader = ReadChunks(valid, stream.event_time, stream.lateness, stream.name)
     read = reader.bind(head)
     moved = [Step(s.name, s.kind, tuple(i + 1 for i in s.inputs), s.operator, s.schema)
              for s in steps[1:]]

@@ -146,9 +146,30 @@ def read_rows(path: str, schema: pa.Schema, row_start: int, rows: int) -> pa.Rec
     cols = [n for n in schema.names if n in have]
     table = pf.read_row_groups(groups, columns=cols) if groups else \
         pf.schema_arrow.empty_table().select(cols)
-    table = table.slice(row_start - max(first, 0), rows).combine_chunks()
-    batches = table.to_batches()
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+    batches = table.slice(row_start - max(first, 0), rows).to_batches()
+    # one batch or an error (never the first of several: a string column over 2 GiB)
+    return pa.concat_batches(batches) if batches else \
+        pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def spans(meta: pq.FileMetaData, skip: int, chunk_rows: int) -> Iterator[tuple[int, int]]:
+    """``(first row, rows)`` of each chunk of a file from row ``skip`` on: whole row groups,
+    as many as fit in ``chunk_rows`` rows, or one larger group alone, so that a reader
+    decodes no row it does not deal (Parquet decodes a row group's pages whole). The
+    first chunk starts at ``skip`` inside its group."""
+    start, rows, at = skip, 0, 0
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        lo, hi = max(at, skip), at + n
+        at = hi
+        if hi <= lo:
+            continue
+        if rows and rows + (hi - lo) > chunk_rows:
+            yield start, rows
+            start, rows = lo, 0
+        rows += hi - lo
+    if rows:
+        yield start, rows
 
 
 def regular(pf: pq.ParquetFile, schema: pa.Schema) -> bool:
@@ -172,8 +193,18 @@ def regular(pf: pq.ParquetFile, schema: pa.Schema) -> bool:
     return True
 
 
-class FileChanged(RuntimeError):
+class SiteReadError(RuntimeError):
+    """A reader cannot give the rows the driver dealt: the run stops (its replicas would
+    otherwise disagree, or a row the driver numbered would go missing)."""
+
+
+class FileChanged(SiteReadError):
     """A file read on the sites is not the file the driver dealt out (see the module)."""
+
+
+class FileDamaged(SiteReadError):
+    """Rows of a file read on the sites cannot be decoded: the driver read only its footer
+    and event-time column, so it dealt them."""
 
 
 class ReadChunks(Operator):
@@ -203,30 +234,41 @@ class ReadChunks(Operator):
         out = [b for b in out if b.num_rows]
         if not out:
             return empty(self.output_schema)
-        return out[0] if len(out) == 1 else pa.Table.from_batches(out).combine_chunks(
-        ).to_batches()[0]
+        # one batch or an error (never the first of several: a string column over 2 GiB)
+        return out[0] if len(out) == 1 else pa.concat_batches(out)
 
     def _read(self, c: dict) -> pa.RecordBatch:
-        path = c["file"]
+        path, first, last = c["file"], c["row_start"], c["row_start"] + c["rows"] - 1
         try:
             size = os.stat(path).st_size
+        except OSError as e:
+            raise SiteReadError(
+                f"source {self.source!r}: this site cannot open {path} ({e}); files read on "
+                f"the sites must be readable at the same path on every executor (a shared "
+                f"file system)") from e
+        if size != c["size"]:
+            raise FileChanged(
+                f"source {self.source!r}: {path} changed after it landed (the driver saw "
+                f"{c['size']} bytes, this site {size}): a file must not change once it has "
+                f"its name (write it under a hidden name and rename it)")
+        try:
             rows = read_rows(path, self.schema, c["row_start"], c["rows"])
         except (OSError, pa.ArrowException) as e:
-            raise FileChanged(
-                f"source {self.source!r}: this site cannot read {path} ({type(e).__name__}: "
-                f"{e}); files read on the sites must be readable at the same path on every "
-                f"executor (a shared file system), and stay as they were once they land"
-            ) from e
+            raise FileDamaged(
+                f"source {self.source!r}: rows {first}..{last} of {path} cannot be decoded "
+                f"({type(e).__name__}: {e}): the file is damaged. The driver read only its "
+                f"footer and event-time column, so it dealt them; read such input with "
+                f"read_on='driver', which sends an undecodable file to the dead letters "
+                f"and goes on") from e
         good, _, _ = screen(rows, self.schema, self.event_time, self.lateness,
                             c["prior_max"], self.source)
         n = good.num_rows
-        if size != c["size"] or n != c[SPAN]:
+        if n != c[SPAN]:
             raise FileChanged(
-                f"source {self.source!r}: {path} changed after it landed (the driver saw "
-                f"{c['size']} bytes and {c[SPAN]} valid rows in rows {c['row_start']}.."
-                f"{c['row_start'] + c['rows'] - 1}, this site {size} bytes and {n}): a file "
-                f"must not change once it has its name (write it under a hidden name and "
-                f"rename it)")
+                f"source {self.source!r}: {path} changed after it landed (the driver counted "
+                f"{c[SPAN]} valid rows in rows {first}..{last}, this site {n}): a file must "
+                f"not change once it has its name (write it under a hidden name and rename "
+                f"it)")
         system = {SN: pa.array(np.arange(c[SN], c[SN] + n, dtype=np.int64)),
                   SNM: pa.array(np.full(n, c[SNM], dtype=np.int64)),
                   T0: pa.array(np.full(n, c[T0], dtype=np.float64)),
@@ -257,7 +299,7 @@ class ChunkSource(Source):
     schema = CHUNK_SCHEMA
     lateness = 0
 
-    def __init__(self, files: LandingFiles, chunk_rows: int, name: str,
+    def __init__(self, files: LandingFiles, chunk_rows: int, name: str, schema: pa.Schema,
                  lateness: int) -> None:
         if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
             raise ValueError(f"chunk_rows must be between 1 and {MAX_CHUNK_ROWS} "
@@ -266,6 +308,7 @@ class ChunkSource(Source):
         self.chunk_rows = chunk_rows
         self.task_slots = files.task_slots
         self.source_name = name  # the dataflow's name for the source (for dead letters)
+        self.valid = schema  # a valid record (the event-time column required)
         self.source_lateness = lateness  # the stream's (``source(..., lateness=)`` or its own)
         # the sequencer orders chunks by the watermark after them: in dealing order
         self.event_time = "watermark" if files.event_time is not None else None
@@ -294,49 +337,51 @@ class ChunkSource(Source):
     def _file(self, path: Path, name: str, skip: int
               ) -> Iterator[pa.RecordBatch | list[Malformed]]:
         """The chunk records of one file from row ``skip`` on, each with the dead letters of
-        its dropped rows before it; the file's position moves past each as it is dealt."""
+        its dropped rows before it; the file's position moves past each as it is dealt. A
+        file that cannot be read from some row on is one dead letter from that row, as when
+        the driver reads it (the chunks before are dealt)."""
         where = str(path.resolve())
+        at = skip
         try:
             pf = pq.ParquetFile(where)
             size = os.stat(where).st_size
-            chunks = list(self.deal(pf, where, size, skip))
+            whole = not regular(pf, self.valid)
+            for start, n in spans(pf.metadata, skip, self.chunk_rows):
+                at = start
+                chunk, dead = self._chunk(where, size, start, n, whole)
+                if dead:
+                    yield dead
+                self.files.mark(name, start + n)
+                self.rows_dealt += n
+                if chunk.sns:
+                    yield pa.RecordBatch.from_pylist([asdict(chunk)], schema=CHUNK_SCHEMA)
+                if self.files.closed:
+                    return
         except (OSError, pa.ArrowException) as e:
-            yield [Malformed({"file": name, "row": skip},
-                             f"file {name}: not readable as Parquet from row {skip} "
+            self.files.mark(name, at)
+            yield [Malformed({"file": name, "row": at},
+                             f"file {name}: not readable as Parquet from row {at} "
                              f"({type(e).__name__}: {e})")]
-            return
-        for chunk, dead in chunks:
-            if dead:
-                yield dead
-            self.files.mark(name, chunk.row_start + chunk.rows)
-            self.rows_dealt += chunk.rows
-            if chunk.sns:
-                yield pa.RecordBatch.from_pylist([asdict(chunk)], schema=CHUNK_SCHEMA)
-            if self.files.closed:
-                return
 
-    def deal(self, pf: pq.ParquetFile, where: str, size: int, skip: int
-             ) -> Iterator[tuple[Chunk, list[Malformed]]]:
-        """Each chunk of the file from row ``skip`` on, and the dead letters of the rows its
+    def _chunk(self, where: str, size: int, start: int, n: int, whole: bool
+               ) -> tuple[Chunk, list[Malformed]]:
+        """Rows ``[start, start + n)`` as a chunk, and the dead letters of the rows its
         readers will drop: from the event-time column alone for a regular file (nothing at
-        all without an event time), the chunk read whole where that is not enough."""
-        schema, et_col = self.files.schema, self.files.event_time
+        all without an event time), the rows read whole where that is not enough. The
+        largest event time moves only once the chunk is read."""
+        schema, et_col = self.valid, self.files.event_time
         lateness = self.source_lateness
-        total = pf.metadata.num_rows
-        whole = not regular(pf, schema)
-        for start in range(skip, total, self.chunk_rows):
-            n = min(self.chunk_rows, total - start)
-            prior = self.max_et
-            if not whole and et_col is None:
-                kept, dead = n, []
-            else:
-                cols = schema if whole else pa.schema([schema.field(et_col)])
-                good, rejected, top = screen(read_rows(where, cols, start, n), cols, et_col,
-                                             lateness, prior, self.source_name)
-                if rejected and not whole:  # late rows of a regular file: their whole records
-                    good, rejected, top = screen(read_rows(where, schema, start, n), schema,
-                                                 et_col, lateness, prior, self.source_name)
-                kept, dead = good.num_rows, [Malformed(r.record, r.reason) for r in rejected]
-                self.max_et = top
-            wm = self.max_et - lateness if self.max_et > NO_WATERMARK else NO_WATERMARK
-            yield Chunk(where, size, start, n, prior, wm, kept), dead
+        prior = top = self.max_et
+        if not whole and et_col is None:
+            kept, dead = n, []
+        else:
+            cols = schema if whole else pa.schema([schema.field(et_col)])
+            good, rejected, top = screen(read_rows(where, cols, start, n), cols, et_col,
+                                         lateness, prior, self.source_name)
+            if rejected and not whole:  # late rows of a regular file: their whole records
+                good, rejected, top = screen(read_rows(where, schema, start, n), schema,
+                                             et_col, lateness, prior, self.source_name)
+            kept, dead = good.num_rows, [Malformed(r.record, r.reason) for r in rejected]
+        self.max_et = top
+        wm = top - lateness if top > NO_WATERMARK else NO_WATERMARK
+        return Chunk(where, size, start, n, prior, wm, kept), dead

@@ -30,9 +30,11 @@ the ingress like any source's.
 
 **Read on the sites** (``read_on="sites"``): the rows never reach the driver. The same jobs,
 grouped the same way, write each partition on its executor as one Parquet file,
-``part-<partition>.parquet`` under a directory of ``staging`` made for the run, and bring
-the driver its row count alone; the driver deals the files in chunks to a reader stage on
-the sites, as for a file source read there (``io/chunks.py``). ``staging`` must be readable
+``part-<partition>-<task attempt>.parquet`` under a directory of ``staging`` made for the
+run, and bring the driver its row count and file name alone; the driver deals the files in
+chunks to a reader stage on the sites, as for a file source read there (``io/chunks.py``).
+Another attempt of a task (a retry, a lost executor's task still running) writes a file of
+its own, which is never dealt. ``staging`` must be readable
 and writable at the same path by the driver and every executor (a shared file system);
 in local mode it defaults to a temporary directory. The staged copy is left there when the
 run ends (the sites may read it to the last row): remove it then. ``position()`` and
@@ -198,7 +200,7 @@ class DataFrameSource(Source):
 
     def mark(self, name: str, row: int) -> None:
         """The position moves to row ``row`` of the partition staged as ``name``."""
-        self._pos = DataFramePosition(int(name.removeprefix("part-").split(".")[0]), row)
+        self._pos = DataFramePosition(int(name.split("-")[1]), row)
 
     def landed(self) -> Iterator[tuple[str, int] | None]:
         """``read_on="sites"``: each partition from the start position on, once a Spark job
@@ -213,9 +215,9 @@ class DataFrameSource(Source):
         parts = ipc.getNumPartitions()
         pool = ThreadPoolExecutor(1, thread_name_prefix="sparkflux-dataframe-stage")
 
-        def write(first: int, count: int) -> tuple[int, Future[list[int]]]:
+        def write(first: int, count: int) -> tuple[int, Future[list[tuple[int, str]]]]:
             group = list(range(first, min(first + count, parts)))
-            return first, pool.submit(context.runJob, written, _counts, group)
+            return first, pool.submit(context.runJob, written, _first, group)
 
         part, skip = self.start.partition, self.start.row
         self._pos = self.start
@@ -230,14 +232,14 @@ class DataFrameSource(Source):
                     yield None  # a Spark job is writing partitions: nothing yet
                     continue
                 self._fetching = None
-                counts = job.result()  # the rows of each partition written, in order
-                group = _group(group, len(counts), sum(counts), self.fetch_rows)
-                after = first + len(counts)
+                staged = job.result()  # (rows, file) of each partition written, in order
+                group = _group(group, len(staged), sum(n for n, _ in staged), self.fetch_rows)
+                after = first + len(staged)
                 pending = write(after, group) if after < parts else None
-                for rows in counts:
+                for rows, name in staged:
                     if rows > skip:
                         self._pos = DataFramePosition(part, skip)
-                        yield _staged(part), skip
+                        yield name, skip
                         if self._closed.is_set():
                             return
                     part, skip = part + 1, 0
@@ -246,16 +248,21 @@ class DataFrameSource(Source):
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _staged(partition: int) -> str:
-    return f"part-{partition:05d}.parquet"
+def _write_partition(directory: str, partition: int, rows: Iterator[Any]
+                     ) -> Iterator[tuple[int, str]]:
+    """On an executor: the partition's IPC blobs written as one Parquet file, its name the
+    partition's and the task attempt's (written under a hidden name, then renamed: complete
+    once it has its name); yields its row count and name. Another attempt of the same
+    partition (a retry, a lost executor's task still running) writes a file of its own,
+    which is never dealt: only the name the job returns is."""
+    from pyspark import TaskContext
 
-
-def _write_partition(directory: str, partition: int, rows: Iterator[Any]) -> Iterator[int]:
-    """On an executor: the partition's IPC blobs written as one Parquet file (under a hidden
-    name, then renamed: complete when it has its name); yields its row count."""
+    context = TaskContext.get()
+    attempt = context.taskAttemptId() if context is not None else 0
+    name = f"part-{partition:05d}-{attempt}.parquet"
+    tmp = os.path.join(directory, f".{name}.tmp")
     writer = None
     count = 0
-    tmp = os.path.join(directory, f".{_staged(partition)}.tmp")
     try:
         for r in rows:
             for batch in pa.ipc.open_stream(pa.py_buffer(bytes(r[0]))):
@@ -267,15 +274,15 @@ def _write_partition(directory: str, partition: int, rows: Iterator[Any]) -> Ite
         if writer is not None:
             writer.close()
     if writer is not None and count:
-        os.replace(tmp, os.path.join(directory, _staged(partition)))
+        os.replace(tmp, os.path.join(directory, name))
     elif writer is not None:
         os.remove(tmp)
-    yield count
+    yield count, name
 
 
-def _counts(counts: Iterator[int]) -> list[int]:
-    """One partition's row count as one item of the job's result."""
-    return [sum(counts)]
+def _first(results: Iterator[tuple[int, str]]) -> list[tuple[int, str]]:
+    """One partition's (rows, file name) as one item of the job's result."""
+    return [next(results)]
 
 
 def _group(group: int, fetched: int, rows: int, target: int) -> int:

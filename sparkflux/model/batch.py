@@ -33,7 +33,9 @@ def concat(batches: Sequence[pa.RecordBatch], schema: pa.Schema | None = None) -
         return empty(schema)
     if len(batches) == 1:
         return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    # one batch or an error: ``combine_chunks`` may keep a string column over 2 GiB in
+    # several chunks, and taking the first batch of that would drop rows
+    return pa.concat_batches(batches)
 
 
 def sn_array(batch: pa.RecordBatch) -> np.ndarray:

@@ -158,7 +158,8 @@ class _Reader:
             table = reader.read_all()
             if code == EXT_TABLE:
                 return table
-            return table.combine_chunks().to_batches()[0] if table.num_rows else \
+            # one batch or an error, never the first of several (a string column over 2 GiB)
+            return pa.concat_batches(table.to_batches()) if table.num_rows else \
                 pa.RecordBatch.from_pylist([], schema=table.schema)
         if code == EXT_RECORD:
             return self.record(self.unpack(data))

@@ -719,8 +719,6 @@ class Host:
         self.stats.started_at = start
         self._mono_start = time.monotonic()
         self.cpu_start = time.process_time()
-        self.announce(f"input started: {self.plan.sites} sites ready "
-                      f"{start - (self.launched_at or start):.1f} s after the launch")
         self.faults.arm()
         source = self._source = SourceFeed(self.plan)
         if self._ending:
@@ -739,6 +737,8 @@ class Host:
         idle = 0.002  # the wait while the sources have nothing: doubles up to 50 ms
         idle_since: float | None = None
         try:
+            self.announce(f"input started: {self.plan.sites} sites ready "
+                          f"{start - (self.launched_at or start):.1f} s after the launch")
             while True:
                 items = take()
                 if items is WAIT:

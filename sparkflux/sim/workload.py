@@ -268,7 +268,7 @@ def tiny_dag_model(views: pa.Table, clicks: pa.Table) -> dict[str, list[tuple]]:
 def write_tiny_files(directory: str, events: int = 400, per_file: int = 70, seed: int = 1,
                      bad_every: int = 0, late_every: int = 0) -> None:
     """``TinySessions``' events as Parquet files ``part-0000.parquet``, ... in name order
-    (row groups of about half a file), and the end marker ``_DONE``. ``bad_every``: every so
+    (row groups of 10 rows), and the end marker ``_DONE``. ``bad_every``: every so
     many events a null ``app`` (invalid: ``app`` is required), which makes the file
     irregular; ``late_every``: every so many events one whose time is 40 behind (late under a
     lateness below 40)."""
@@ -289,7 +289,7 @@ def write_tiny_files(directory: str, events: int = 400, per_file: int = 70, seed
         table = table.cast(loose).set_column(4, loose.field("app"), pa.array(apps, pa.int32()))
     for i, start in enumerate(range(0, events, per_file)):
         pq.write_table(table.slice(start, per_file), Path(directory) / f"part-{i:04d}.parquet",
-                       row_group_size=per_file // 2 + 1)
+                       row_group_size=10)
     (Path(directory) / "_DONE").touch()
 
 
