@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import threading
@@ -98,11 +97,60 @@ def table_rows(spark: Any, path: Path) -> list[Any]:
     return spark.read.parquet(str(path)).collect()
 
 
-def put(path: Path, table: pa.Table) -> None:
-    """Write under a hidden name, then rename into place (one row group)."""
+def put(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
+    """Write under a hidden name (row groups of ``row_group_size``, else one), then rename
+    into place."""
     tmp = path.parent / f".{path.name}.tmp"
-    pq.write_table(table, tmp, row_group_size=max(1, table.num_rows))
+    pq.write_table(table, tmp, row_group_size=row_group_size or max(1, table.num_rows))
     os.replace(tmp, path)
+
+
+def expected_chunks(paths: list[Path], chunk_rows: int, required: tuple[str, ...],
+                    lateness: int = 0) -> int:
+    """Chunks: runs of whole row groups of at most ``chunk_rows`` rows (a larger row group
+    alone), per file, holding at least one valid row (no null in a required column or the
+    event time ``ts``, not behind the largest valid event time before it, less
+    ``lateness``). Computed from the files themselves."""
+    prior = -(2**62)
+    chunks = 0
+    for path in paths:
+        f = pq.ParquetFile(path)
+        d = f.read().to_pydict()
+        valid = []
+        for i in range(f.metadata.num_rows):
+            ok = all(d[c][i] is not None for c in (*required, "ts") if c in d)
+            ok = ok and d["ts"][i] >= prior - lateness
+            if ok:
+                prior = max(prior, d["ts"][i])
+            valid.append(ok)
+        runs: list[list[int]] = []
+        for g in range(f.metadata.num_row_groups):
+            n = f.metadata.row_group(g).num_rows
+            if runs and sum(runs[-1]) + n <= chunk_rows:
+                runs[-1].append(n)
+            else:
+                runs.append([n])
+        first = 0
+        for run_ in runs:
+            chunks += any(valid[first:first + sum(run_)])
+            first += sum(run_)
+    return chunks
+
+
+STAGED = re.compile(r"part-(\d+)(?:-\d+)?\.parquet")
+
+
+def staged_parts(staging: Path) -> dict[int, Path]:
+    """The staged copy of one run: DIR/dataframe-<id>/part-<partition>[-<attempt>].parquet
+    (the README says part-<partition>.parquet, docs/ingress-on-executors.md adds the task
+    attempt); one file per partition in a run without retries."""
+    runs = [p for p in staging.iterdir() if p.is_dir()]
+    assert len(runs) == 1 and runs[0].name.startswith("dataframe-"), sorted(staging.iterdir())
+    files = sorted(p.name for p in runs[0].iterdir())
+    assert files and all(STAGED.fullmatch(n) for n in files), files
+    parts = {int(STAGED.fullmatch(n).group(1)): runs[0] / n for n in files}
+    assert len(parts) == len(files), f"two files of one partition: {files}"
+    return parts
 
 
 def letters(path: Path) -> list[dict]:
@@ -161,17 +209,17 @@ def start_netmon(netmon: Any, spark: Any, source: Source, table: Path, **options
 
 # --------------------------------------------------------------------------- 1. same as driver
 
-EVENTS = 48_000
-PER_FILE = 8_000
+EVENTS = 36_000
+PER_FILE = 6_000
 
 
-def _bad_and_late_inbox(netmon: Any, inbox: Path) -> tuple[list[pa.Table], int]:
-    """Netmon's events 0..47,999 in Parquet files, with extra invalid rows between them:
-    nulls in required columns (a file whose footer declares nullable columns), rows behind
-    the largest event time before them (late, lateness 0), a file of late rows only, a run
-    of 250 late rows on a chunk boundary, a file with a wider type and one with an extra
-    column. The valid rows are exactly the events, so the reference applies. Returns the
-    files' tables in name order and the number of invalid rows."""
+def _bad_and_late_inbox(netmon: Any, inbox: Path) -> tuple[list[Path], int]:
+    """Netmon's events 0..35,999 in Parquet files (row groups of 250 rows), with extra
+    invalid rows between them: nulls in required columns (a file whose footer declares
+    nullable columns), rows behind the largest event time before them (late, lateness 0), a
+    file of late rows only, a run of 250 late rows on a chunk boundary, a file with a wider
+    type and one with an extra column. The valid rows are exactly the events, so the
+    reference applies. Returns the files' paths in name order and the invalid rows."""
     schema = netmon.SCHEMA
     nullable = pa.schema([f.with_nullable(True) for f in schema])
 
@@ -183,57 +231,35 @@ def _bad_and_late_inbox(netmon: Any, inbox: Path) -> tuple[list[pa.Table], int]:
 
     files: list[pa.Table] = [ev(0, PER_FILE)]
     # f1: nulls in required columns, in a file whose footer allows them (not regular)
-    r = rows(8_000, PER_FILE)
-    for at, col in ((10, "src"), (4_000, "ts"), (7_990, "payload")):
+    r = rows(6_000, PER_FILE)
+    for at, col in ((10, "src"), (3_000, "ts"), (5_990, "payload")):
         bad = dict(r[at])
         bad[col] = None
         r.insert(at + 1, bad)
     files.append(pa.Table.from_pylist(r, schema=nullable))
     # f2: four late rows, copies of events 50 before them
-    r = rows(16_000, PER_FILE)
-    for at in (7_600, 5_100, 2_600, 100):
+    r = rows(12_000, PER_FILE)
+    for at in (5_600, 4_100, 2_600, 100):
         r.insert(at, dict(r[at - 50]))
     files.append(pa.Table.from_pylist(r, schema=schema))
     # f3: late rows only (a chunk none of whose rows is valid)
-    files.append(ev(0, 100))
+    files.append(ev(0, 50))
     # f4: src written as int64 (not the declared type: not regular)
-    t = ev(24_000, PER_FILE)
+    t = ev(18_000, PER_FILE)
     files.append(t.set_column(0, pa.field("src", pa.int64(), nullable=False),
                               pc.cast(t.column("src"), pa.int64())))
     # f5: 250 late rows at file rows 1000..1249
-    t = ev(32_000, PER_FILE)
+    t = ev(24_000, PER_FILE)
     files.append(pa.concat_tables([t.slice(0, 1_000), t.slice(0, 250), t.slice(1_000)]))
     # f6: an undeclared extra column
-    t = ev(40_000, PER_FILE)
+    t = ev(30_000, PER_FILE)
     files.append(t.append_column("extra", pa.array(np.zeros(PER_FILE, dtype=np.int16))))
-    for i, table in enumerate(files):
-        put(inbox / f"p-{i:02d}.parquet", table)
+    paths = [inbox / f"p-{i:02d}.parquet" for i in range(len(files))]
+    for path, table in zip(paths, files, strict=True):
+        put(path, table, row_group_size=250)
     (inbox / "_DONE").touch()
     invalid = sum(t.num_rows for t in files) - EVENTS
-    return files, invalid
-
-
-KVT_OR_NETMON = ("src", "dst", "sport", "dport", "kind", "length", "ts", "payload", "k", "v")
-
-
-def _expected_chunks(files: list[pa.Table], chunk_rows: int, lateness: int = 0) -> int:
-    """Chunks of at most ``chunk_rows`` rows per file holding at least one valid row: no null
-    in a (declared) required column, not behind the largest valid event time before it."""
-    prior = -(2**62)
-    chunks = 0
-    for t in files:
-        d = t.to_pydict()
-        n = t.num_rows
-        valid = []
-        for i in range(n):
-            ok = all(d[c][i] is not None for c in KVT_OR_NETMON if c in d)
-            ts = d["ts"][i]
-            ok = ok and ts >= prior - lateness
-            if ok:
-                prior = max(prior, ts)
-            valid.append(ok)
-        chunks += sum(any(valid[k:k + chunk_rows]) for k in range(0, n, chunk_rows))
-    return chunks
+    return paths, invalid
 
 
 def test_files_on_the_sites_equal_the_driver_sn_for_sn(netmon: Any, spark: Any,
@@ -244,7 +270,7 @@ def test_files_on_the_sites_equal_the_driver_sn_for_sn(netmon: Any, spark: Any,
     per row on the driver and one per dealt chunk on the sites."""
     inbox = tmp_path / "in"
     inbox.mkdir()
-    files, invalid = _bad_and_late_inbox(netmon, inbox)
+    paths, invalid = _bad_and_late_inbox(netmon, inbox)
     expected = netmon_expected(netmon, spark, EVENTS)
     results = {}
     for name, kw in (("driver", {}), ("sites-250", {"read_on": "sites", "chunk_rows": 250}),
@@ -275,16 +301,24 @@ def test_files_on_the_sites_equal_the_driver_sn_for_sn(netmon: Any, spark: Any,
         key = json.dumps
         assert sorted(map(key, dl)) == sorted(map(key, dl_driver)), name
     # one per dealt chunk: a chunk with no valid row is not dealt
-    assert results["sites-250"][0]["ingress_records"] == _expected_chunks(files, 250) == 194
-    assert results["sites-default"][0]["ingress_records"] == _expected_chunks(files, 65_536) == 6
+    names = tuple(netmon.SCHEMA.names)
+    chunks = expected_chunks(paths, 250, names)
+    assert chunks > 100
+    assert results["sites-250"][0]["ingress_records"] == chunks
+    assert results["sites-default"][0]["ingress_records"] == expected_chunks(
+        paths, 65_536, names) == len(paths) - 1
 
 
 # --------------------------------------------------------------------------- 2. lateness, 1
 
-def test_chunk_rows_one_and_rows_within_lateness(spark: Any, tmp_path: Path) -> None:
-    """chunk_rows=1: each valid row is a chunk (ingress_records counts them; the late row's
-    chunk is not dealt). Rows out of order within the allowed lateness are kept on the sites
-    as on the driver; a row behind it is a dead letter on both."""
+KVT_NULL_TS = pa.schema([*list(KVT)[:2], pa.field("ts", pa.int64(), nullable=True)])
+
+
+def test_chunk_rows_one_lateness_and_a_null_event_time(spark: Any, tmp_path: Path) -> None:
+    """chunk_rows=1 over row groups of one row: each valid row is a chunk (ingress_records
+    counts them; an invalid row's chunk is not dealt). Rows out of order within the allowed
+    lateness are kept on the sites as on the driver; a row behind it is a dead letter on
+    both, and so is a null event time (declared nullable): "missing value"."""
     inbox = tmp_path / "in"
     inbox.mkdir()
     total, lateness = 600, 100
@@ -292,37 +326,42 @@ def test_chunk_rows_one_and_rows_within_lateness(spark: Any, tmp_path: Path) -> 
                             for b in range(0, total, 50)])
     t = kvt(0, total).take(pa.array(order))
     late = kvt(5_001, 1, ts=[200])              # behind 399 - 100 when it comes
-    t = pa.concat_tables([t.slice(0, 400), late, t.slice(400)])
-    put(inbox / "a.parquet", t)
+    put(inbox / "a.parquet", pa.concat_tables([t.slice(0, 400), late, t.slice(400)]), 1)
+    b = kvt(total, 100).cast(KVT_NULL_TS).to_pylist()
+    b.insert(30, {"k": 5_003 % KEYS, "v": 5_003, "ts": None})
+    put(inbox / "b.parquet", pa.Table.from_pylist(b, schema=KVT_NULL_TS), 1)
     (inbox / "_DONE").touch()
+    valid = total + 100
     out = {}
     for name, kw in (("driver", {}), ("sites", {"read_on": "sites", "chunk_rows": 1})):
-        source = FileStreamSource(inbox, KVT, event_time="ts", end_marker="_DONE", **kw)
+        source = FileStreamSource(inbox, KVT_NULL_TS, event_time="ts", end_marker="_DONE",
+                                  **kw)
         table, dead = tmp_path / f"t-{name}", tmp_path / f"dl-{name}.jsonl"
         q = sparkflux.start(kvt_flow(source, lateness=lateness), spark=spark,
                             sink=TableSink(table), dead_letter=dead, sites=2, partitions=4,
                             ha="none", announce=None)
         m = run(q)
-        assert kvt_rows(table_rows(spark, table)) == kvt_expected(range(total)), name
-        assert m["input_tuples"] == total, (name, m["input_tuples"])
-        dl = letters(dead)
-        assert len(dl) == 1 and "late" in dl[0]["reason"] and dl[0]["record"]["v"] == 5_001, dl
+        assert kvt_rows(table_rows(spark, table)) == kvt_expected(range(valid)), name
+        assert m["input_tuples"] == valid, (name, m["input_tuples"])
+        dl = sorted(letters(dead), key=lambda d: d["record"]["v"])
+        assert [d["record"]["v"] for d in dl] == [5_001, 5_003], (name, dl)
+        assert "late" in dl[0]["reason"] and "missing" in dl[1]["reason"], (name, dl)
         out[name] = m
-    assert out["sites"]["ingress_records"] == total
+    assert out["sites"]["ingress_records"] == valid == expected_chunks(
+        [inbox / "a.parquet", inbox / "b.parquet"], 1, (), lateness)
     assert out["sites"]["rows_digest"] == out["driver"]["rows_digest"]
 
 
 # --------------------------------------------------------------------------- 2b. odd files
 
 def test_odd_files_on_the_sites_as_on_the_driver(spark: Any, tmp_path: Path) -> None:
-    """Row groups smaller than a chunk, an empty file, a file that is not Parquet (one dead
+    """Row groups smaller than a chunk (two to a chunk) and one larger (a chunk alone), an
+    empty file, a file that is not Parquet (one dead
     letter naming it), names never read (hidden, '_', other suffix), the end after
     idle_timeout; and a source without an event-time column read on the sites."""
     inbox = tmp_path / "in"
     inbox.mkdir()
-    tmp = inbox / ".a-000.parquet.tmp"
-    pq.write_table(kvt(0, 3_000), tmp, row_group_size=300)
-    os.replace(tmp, inbox / "a-000.parquet")
+    put(inbox / "a-000.parquet", kvt(0, 3_000), 300)
     (inbox / "a-001.parquet").write_text("this is not parquet\n")
     put(inbox / "a-002.parquet", kvt(0, 0))
     put(inbox / "_a-003.parquet", kvt(90_000, 100))
@@ -347,8 +386,9 @@ def test_odd_files_on_the_sites_as_on_the_driver(spark: Any, tmp_path: Path) -> 
     assert out["sites"][1] == out["driver"][1]
     for name in ("sites", "sites-no-time"):
         assert out[name][0]["rows_digest"] == out["driver"][0]["rows_digest"], name
-        assert out[name][0]["ingress_records"] == math.ceil(3_000 / chunk) + math.ceil(
-            2_000 / chunk), name
+        assert out[name][0]["ingress_records"] == expected_chunks(
+            [inbox / n for n in ("a-000.parquet", "a-002.parquet", "a-005.parquet")],
+            chunk, ()) == 3_000 // 600 + 1, name
     assert out["sites"][0]["output_digest"] == out["driver"][0]["output_digest"]
 
 
@@ -363,13 +403,13 @@ def test_stop_and_resume_from_position_on_the_sites(spark: Any, tmp_path: Path) 
     n_files, per_file, chunk = 12, 2_000, 500
     names = [f"r-{i:03d}.parquet" for i in range(n_files)]
     for i in range(3):
-        put(inbox / names[i], kvt(i * per_file, per_file))
+        put(inbox / names[i], kvt(i * per_file, per_file), 250)
     source = FileStreamSource(inbox, KVT, event_time="ts", read_on="sites", chunk_rows=chunk)
 
     def land() -> None:
         for i in range(3, n_files):
             time.sleep(0.4)
-            put(inbox / names[i], kvt(i * per_file, per_file))
+            put(inbox / names[i], kvt(i * per_file, per_file), 250)
 
     lander = threading.Thread(target=land, daemon=True)
     t1 = tmp_path / "t1"
@@ -430,8 +470,7 @@ def test_dataframe_table_on_the_sites_starts_at_a_position(spark: Any, tmp_path:
         m = run(sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table),
                                 sites=2, partitions=4, ha="none", announce=None), 60)
     got = kvt_rows(table_rows(spark, table))
-    parts = {int(p.name[len("part-"):-len(".parquet")]): pq.read_table(p)
-             for p in staging.glob("dataframe-*/part-*.parquet")}
+    parts = {k: pq.read_table(p) for k, p in staged_parts(staging).items()}
     assert 1 in parts and 3 in parts, sorted(parts)
     values = [v for p in sorted(parts) if p >= 1
               for v in parts[p].column("v").to_pylist()[(500 if p == 1 else 0):]]
@@ -440,30 +479,39 @@ def test_dataframe_table_on_the_sites_starts_at_a_position(spark: Any, tmp_path:
     assert got == kvt_expected(values)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "order_by's range partitioning draws other partition bounds in every Spark job, so "
-    "DataFramePosition(1, 500) names other rows in each run of the same DataFrame: "
-    "'start= resumes there on the same DataFrame' does not hold (a resume loses or doubles "
-    "rows); in the driver's read as on the sites"))
-def test_dataframe_start_position_names_the_same_rows_in_every_run(spark: Any,
-                                                                   tmp_path: Path) -> None:
-    """The same DataFrame and start=DataFramePosition(1, 500), read through the driver and
-    read on the sites: the same rows."""
+def test_dataframe_position_from_a_run_resumes_the_next(spark: Any, tmp_path: Path) -> None:
+    """A position taken from one read of an ordered DataFrame (its ``offset``) resumes a
+    new source over the same DataFrame at the same row, through the driver and on the
+    sites alike, though Spark cuts the new source's range partitions afresh (a hand-made
+    ``DataFramePosition(1, 500)`` named other rows in each run: found by these tests)."""
     total = 8_000
     frame = spark.table(_kvt_view(spark, total))
-    out = {}
     with spark_conf(spark, FOUR_SORTED_PARTITIONS):
-        for name, kw in (("driver", {}), ("sites", {"read_on": "sites", "chunk_rows": 1_000})):
+        first = DataFrameSource(frame, spark=spark, order_by="ts", event_time="ts",
+                                batch_size=700)
+        it = first.batches()
+        seen: list[int] = []
+        while len(seen) < 3_000:
+            item = next(it)
+            if item is None:
+                time.sleep(0.005)
+                continue
+            seen += item.column("v").to_pylist()
+        first.close()
+        assert next(it, "end") == "end"
+        pos = first.position()
+        assert pos.offset == len(seen) and seen == list(range(len(seen)))
+        out = {}
+        for name, kw in (("driver", {}), ("sites", {"read_on": "sites", "chunk_rows": 1_000,
+                                                    "staging": str(tmp_path / "staging")})):
             source = DataFrameSource(frame, spark=spark, order_by="ts", event_time="ts",
-                                     start=DataFramePosition(1, 500), **kw)
+                                     start=pos, **kw)
             table = tmp_path / f"t-{name}"
             m = run(sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table),
-                                    sites=2, partitions=4, ha="none", announce=None), 60)
-            out[name] = (m["input_tuples"], kvt_rows(table_rows(spark, table)))
-    (n_driver, driver), (n_sites, sites) = out["driver"], out["sites"]
-    first = {k: min(v for (_, v, _, _) in rows) for k, (_, rows) in out.items()}
-    assert (n_sites, first["sites"]) == (n_driver, first["driver"])
-    assert sites == driver
+                                    sites=2, partitions=4, ha="none", announce=None), 90)
+            assert m["input_tuples"] == total - len(seen), name
+            out[name] = kvt_rows(table_rows(spark, table))
+    assert out["driver"] == out["sites"] == kvt_expected(range(len(seen), total))
 
 
 # --------------------------------------------------------------------------- 4. changed file
@@ -484,7 +532,7 @@ def _big_file_then(spark: Any, tmp_path: Path, ha: str, sites: int,
         assert q.await_termination(0.02) is False, q.status
         assert time.monotonic() - t0 < 60, q.status
     b = inbox / "b-001.parquet"
-    put(b, kvt(5_000, 400_000))
+    put(b, kvt(5_000, 400_000), 500)
     while q.status.get("input_records", 0) <= 5_000:
         assert q.await_termination(0.002) is False, q.status
         assert time.monotonic() - t0 < 60, q.status
@@ -497,29 +545,98 @@ def _big_file_then(spark: Any, tmp_path: Path, ha: str, sites: int,
     raise AssertionError(f"the run went on ({ended}): {q.status}")
 
 
-@pytest.mark.parametrize(("ha", "sites"), [
-    pytest.param("none", 2, marks=pytest.mark.xfail(strict=True, reason=(
-        "the run stops with 'site 0 failed (connection to site 0 lost: ConnectionResetError"
-        "(104, ...)); with --ha none a failed site stops the job ...', not the reader's "
-        "message that the file changed (that one only reaches Spark's log file): the lost "
-        "connection wins the race with the site's error report (5 runs of 5 here; with 4 "
-        "sites 1 of 2, and with --ha flux on 2 sites 'every site failed' in 3 of 6)"))),
-    ("flux", 4),
-])
+def _says(message: str, *words: str) -> None:
+    """The run stopped (asserted by the caller); its message must name the cause. (It did
+    not always: the site's lost connection could win the race with the reader's error
+    report, which then reached Spark's log file only; 2 runs of 12 with --ha none on 2 sites,
+    and 'every site failed' with --ha flux. A site now keeps its connections open until the
+    driver has read its report.)"""
+    missing = [w for w in words if not re.search(w, message)]
+    assert not missing, f"the message does not name {missing}: {message[:600]}"
+
+
+@pytest.mark.parametrize(("ha", "sites"), [("none", 2), ("flux", 4)])
 def test_a_file_changed_after_it_landed_stops_the_run_saying_so(spark: Any, tmp_path: Path,
                                                                 ha: str, sites: int) -> None:
     def replace(b: Path) -> None:
-        put(b, kvt(5_000, 300_000))  # other rows, another size
+        put(b, kvt(5_000, 300_000), 500)  # other rows, another size
 
     message, b = _big_file_then(spark, tmp_path, ha, sites, replace)
-    assert b.name in message, message
-    assert re.search(r"chang|replac", message), message
+    _says(message, re.escape(b.name), r"chang|replac")
 
 
 def test_a_file_gone_after_it_landed_stops_the_run_naming_it(spark: Any,
                                                              tmp_path: Path) -> None:
     message, b = _big_file_then(spark, tmp_path, "flux", 4, lambda b: b.unlink())
-    assert str(b) in message, message
+    _says(message, re.escape(str(b)))
+
+
+# --------------------------------------------------------------------------- 4b. damage
+
+def _damaged_inbox(inbox: Path, column: str) -> None:
+    """a.parquet: rows 0..3999 in row groups of 1000, the page header of ``column`` in row
+    group 2 (rows 2000..2999) overwritten, so pyarrow cannot decode it; b.parquet: rows
+    4000..4999, sound."""
+    inbox.mkdir()
+    a = inbox / "a.parquet"
+    pq.write_table(kvt(0, 4_000), a, row_group_size=1_000, compression="NONE",
+                   use_dictionary=False)
+    chunk = pq.ParquetFile(a).metadata.row_group(2).column(KVT.names.index(column))
+    with open(a, "r+b") as f:
+        f.seek(chunk.dictionary_page_offset or chunk.data_page_offset)
+        f.write(b"\xff" * 24)
+    with pytest.raises(OSError):
+        pq.read_table(a)
+    put(inbox / "b.parquet", kvt(4_000, 1_000))
+    (inbox / "_DONE").touch()
+
+
+def _read_damaged(spark: Any, tmp_path: Path, column: str, name: str, ha: str, sites: int,
+                  **kw: Any) -> Any:
+    inbox = tmp_path / f"in-{column}-{name}"
+    _damaged_inbox(inbox, column)
+    source = FileStreamSource(inbox, KVT, event_time="ts", end_marker="_DONE", **kw)
+    table, dead = tmp_path / f"t-{column}-{name}", tmp_path / f"dl-{column}-{name}.jsonl"
+    q = sparkflux.start(kvt_flow(source), spark=spark, sink=TableSink(table),
+                        dead_letter=dead, sites=sites, partitions=2 * sites, ha=ha,
+                        announce=None)
+    return q, table, dead, inbox / "a.parquet"
+
+
+def test_damage_in_a_column_the_driver_does_not_read(spark: Any, tmp_path: Path) -> None:
+    """Read on the sites the run stops, naming the rows and the file; read_on="driver"
+    sends the undecodable file to the dead letters and goes on."""
+    q, table, dead, a = _read_damaged(spark, tmp_path, "v", "driver", "none", 2)
+    m = run(q, 60)
+    dl = letters(dead)
+    assert dl and all("a.parquet" in json.dumps(d) for d in dl), dl
+    assert m["dead_letters"] == len(dl)
+    got = kvt_rows(table_rows(spark, table))
+    assert kvt_expected(range(4_000, 5_000)) <= got <= kvt_expected(range(5_000)), len(got)
+
+    q, _, _, a = _read_damaged(spark, tmp_path, "v", "sites", "flux", 4, read_on="sites",
+                               chunk_rows=1_000)
+    with pytest.raises(RunFailed) as err:
+        q.await_termination(60)
+    _says(str(err.value), re.escape(a.name), "2000")
+
+
+def test_event_time_undecodable_from_a_row_on_as_when_the_driver_reads_it(
+        spark: Any, tmp_path: Path) -> None:
+    """"A file the driver cannot read from some row on (its footer, or its event-time column
+    there) is one dead letter from that row, as when the driver reads it. The chunks before
+    that row are dealt." """
+    out = {}
+    for name, ha, sites, kw in (("sites", "none", 2, {"read_on": "sites", "chunk_rows": 1_000}),
+                                ("driver", "none", 2, {})):
+        q, table, dead, _ = _read_damaged(spark, tmp_path, "ts", name, ha, sites, **kw)
+        m = run(q, 60)
+        out[name] = (m["input_tuples"], kvt_rows(table_rows(spark, table)), letters(dead))
+    n, rows, dl = out["sites"]
+    assert len(dl) == 1 and "a.parquet" in json.dumps(dl[0]) and "2000" in json.dumps(dl[0])
+    assert rows == kvt_expected([*range(2_000), *range(4_000, 5_000)]) and n == 3_000
+    assert out["driver"][0] == n, (out["driver"][0], n, out["driver"][2])
+    assert out["driver"] == out["sites"]
 
 
 # --------------------------------------------------------------------------- 5. refusals
@@ -569,13 +686,6 @@ def test_refusals_name_what_to_change(spark: Any, tmp_path: Path) -> None:
                                      read_on="sites", chunk_rows=0), ("chunk_rows",))
 
 
-@pytest.mark.skip(reason="needs a non-local master: the docs give no way to fake one, and a "
-                         "standalone cluster costs more than this file's time budget")
-def test_dataframe_on_the_sites_needs_staging_on_a_cluster() -> None:
-    """"staging defaults to a temporary directory in local mode and is required on a
-    cluster"."""
-
-
 # --------------------------------------------------------------------------- 6. kill, flux
 
 def test_flux_kill_while_files_land_on_the_sites(netmon: Any, spark: Any,
@@ -589,7 +699,7 @@ def test_flux_kill_while_files_land_on_the_sites(netmon: Any, spark: Any,
 
     def write(i: int) -> None:
         put(inbox / f"part-{i:05d}.parquet",
-            pa.Table.from_batches([netmon.generate(starts[i], per_file)]))
+            pa.Table.from_batches([netmon.generate(starts[i], per_file)]), 1_000)
 
     write(0)
 
@@ -647,17 +757,12 @@ def test_dataframe_on_the_sites_equals_the_driver_and_stays_staged(netmon: Any, 
         assert out[name]["output_digest"] == out["driver"]["output_digest"], name
     assert out["driver"]["ingress_records"] == events
 
-    # the staged copy: DIR/dataframe-<id>/part-<partition>.parquet, left after the run
-    runs = [p for p in staging.iterdir() if p.is_dir()]
-    assert len(runs) == 1 and runs[0].name.startswith("dataframe-"), sorted(staging.iterdir())
-    parts = sorted(runs[0].iterdir(), key=lambda p: p.name)
-    pattern = re.compile(r"part-(\d+)\.parquet")
-    assert parts and all(pattern.fullmatch(p.name) for p in parts), [p.name for p in parts]
-    parts.sort(key=lambda p: int(pattern.fullmatch(p.name).group(1)))
-    staged = [pq.read_table(p) for p in parts]
-    assert len(staged) == 4, [p.name for p in parts]
+    # the staged copy, left after the run: one file per partition, in event-time order
+    parts = staged_parts(staging)
+    assert sorted(parts) == [0, 1, 2, 3], parts
+    staged = [pq.read_table(parts[k]) for k in sorted(parts)]
     ts = [t for s in staged for t in s.column("ts").to_pylist()]
     assert ts == [10 * n for n in range(events)], "staged files not the rows in ts order"
     assert set(netmon.SCHEMA.names) <= set(staged[0].column_names)
-    chunks = sum(math.ceil(s.num_rows / chunk) for s in staged)
+    chunks = expected_chunks([parts[k] for k in sorted(parts)], chunk, tuple(netmon.SCHEMA.names))
     assert out["sites"]["ingress_records"] == chunks

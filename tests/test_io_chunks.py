@@ -425,3 +425,33 @@ def test_staged_partitions_are_named_by_task_attempt(tmp_path: Path,
                                                            "part-00003-12.parquet"]
     empty = list(dfm._write_partition(str(tmp_path), 4, iter([])))
     assert empty[0][0] == 0 and len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_damaged_group_inside_a_chunk_is_found_as_the_driver_finds_it(
+        tmp_path: Path) -> None:
+    """A chunk of three row groups whose middle one cannot be read: the first is dealt, the
+    rest of the file is one dead letter from the middle one's first row, which is where the
+    driver's own read (a row group at a time) stops too."""
+    d = tmp_path / "in"
+    d.mkdir()
+    t = pa.table(rows(src=list(range(30)), dst=[0] * 30, kind=[0] * 30,
+                      ts=list(range(30)), app=[1] * 30)).cast(SCHEMA)
+    path = d / "a.parquet"
+    pq.write_table(t, path, compression="none", row_group_size=10)
+    meta = pq.ParquetFile(path).metadata.row_group(1)
+    col = next(meta.column(j) for j in range(meta.num_columns)
+               if meta.column(j).path_in_schema == "ts")
+    data = bytearray(path.read_bytes())
+    for k in range(col.data_page_offset, col.data_page_offset + 24):
+        data[k] = 0xFF
+    path.write_bytes(bytes(data))
+    (d / "_DONE").touch()
+    records, dead, _ = dealt(d, chunk_rows=30)
+    assert [(c["row_start"], c["rows"], c["sns"]) for c in records] == [(0, 10, 10)]
+    assert [m.record for m in dead] == [{"file": "a.parquet", "row": 10}]
+    on_driver = list(FileStreamSource(d, SCHEMA, event_time="ts", end_marker="_DONE",
+                                      poll_interval=0.0).batches())
+    got = [x for x in on_driver if isinstance(x, pa.RecordBatch)]
+    bad = [x for x in on_driver if isinstance(x, list)]
+    assert sum(b.num_rows for b in got) == 10
+    assert [m.record for m in bad[0]] == [{"file": "a.parquet", "row": 10}]

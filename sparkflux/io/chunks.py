@@ -348,13 +348,21 @@ class ChunkSource(Source):
             whole = not regular(pf, self.valid)
             for start, n in spans(pf.metadata, skip, self.chunk_rows):
                 at = start
-                chunk, dead = self._chunk(where, size, start, n, whole)
-                if dead:
-                    yield dead
-                self.files.mark(name, start + n)
-                self.rows_dealt += n
-                if chunk.sns:
-                    yield pa.RecordBatch.from_pylist([asdict(chunk)], schema=CHUNK_SCHEMA)
+                try:
+                    pieces = [(start, n, self._chunk(where, size, start, n, whole))]
+                except (OSError, pa.ArrowException):
+                    # which row group cannot be read: the ones before it go, read alone
+                    pieces = [(g, k, None) for g, k in spans(pf.metadata, start, 1)
+                              if g < start + n]
+                for p_start, p_rows, done in pieces:
+                    at = p_start
+                    chunk, dead = done or self._chunk(where, size, p_start, p_rows, whole)
+                    if dead:
+                        yield dead
+                    self.files.mark(name, chunk.row_start + chunk.rows)
+                    self.rows_dealt += chunk.rows
+                    if chunk.sns:
+                        yield pa.RecordBatch.from_pylist([asdict(chunk)], schema=CHUNK_SCHEMA)
                 if self.files.closed:
                     return
         except (OSError, pa.ArrowException) as e:

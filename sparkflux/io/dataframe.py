@@ -21,9 +21,13 @@ With ``order_by`` the DataFrame is sorted first (``orderBy``: range-partitioned,
 order is the sort order), which makes the order the same in every run as long as the sort
 keys are unique. Without it the order is whatever the DataFrame's partitioning gives: the same
 for the same files and plan, but say ``order_by`` when it matters. ``position()`` is
-``DataFramePosition(partition, row)``: every partition before ``partition`` and ``row`` rows of
-it handed to the driver; ``start=`` one resumes there, for the same DataFrame (the same plan
-and partitioning).
+``DataFramePosition(partition, row, offset)``: every partition before ``partition`` and
+``row`` rows of it handed over, ``offset`` rows in all. ``start=`` one taken from a run
+resumes at its ``offset`` in the source's order: the rows of this run's partitions are
+counted on the executors, a group of partitions per job, up to the offset, because Spark cuts
+an ordered DataFrame's partitions afresh for every new source (it samples the range bounds
+anew), so ``(partition, row)`` would name other rows. A position made by hand without an
+offset resumes at its partition and row.
 
 ``schema`` defaults to the DataFrame's, as Arrow types; every row is validated against it by
 the ingress like any source's.
@@ -48,7 +52,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -65,10 +69,15 @@ MAX_GROUP = 64  # partitions one fetch job reads at most
 
 @dataclass(frozen=True, slots=True)
 class DataFramePosition:
-    """Every partition before ``partition`` read, and ``row`` rows of ``partition``."""
+    """Every partition before ``partition`` read, and ``row`` rows of ``partition``; and
+    ``offset``, the rows handed over in all (None: not known). A source resumes by
+    ``offset`` when it is set: the partitions of an ordered DataFrame are cut afresh in
+    every run (Spark samples the range bounds anew), so only the offset names the same
+    rows in the next run."""
 
     partition: int = 0
     row: int = 0
+    offset: int | None = None
 
 
 class DataFrameSource(Source):
@@ -125,6 +134,7 @@ class DataFrameSource(Source):
         self._pos = self.start
         self._closed = threading.Event()
         self._fetching: tuple[int, int, float] | None = None  # (partition, of, since)
+        self._bases: dict[str, int] = {}  # read on the sites: rows before each staged file
 
     def position(self) -> DataFramePosition:
         """Where the source stands: what it has handed to the driver (see the module)."""
@@ -154,15 +164,14 @@ class DataFrameSource(Source):
             group = list(range(first, min(first + count, parts)))
             return first, pool.submit(context.runJob, ipc, _collect, group)
 
-        part, skip = self.start.partition, self.start.row
-        group = 1  # partitions per job: grows while they are small (see ``_group``)
-        pending = fetch(part, group) if part < parts else None
         try:
+            part, skip, base = yield from self._resume(ipc, parts, pool)
+            group = 1  # partitions per job: grows while they are small (see ``_group``)
+            pending = fetch(part, group) if part < parts else None
             while pending is not None and not self._closed.is_set():
                 first, job = pending
                 if not job.done():
-                    if self._fetching is None or self._fetching[0] != first:
-                        self._fetching = (first, parts, time.monotonic())
+                    self._waiting(first, parts)
                     yield None  # a Spark job is fetching partitions: nothing yet
                     continue
                 self._fetching = None
@@ -172,9 +181,11 @@ class DataFrameSource(Source):
                 after = first + len(fetched)
                 pending = fetch(after, group) if after < parts else None
                 for blobs in fetched:
-                    self._pos = DataFramePosition(part, skip)
+                    self._at(part, skip, base)
+                    total = 0
                     for blob in blobs:
                         for batch in pa.ipc.open_stream(pa.py_buffer(blob)):
+                            total += batch.num_rows
                             for at in range(0, batch.num_rows, self.batch_size):
                                 rows = batch.slice(at, self.batch_size)
                                 if skip:
@@ -182,16 +193,48 @@ class DataFrameSource(Source):
                                         skip -= rows.num_rows
                                         continue
                                     rows, skip = rows.slice(skip), 0
-                                self._pos = DataFramePosition(part,
-                                                              self._pos.row + rows.num_rows)
+                                self._at(part, self._pos.row + rows.num_rows, base)
                                 yield rows
                                 if self._closed.is_set():
                                     return
-                    part, skip = part + 1, 0
-                    self._pos = DataFramePosition(part, 0)
+                    part, skip, base = part + 1, 0, base + total
+                    self._at(part, 0, base)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
+    def _at(self, partition: int, row: int, base: int) -> None:
+        """The position: ``row`` rows of ``partition``, after ``base`` rows before it."""
+        self._pos = DataFramePosition(partition, row, base + row)
+
+    def _waiting(self, first: int, parts: int) -> None:
+        if self._fetching is None or self._fetching[0] != first:
+            self._fetching = (first, parts, time.monotonic())
+
+    def _resume(self, ipc: Any, parts: int, pool: ThreadPoolExecutor
+                ) -> Generator[None, None, tuple[int, int, int]]:
+        """Where to start in this run's partitions: ``(partition, rows to skip in it, rows
+        before it)``. From ``start.offset``: the partitions' rows are counted on the
+        executors, group by group, until the offset falls in one (yielding ``None`` while a
+        count job runs); from ``start`` without one: its partition and row."""
+        start = self.start
+        if start.offset is None:
+            return start.partition, start.row, 0
+        context = self.df.sparkSession.sparkContext
+        part, base, group = 0, 0, 1
+        while part < parts:
+            job = pool.submit(context.runJob, ipc, _count,
+                              list(range(part, min(part + group, parts))))
+            while not job.done():
+                self._waiting(part, parts)
+                yield None
+            self._fetching = None
+            counts = job.result()
+            for n in counts:
+                if base + n > start.offset:
+                    return part, start.offset - base, base
+                part, base = part + 1, base + n
+            group = _group(group, len(counts), sum(counts), self.fetch_rows)
+        return parts, 0, base
 
     # -- read on the sites: partitions written on the executors --------------------------------
     @property
@@ -200,7 +243,7 @@ class DataFrameSource(Source):
 
     def mark(self, name: str, row: int) -> None:
         """The position moves to row ``row`` of the partition staged as ``name``."""
-        self._pos = DataFramePosition(int(name.split("-")[1]), row)
+        self._at(int(name.split("-")[1]), row, self._bases.get(name, 0))
 
     def landed(self) -> Iterator[tuple[str, int] | None]:
         """``read_on="sites"``: each partition from the start position on, once a Spark job
@@ -219,16 +262,15 @@ class DataFrameSource(Source):
             group = list(range(first, min(first + count, parts)))
             return first, pool.submit(context.runJob, written, _first, group)
 
-        part, skip = self.start.partition, self.start.row
-        self._pos = self.start
-        group = 1
-        pending = write(part, group) if part < parts else None
         try:
+            part, skip, base = yield from self._resume(ipc, parts, pool)
+            self._at(part, skip, base)
+            group = 1
+            pending = write(part, group) if part < parts else None
             while pending is not None and not self._closed.is_set():
                 first, job = pending
                 if not job.done():
-                    if self._fetching is None or self._fetching[0] != first:
-                        self._fetching = (first, parts, time.monotonic())
+                    self._waiting(first, parts)
                     yield None  # a Spark job is writing partitions: nothing yet
                     continue
                 self._fetching = None
@@ -237,13 +279,14 @@ class DataFrameSource(Source):
                 after = first + len(staged)
                 pending = write(after, group) if after < parts else None
                 for rows, name in staged:
+                    self._bases[name] = base
                     if rows > skip:
-                        self._pos = DataFramePosition(part, skip)
+                        self._at(part, skip, base)
                         yield name, skip
                         if self._closed.is_set():
                             return
-                    part, skip = part + 1, 0
-                    self._pos = DataFramePosition(part, 0)
+                    part, skip, base = part + 1, 0, base + rows
+                    self._at(part, 0, base)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
@@ -278,6 +321,11 @@ def _write_partition(directory: str, partition: int, rows: Iterator[Any]
     elif writer is not None:
         os.remove(tmp)
     yield count, name
+
+
+def _count(rows: Iterator[Any]) -> list[int]:
+    """One partition's row count (its IPC blobs' headers) as one item of the job's result."""
+    return [sum(_rows(bytes(r[0])) for r in rows)]
 
 
 def _first(results: Iterator[tuple[int, str]]) -> list[tuple[int, str]]:

@@ -211,13 +211,22 @@ class FileStreamSource(Source):
 
     # -- Parquet -----------------------------------------------------------------------------
     def _read_parquet(self, name: str, skip: int) -> Iterator[Item]:
+        """The file a row group at a time (in slices of ``batch_size``): a group that cannot
+        be decoded is one dead letter from its first row, the groups before it handed over
+        whole (the rule a source read on the sites follows too)."""
         try:
             pf = pq.ParquetFile(self.path / name)
             have = set(pf.schema_arrow.names)
             groups, skip = _row_groups_from(pf, skip)
-            batches = pf.iter_batches(batch_size=self.batch_size, row_groups=groups,
-                                      columns=[n for n in self.schema.names if n in have])
-            yield from self._from_row(name, batches, skip)
+            columns = [n for n in self.schema.names if n in have]
+            for g in groups:
+                table = pf.read_row_group(g, columns=columns)
+                batches = (b for big in table.to_batches()
+                           for b in _slices(big, self.batch_size))
+                yield from self._from_row(name, batches, skip)
+                skip = 0
+                if self._closed.is_set():
+                    return
         except (OSError, pa.ArrowException) as e:
             self._advance(name, 0)
             yield [Malformed({"file": name, "row": self._pos.row},

@@ -62,6 +62,7 @@ DIAL_TIMEOUT_S = 10.0  # a peer not reached within this is reported as unreachab
 # An incoming link may come before this site has heard of the incarnation that dials it (the
 # view, an adoption or an ``avail`` still on its way): it waits this long for that news.
 CLAIM_WAIT_S = 10.0
+LINGER_S = 10.0  # after an error report, the longest a site waits for the driver to close
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ class Site:
         self._capacity_s = 0.0
         self._capacity_at = time.perf_counter()
         self.error: str | None = None
+        self._reported = False  # an error went to the driver: linger until it has read it
+        self._driver_gone = asyncio.Event()  # the driver closed its control connection
         self.excluded: str | None = None
         self.role = "member"
         self.state_bytes: dict[tuple[int, int], int] = {}
@@ -199,6 +202,8 @@ class Site:
                  asyncio.create_task(self._process())]
         try:
             await self._stop.wait()
+            if self._reported:
+                await self._linger()
         finally:
             for t in tasks:
                 t.cancel()
@@ -395,6 +400,8 @@ class Site:
                 self._inbox_ready.set()
         except ConnectionLost as e:
             conn.close()
+            if peer == DRIVER and control:
+                self._driver_gone.set()
             if not self._stop.is_set():
                 if peer == DRIVER:
                     self._fail(f"lost the driver ({e}); stopping (fail-stop)")
@@ -613,12 +620,32 @@ class Site:
         self._capacity_at = now
         return self._capacity_s
 
+    async def _linger(self) -> None:
+        """After an error report: keep the connections open until the driver, which stops
+        the run on it, closes them (at most ``LINGER_S``). Closed at once, the driver could
+        see the data connection drop before it read the report on the control connection,
+        and a connection torn down with unread bytes is reset, which discards what it
+        still held for the driver: the run would stop as "connection lost", its cause only
+        in Spark's log."""
+        for conn in (self.control, self.driver):
+            if conn is not None:
+                try:
+                    await conn.drain()
+                except ConnectionLost:
+                    pass
+        try:
+            await asyncio.wait_for(self._driver_gone.wait(), LINGER_S)
+        except TimeoutError:
+            log.warning("site %d: the driver did not close after its error report within "
+                        "%.0f s", self.id, LINGER_S)
+
     def _report_error(self, tb: str) -> None:
         self.error = f"site {self.id} failed:\n{tb}"
         try:
             conn = self.control or self.driver
             if conn is not None:
                 conn.send(cm.SiteError(site=self.id, attempt=self.cfg.attempt, error=tb))
+                self._reported = True
         except ConnectionLost:
             pass
         self._stop.set()
