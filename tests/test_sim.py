@@ -38,13 +38,15 @@ from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
 from sparkflux.sim.workload import tiny_plan
 
 from . import test_sim_moves
+from .seeds import seeds
 
 SITES = 4
 PARTITIONS = 8
-SINGLE_SEEDS, SINGLE_CHUNKS = 1000, 10
-DOUBLE_SEEDS, DOUBLE_CHUNKS = 200, 4
+SINGLE_SEEDS, SINGLE_CHUNKS = seeds(1000), 10
+DOUBLE_SEEDS, DOUBLE_CHUNKS = seeds(200), 4
 MUTATION_SEEDS = 200
-FIFO_SEEDS = 200  # strict-FIFO seeds a mutant that only the overtaking order exposes survives
+# strict-FIFO seeds a mutant that only the overtaking order exposes survives
+FIFO_SEEDS = seeds(200)
 FAILURE_FREE_SEEDS = range(4)
 NON_ADJACENT = ((0, 2), (1, 3))  # no partition has both replicas on such a pair
 ADJACENT = ((0, 1), (1, 2), (2, 3), (3, 0))  # sites k, k+1 share partitions k+1, k+1+N

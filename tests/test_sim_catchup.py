@@ -19,7 +19,9 @@ from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check
 from sparkflux.sim.workload import tiny_plan
 
-SEEDS_PER_CHUNK = 125
+from .seeds import seeds
+
+SEEDS_PER_CHUNK = seeds(125)
 CHUNKS = 8  # 1,000 catch-up seeds
 PARTITIONS = 8
 STAGES = 2

@@ -27,9 +27,10 @@ from sparkflux.protocol.site import SiteCore
 from sparkflux.sim.run import FailurePlan, Violation, check, simulate
 from sparkflux.sim.workload import tiny_chain_plan, tiny_plan
 
+from .seeds import seeds
 from .test_sim_catchup import plan_for
 
-CRASH_SEEDS, CHUNKS = 80, 2
+CRASH_SEEDS, CHUNKS = seeds(80), 2
 MUTATION_SEEDS = 80
 
 

@@ -31,12 +31,13 @@ from sparkflux.sim.workload import (
     tiny_union_records,
 )
 
+from .seeds import seeds
 from .test_sim_catchup import plan_for
 
 COLUMNS = {"counts": ["page", "window_start", "window_end", "views"],
            "pairs_out": ["page", "user", "ts", "button", "ts_right"],
            "hot_out": ["page", "window_start", "window_end", "views", "user", "button", "ts"]}
-CRASH_SEEDS, CHUNKS = 120, 4
+CRASH_SEEDS, CHUNKS = seeds(120), 4
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,10 @@ from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
 from sparkflux.sim.workload import tiny_plan
 
+from .seeds import seeds
+
 SITES, PARTITIONS = 4, 8
-SEEDS, CHUNKS = 100, 4
+SEEDS, CHUNKS = seeds(100), 4
 MUTATION_SEEDS = 60
 LOST = "no complete replica is left"
 

@@ -22,10 +22,11 @@ from sparkflux.control.policy import PolicyConfig
 from sparkflux.sim.run import FailurePlan, Violation, check
 from sparkflux.sim.workload import tiny_plan
 
+from .seeds import seeds
 from .test_sim_catchup import assert_recovered
 
 SITES, PARTITIONS, STAGES = 4, 8, 2
-SEEDS_PER_CHUNK = 50
+SEEDS_PER_CHUNK = seeds(50)
 CHUNKS = 4
 
 

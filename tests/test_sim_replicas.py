@@ -26,9 +26,11 @@ from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
 from sparkflux.sim.workload import tiny_plan
 
+from .seeds import seeds
+
 SITES, PARTITIONS, K, STAGES = 5, 10, 3, 2
-CHUNKS, SEEDS_PER_CHUNK = 8, 125  # 1,000 seeds of two failures
-MOVE_CHUNKS, MOVE_SEEDS_PER_CHUNK = 2, 100  # 200 seeds of moves
+CHUNKS, SEEDS_PER_CHUNK = 8, seeds(125)  # 1,000 seeds of two failures
+MOVE_CHUNKS, MOVE_SEEDS_PER_CHUNK = 2, seeds(100)  # 200 seeds of moves
 
 
 def plan() -> Any:

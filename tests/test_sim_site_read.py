@@ -36,9 +36,10 @@ from sparkflux.protocol.ingress import Ingress
 from sparkflux.sim.run import FailurePlan, Violation, check, simulate
 from sparkflux.sim.workload import tiny_files_plan, write_tiny_files
 
+from .seeds import seeds
 from .test_sim_catchup import plan_for
 
-CRASH_SEEDS, CHUNKS = 60, 2
+CRASH_SEEDS, CHUNKS = seeds(60), 2
 CHUNK_ROWS = 32  # chunks of the crash seeds: several to a file (70 rows)
 BAD, LATE = 7, 9  # every 7th event invalid, every 9th late
 

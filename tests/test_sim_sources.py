@@ -30,11 +30,12 @@ from sparkflux.sim.workload import (
     tiny_union_records,
 )
 
+from .seeds import seeds
 from .test_sim_catchup import plan_for
 
 COLUMNS = ["page", "window_start", "window_end", "events", "top_user"]
 ORDERS = range(5)
-CRASH_SEEDS = 200
+CRASH_SEEDS = seeds(200)
 
 
 @pytest.fixture(scope="module")

@@ -30,13 +30,14 @@ from sparkflux.operators.time_window import TimeWindowAggregate
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
 from sparkflux.sim.workload import tiny_windows_model, tiny_windows_plan
 
+from .seeds import seeds
 from .test_sim_catchup import plan_for
 
 COLUMNS = ["app", "top_start", "top_end", "top", "windows"]
 # Input batches admitted ahead of the output: all of them. An open window holds the SN
 # frontier of every stage after it, so output waits on input no flow control may hold back.
 WINDOW = 100
-CRASH_SEEDS, CHUNKS = 200, 4
+CRASH_SEEDS, CHUNKS = seeds(200), 4
 
 
 def rows(res: SimResult) -> list[tuple]:

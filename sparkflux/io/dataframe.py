@@ -70,7 +70,8 @@ MAX_GROUP = 64  # partitions one fetch job reads at most
 @dataclass(frozen=True, slots=True)
 class DataFramePosition:
     """Every partition before ``partition`` read, and ``row`` rows of ``partition``; and
-    ``offset``, the rows handed over in all (None: not known). A source resumes by
+    ``offset``, the rows handed over in all (None: not known, as after a start given by
+    partition and row alone: the rows before it were never counted). A source resumes by
     ``offset`` when it is set: the partitions of an ordered DataFrame are cut afresh in
     every run (Spark samples the range bounds anew), so only the offset names the same
     rows in the next run."""
@@ -135,6 +136,9 @@ class DataFrameSource(Source):
         self._closed = threading.Event()
         self._fetching: tuple[int, int, float] | None = None  # (partition, of, since)
         self._bases: dict[str, int] = {}  # read on the sites: rows before each staged file
+        # offsets are known from the very beginning or from a start that names one
+        self._counted = self.start.offset is not None or (self.start.partition,
+                                                          self.start.row) == (0, 0)
 
     def position(self) -> DataFramePosition:
         """Where the source stands: what it has handed to the driver (see the module)."""
@@ -204,7 +208,8 @@ class DataFrameSource(Source):
 
     def _at(self, partition: int, row: int, base: int) -> None:
         """The position: ``row`` rows of ``partition``, after ``base`` rows before it."""
-        self._pos = DataFramePosition(partition, row, base + row)
+        self._pos = DataFramePosition(partition, row,
+                                      base + row if self._counted else None)
 
     def _waiting(self, first: int, parts: int) -> None:
         if self._fetching is None or self._fetching[0] != first:
