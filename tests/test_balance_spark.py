@@ -60,14 +60,17 @@ def test_recovery_onto_the_surviving_sites_without_a_standby(netmon: Any, spark:
 
 
 def test_moves_after_a_restarted_site_adopted_its_slot(netmon: Any, spark: Any) -> None:
-    """Site 3 is killed early and Spark's restarted task adopts the slot; then site 2 slows
-    and the policy moves copies off it, some caught up from the adopted site 3 (in chained
-    declustering partitions q = 2 mod 4 have their copies on sites 2 and 3). The adopted
-    process must know where every member is: its StateMover dials the new copy's site
-    (this once left a move waiting for state forever)."""
+    """Site 3 is killed early and a standby (a spare: it adopts at once, so the catch-up is
+    over before site 2 slows) adopts the slot; then site 2 slows and the policy moves copies
+    off it, some caught up from the adopted site 3 (in chained declustering partitions
+    q = 2 mod 4 have their copies on sites 2 and 3). The adopted process must know where
+    every member is: its StateMover dials the new copy's site (this once left a move waiting
+    for state forever). With Spark's retry adopting instead, 2-7 s after the kill on a busy
+    2-core machine, the catch-up from the slowed site could last until the input ended, and
+    the policy waits for a recovery to finish."""
     m = run(netmon, spark, events=600_000, rate=50_000.0, ha="flux", partitions=32,
             site_cpu=0.4, kill=["3@0.5"], slow=["2@3=0.08"], no_balance=False,
-            window=400_000)
+            window=400_000, spare_sites=1)
     digest, rows, _ = reference_digest(netmon, netmon_args(events=600_000), spark=spark)
     assert (m["output_digest"], m["output_tuples"]) == (digest, rows)
     assert m["kills"] == 1 and len(m["adoptions"]) == 1 and m["ingress_dropped"] == 0

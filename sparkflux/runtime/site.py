@@ -580,10 +580,6 @@ class Site:
             # This standby becomes site slot ``slot``: empty replicas, filled by catch-up.
             self.id = msg.slot
             self.role = "adopted"
-            try:  # a standby started at low priority; its catch-up must not be starved
-                os.setpriority(os.PRIO_PROCESS, 0, 0)
-            except (PermissionError, OSError):
-                log.info("site %d could not restore its priority", self.id)
             self.core = SiteCore.adopting(self.plan, self.layout, msg)
             self._members = set(msg.members)
             self._learn(msg.members)

@@ -1,9 +1,10 @@
 """The body of a site's Spark task, kept free of heavy imports at module level.
 
-Spark's retry of a crashed site task becomes a standby with nothing to do yet; its start-up
-(importing pyarrow, pandas and the runtime: about a CPU-second) would otherwise compete with
-the surviving sites for cores exactly while they take over. So a retried attempt lowers its
-own priority *before* importing anything heavy.
+Spark's retry of a crashed site task becomes a standby, and the sooner it registers the
+sooner its slot is caught up and every partition has two copies again. Its start-up
+(importing pyarrow, pandas and the runtime: one to two CPU-seconds) runs at the sites'
+priority: started at a lower one it took two to three times as long to adopt its slot on a
+busy machine, with no gain in the survivors' latency (README, design choices).
 
 Everything up to the site's registration runs inside a ``StartGuard``: an error there (the plan
 that does not unpickle on this executor, a module it needs that is missing here, a server that
@@ -12,11 +13,8 @@ cannot listen) is reported to the driver before the task fails (``runtime/start_
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
-
-STANDBY_NICE = 10
 
 
 def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_host: str,
@@ -30,8 +28,6 @@ def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_
 
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        if attempt > 0:
-            os.nice(STANDBY_NICE)
         from sparkflux.runtime.start_report import StartGuard
 
         with StartGuard(host, port, security, index, attempt) as guard:
