@@ -39,17 +39,22 @@ from sparkflux.io import (
 )
 from sparkflux.operators.stateless import Filter, Map
 
+from .test_blackbox_api_spark import (
+    KEYS,
+    KVT,
+    NETMON_COLUMNS,
+    _norm,
+    add_y,
+    kvt_expected,
+    kvt_rows,
+    netmon_table,
+    not_multiple_of_4,
+    table_rows,
+)
+
 pytestmark = pytest.mark.spark
 
 # --------------------------------------------------------------------------- a dataflow of ours
-
-KVT = pa.schema([
-    pa.field("k", pa.int32(), nullable=False),
-    pa.field("v", pa.int64(), nullable=False),
-    pa.field("ts", pa.int64(), nullable=False),
-])
-KEYS = 97
-
 
 def kvt(start: int, count: int, ts: Any = None) -> pa.Table:
     """Records ``start .. start+count-1``: k = n % 97, v = n, ts = n (or ``ts``)."""
@@ -57,14 +62,6 @@ def kvt(start: int, count: int, ts: Any = None) -> pa.Table:
     t = n if ts is None else np.asarray(ts, dtype=np.int64)
     return pa.table([pa.array((n % KEYS).astype(np.int32)), pa.array(n), pa.array(t)],
                     schema=KVT)
-
-
-def add_y(batch: pa.RecordBatch) -> dict[str, Any]:
-    return {"y": pc.add(pc.multiply(batch.column("v"), 3), pc.cast(batch.column("k"), pa.int64()))}
-
-
-def not_multiple_of_4(batch: pa.RecordBatch) -> Any:
-    return pc.not_equal(pc.bit_wise_and(batch.column("v"), 3), 0)
 
 
 def kvt_flow(source: Source, pre: bool = False, lateness: int | None = None) -> Dataflow:
@@ -83,18 +80,6 @@ def kvt_flow(source: Source, pre: bool = False, lateness: int | None = None) -> 
               .apply(Filter(not_multiple_of_4), name="keep"))
     s.sink(name="out")
     return df
-
-
-def kvt_expected(values: Any) -> Counter:
-    return Counter((v % KEYS, v, v, 3 * v + v % KEYS) for v in values if v % 4 != 0)
-
-
-def kvt_rows(rows: Any) -> Counter:
-    return Counter((r["k"], r["v"], r["ts"], r["y"]) for r in rows)
-
-
-def table_rows(spark: Any, path: Path) -> list[Any]:
-    return spark.read.parquet(str(path)).collect()
 
 
 def put(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
@@ -182,21 +167,9 @@ def run(query: Any, timeout: float = 120) -> dict:
 
 # --------------------------------------------------------------------------- netmon helpers
 
-NETMON_COLUMNS = ("app", "src", "max_dur", "avg_dur", "_sn", "_snm")
-
-
-def _norm(row: dict) -> tuple:
-    return tuple(round(float(row[c]), 6) if isinstance(row[c], float) else int(row[c])
-                 for c in NETMON_COLUMNS)
-
-
 def netmon_expected(netmon: Any, spark: Any, events: int) -> Counter:
     ref = netmon.reference(spark, netmon.NetmonOptions(events=events))
-    return Counter(_norm(r.asDict()) for r in ref.collect())
-
-
-def netmon_table(spark: Any, path: Path) -> Counter:
-    return Counter(_norm(r.asDict()) for r in table_rows(spark, path))
+    return Counter(_norm(r.asDict(), NETMON_COLUMNS) for r in ref.collect())
 
 
 def start_netmon(netmon: Any, spark: Any, source: Source, table: Path, **options: Any) -> Any:

@@ -283,6 +283,18 @@ def test_a_damaged_column_the_driver_did_not_read_stops_the_reader(tmp_path: Pat
         reader().process(chunk_rows_batch(records[0], sn=0))
 
 
+def damage(path: Path, group: int, column: str) -> None:
+    """Overwrite the start of ``column``'s data page in row group ``group`` of ``path``:
+    that group cannot be decoded, the others still can."""
+    meta = pq.ParquetFile(path).metadata.row_group(group)
+    col = next(meta.column(j) for j in range(meta.num_columns)
+               if meta.column(j).path_in_schema == column)
+    data = bytearray(path.read_bytes())
+    for k in range(col.data_page_offset, col.data_page_offset + 24):
+        data[k] = 0xFF
+    path.write_bytes(bytes(data))
+
+
 def test_a_file_unreadable_from_a_row_on_is_one_dead_letter_from_there(tmp_path: Path) -> None:
     """The chunks before the damage are dealt; the rest of the file is one dead letter
     naming the row, as when the driver reads it; the event times of the rows never dealt
@@ -293,13 +305,7 @@ def test_a_file_unreadable_from_a_row_on_is_one_dead_letter_from_there(tmp_path:
                       ts=list(range(1000, 1020)), app=[1] * 20)).cast(SCHEMA)
     path = d / "a.parquet"
     pq.write_table(t, path, compression="none", row_group_size=10)
-    meta = pq.ParquetFile(path).metadata.row_group(1)
-    col = next(meta.column(j) for j in range(meta.num_columns)
-               if meta.column(j).path_in_schema == "ts")
-    data = bytearray(path.read_bytes())
-    for k in range(col.data_page_offset, col.data_page_offset + 24):
-        data[k] = 0xFF
-    path.write_bytes(bytes(data))
+    damage(path, group=1, column="ts")
     # 1012: behind rows 10-19 (never dealt), not behind rows 0-9
     later = pa.table(rows(src=[1], dst=[0], kind=[0], ts=[1012], app=[1])).cast(SCHEMA)
     pq.write_table(later, d / "b.parquet")
@@ -438,13 +444,7 @@ def test_a_damaged_group_inside_a_chunk_is_found_as_the_driver_finds_it(
                       ts=list(range(30)), app=[1] * 30)).cast(SCHEMA)
     path = d / "a.parquet"
     pq.write_table(t, path, compression="none", row_group_size=10)
-    meta = pq.ParquetFile(path).metadata.row_group(1)
-    col = next(meta.column(j) for j in range(meta.num_columns)
-               if meta.column(j).path_in_schema == "ts")
-    data = bytearray(path.read_bytes())
-    for k in range(col.data_page_offset, col.data_page_offset + 24):
-        data[k] = 0xFF
-    path.write_bytes(bytes(data))
+    damage(path, group=1, column="ts")
     (d / "_DONE").touch()
     records, dead, _ = dealt(d, chunk_rows=30)
     assert [(c["row_start"], c["rows"], c["sns"]) for c in records] == [(0, 10, 10)]
