@@ -311,11 +311,11 @@ def test_mutation_cu_done_overtakes_psync(
     lacks rows below the cut that only the survivor had. With strict FIFO links ``psync``
     always comes first, and no seed catches the mutant: only the runtime's overtaking order
     exposes it."""
+    from sparkflux.protocol import channels
     from sparkflux.protocol.messages import CuDone
-    from sparkflux.runtime import outbox
 
-    monkeypatch.setattr(outbox, "ORDERED_WITH_DATA",
-                        tuple(t for t in outbox.ORDERED_WITH_DATA if t is not CuDone))
+    # the one table both the runtime's DTSB and the simulator's links read
+    monkeypatch.setitem(channels.ROUTES, CuDone, (channels.Channel.LINK, False))
     symptom = "still being caught up"
     caught_by = None
     for seed in range(MUTATION_SEEDS * 2):

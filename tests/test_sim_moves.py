@@ -197,7 +197,7 @@ def test_the_survivor_fails_before_its_psync_reaches_the_egress(tiny_baseline: A
     ``psync`` to the egress waited behind its data in the skew buffer; a ``cu-done`` written
     at once overtook them, the move was done for the controller, the plan failed the
     survivor, and its last rows and its ``psync`` were lost with it. ``cu-done`` now stays
-    behind the data and ``psync`` on its connection (``ORDERED_WITH_DATA``). Since a site
+    behind the data and ``psync`` on its connection (``protocol/channels.py``). Since a site
     hands its local consumers their rows through its own FIFO link the seeds schedule
     otherwise; seed 3 is now the first that the mutant of ``test_sim.py`` (``cu-done``
     written at once) fails, and it passes with the real rule."""

@@ -137,8 +137,40 @@ class RequestMoves:
     reason: str = "balance"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SiteFailed:
+    """Slot ``slot``'s process stopped on an error of its own (an operator raised, an
+    invariant broke): the run stops with it."""
+
+    slot: int
+    error: str
+
+
 BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | Moved
-                 | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves)
+                 | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves | SiteFailed)
+
+
+def event_of(slot: int, attempt: int, member: bool, message: object, now: float
+             ) -> BoundaryEvent | None:
+    """The driver's edge: what a frame read from process ``attempt`` in slot ``slot`` is to
+    the core, for the runtime host and the simulator alike. ``member``: the process is the
+    slot's current member (a standby's or a replaced process's frames count only as
+    liveness and readiness). None: nothing for the core (a non-member's protocol frame)."""
+    match message:
+        case cm.Heartbeat():
+            return HeartbeatFrom(slot=slot, attempt=attempt, beat=message, now=now,
+                                 member=member)
+        case cm.Ready():
+            return SiteReady(site=slot, attempt=attempt)
+        case cm.Moved(epoch=epoch) if member:
+            return Moved(site=slot, epoch=epoch, now=now)
+        case cm.Unreachable(peer=peer, peer_attempt=peer_attempt, reason=reason) if member:
+            return Suspected(site=peer, attempt=peer_attempt, by=slot, reason=reason, now=now)
+        case cm.SiteError(error=error):
+            return SiteFailed(slot=slot, error=error)
+        case _ if isinstance(message, cm.CONTROL_TYPES):
+            return None
+    return FromSite(slot=slot, message=message, now=now) if member else None  # type: ignore[arg-type]
 
 
 # -- actions -----------------------------------------------------------------------------------
@@ -306,6 +338,8 @@ class Boundary:
                     out += self._end_input(stream, now)
                 case RequestMoves(moves=moves, reason=reason):
                     out += self._controller(self.controller.request_moves(moves, reason))
+                case SiteFailed(slot=slot, error=error):
+                    out.append(Abort(reason=f"site {slot} stopped on an error:\n{error}"))
                 case _:
                     out += self._controller(self.controller.handle(ev))
         return out

@@ -197,6 +197,13 @@ class CuDone:
     move_s: float = 0.0  # how long the StateMover took to send the state
 
 
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """Site -> peer on a link that carried nothing for a while: the link is alive. A site
+    that waits to read a link and hears nothing on it for the link timeout reports the peer
+    unreachable (``protocol/site_boundary.py``); never given to the core."""
+
+
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
            | Rejoin | CuDone)
 

@@ -28,8 +28,6 @@ from sparkflux.control.boundary import (
     BoundaryAction,
     CaughtUp,
     Deliver,
-    FromSite,
-    HeartbeatFrom,
     Input,
     InputEnd,
     OutputEnded,
@@ -37,6 +35,7 @@ from sparkflux.control.boundary import (
     SendView,
     Tell,
     boundary_for,
+    event_of,
 )
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
@@ -46,15 +45,12 @@ from sparkflux.control.events import (
     FailSites,
     InstallView,
     Move,
-    Moved,
     Recovered,
     Registered,
     SiteAddress,
-    SiteReady,
     Standby,
     StartIngress,
     StopSite,
-    Suspected,
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig
@@ -485,30 +481,16 @@ class Host:
                 msg = await conn.recv_message(self.schema_of)
                 slot, attempt, _ = self.identity[data]
                 member = self.conns.get(slot) is data
-                if not isinstance(msg, cm.CONTROL_TYPES):
-                    if member:
-                        self._carry_out(self.core.handle(FromSite(
-                            slot=slot, message=msg, now=time.monotonic())))
-                    continue
-                now = time.monotonic()
-                if isinstance(msg, cm.Heartbeat):
+                if isinstance(msg, cm.Heartbeat):  # the metrics' share of a heartbeat
                     self.utilisation.setdefault(slot, []).append((
                         time.time(), msg.busy_s, msg.slept_s))
                     self.site_load[slot] = site_load(msg, self.site_load.get(slot, {}))
                     self.site_refused[(slot, attempt)] = msg.refused
-                    self._carry_out(self.core.handle(HeartbeatFrom(
-                        slot=slot, attempt=attempt, beat=msg, now=now, member=member)))
-                elif isinstance(msg, cm.Ready):
-                    self._carry_out(self.core.handle(SiteReady(site=slot, attempt=attempt)))
-                elif isinstance(msg, cm.Moved) and member:
-                    self._carry_out(self.core.handle(Moved(site=slot, epoch=msg.epoch, now=now)))
                 elif isinstance(msg, cm.Unreachable) and member:
                     log.warning("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
-                    self._carry_out(self.core.handle(Suspected(
-                        site=msg.peer, attempt=msg.peer_attempt, by=slot,
-                        reason=msg.reason, now=now)))
-                elif isinstance(msg, cm.SiteError):
-                    self._abort(f"site {slot} stopped on an error:\n{msg.error}")
+                event = event_of(slot, attempt, member, msg, time.monotonic())
+                if event is not None:
+                    self._carry_out(self.core.handle(event))
         except ConnectionLost as e:
             slot, attempt, _ = self.identity[data]
             if self.conns.get(slot) is not data:

@@ -1,9 +1,9 @@
 """Where a process's outgoing messages wait for a connection that can take them: the DTSB.
 
-Data frames, and the frames that must stay in order with them on a channel (``retaining``
-and ``psync``: the survivor's snapshot and the consumers' fold-in count on everything sent
-before them; ``cu-done``: the controller counts a copy as back only once the egress, on the
-same connection, has its ``psync``), go through the duplicate-eliminating transient skew buffer
+Data frames, and the frames that must stay in order with them on a connection (the table in
+``protocol/channels.py``: ``retaining`` and ``psync``, whose receivers count on everything
+sent before them; ``cu-done``, which the controller may act on only once the egress has the
+``psync`` before it), go through the duplicate-eliminating transient skew buffer
 (``protocol.skew.SkewBuffer``): they are written only while the destination's connection has
 room (its write buffer below ``high_water``), otherwise held in the process's pool, FIFO per
 destination, so one slow site neither stalls the others (no head-of-line blocking) nor piles
@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sparkflux.protocol.messages import CuDone, Data, Message, PSync, Retaining
+from sparkflux.protocol.channels import ordered_with_data
+from sparkflux.protocol.messages import Data, Message
 from sparkflux.protocol.skew import SkewBuffer
 from sparkflux.runtime.transport import Connection, ConnectionLost
-
-ORDERED_WITH_DATA = (Data, Retaining, PSync, CuDone)
 
 
 def rows_of(msg: Message) -> int:
@@ -42,7 +41,7 @@ class Outbox:
         if conn is None:
             return
         try:
-            if not isinstance(msg, ORDERED_WITH_DATA):
+            if not ordered_with_data(msg):
                 conn.send(msg)
                 return
             self.skew.add(dest)

@@ -1,19 +1,18 @@
 """A site: one long-lived Python process (one Spark task) running its mini-partition replicas.
 
-Life of a site (DESIGN.md §1): open a data server, open a control connection to the driver (the
+Life of a site: open a data server, open a control connection to the driver (the
 controller's ``move``, ``fail``, ``avail``, ``slow``, ``kill``, ``stop`` and ``cu-start``; the
-site's heartbeats and ``moved``), register over a second connection to it (which carries the
-ingress's and egress's traffic, and the set-up: view, standby, adopt), receive the view, connect
-to every other site (one multiplexed connection per pair: the lower site id dials), report
-ready, then feed every frame to the sans-I/O ``SiteCore`` and send what it returns. ``fail``
-from the controller is take-over; a site that learns it was excluded, or loses the driver, stops
-at once (fail-stop: no zombies). Every connection, in or out, is authenticated with the run's
-secret and bound to the slot and incarnation it claims (``handshake.py``); an incoming link
-that claims a slot this site knows to be held by another incarnation, or already linked, is
-refused. A peer that cannot be dialled is reported to the controller (``Unreachable``) as a
-suspected failure; the site itself goes on. A site process that registers after the view was formed
-(Spark's retry of a crashed task) is a stateless standby until the run ends. An invariant
-violation or operator error is reported to the controller and stops the site.
+site's heartbeats, ``moved`` and reports), register over a second connection to it (which
+carries the ingress's and egress's traffic, and the set-up: view, standby, adopt), then read
+every connection into events for the site's sans-I/O core (``protocol/site_boundary.py``:
+when the site is ready, whom it dials, what a ``fail``, ``move`` or ``avail`` means, which
+incoming link it admits, when it stops) and carry out the actions it returns. This module
+holds no protocol decision: it owns the sockets, the scheduler's gathering of frames into
+passes, the DTSB (``outbox.py``), the StateMover's connections, heartbeats and the
+``--site-cpu`` budget. Every connection, in or out, is authenticated with the run's secret
+and bound to the slot and incarnation it claims (``handshake.py``) before the core is asked
+whether to keep it. An invariant violation or operator error is reported to the controller
+and stops the site.
 """
 
 from __future__ import annotations
@@ -35,8 +34,30 @@ import numpy as np
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
-from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Outgoing, State
-from sparkflux.protocol.site import Received, SiteCore, wire_schema
+from sparkflux.protocol.channels import Channel
+from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, State
+from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.site import SiteCore, wire_schema
+from sparkflux.protocol.site_boundary import (
+    Close,
+    Crash,
+    Dial,
+    DialFailed,
+    DriverLost,
+    Frames,
+    FromDriver,
+    PeerLinked,
+    PeerLost,
+    Reject,
+    Scale,
+    Send,
+    SiteBoundary,
+    SiteBoundaryAction,
+    SiteBoundaryEvent,
+    Stop,
+    Verdict,
+    from_link,
+)
 from sparkflux.runtime import failure_domain, handshake
 from sparkflux.runtime.capacity import CpuCap
 from sparkflux.runtime.frames import encode
@@ -104,7 +125,8 @@ def schemas_of(plan: PhysicalPlan) -> dict:
 
 
 class Site:
-    """The event loop of one site."""
+    """The event loop of one site: reads its connections into ``SiteBoundary`` events and
+    carries out the actions it returns."""
 
     def __init__(self, cfg: SiteConfig, plan: PhysicalPlan,
                  on_registered: Callable[[], None] | None = None) -> None:
@@ -113,18 +135,12 @@ class Site:
         # (``SiteError``), before it a start failure (``runtime/start_report.py``).
         self.on_registered = on_registered
         self.plan = plan
-        self.id = cfg.site
-        self.layout = Layout(plan.sites, plan.partitions, cfg.replicas)
-        self.core: SiteCore | None = None
+        self.boundary = SiteBoundary(cfg.site, cfg.attempt, plan,
+                                     Layout(plan.sites, plan.partitions, cfg.replicas))
         self.schema_of = schemas_of(plan)
         self.peers: dict[int, Connection] = {}
         self.driver: Connection | None = None  # data (and set-up) connection to the driver
         self.control: Connection | None = None  # the controller's: never behind data
-        self._peers_ready = asyncio.Event()
-        # Set once the site has its core (the view, or a standby's adoption): those come on
-        # the data connection, so the control connection's ``fail``, ``move``, ``avail`` or
-        # ``cu-start`` may arrive first and must wait for it.
-        self._set_up = asyncio.Event()
         self._stop = asyncio.Event()
         self.busy_s = 0.0
         self.passes = 0  # scheduler passes run (busy_s / passes: the cost of a pass)
@@ -143,24 +159,24 @@ class Site:
         self._reported = False  # an error went to the driver: linger until it has read it
         self._driver_gone = asyncio.Event()  # the driver closed its control connection
         self.excluded: str | None = None
-        self.role = "member"
         self.state_bytes: dict[tuple[int, int], int] = {}
         self.state_move_s: dict[tuple[int, int], float] = {}
-        self._hellos: set[int] = set()
-        self._ready_sent = False
-        self._members: set[int] = set()
-        self.addresses: dict[int, tuple[str, int]] = {}  # site slot -> (host, data port)
         self.state_conns: dict[tuple[str, int], Connection] = {}
         self._state_dialing: dict[tuple[str, int], asyncio.Lock] = {}
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
-        # slot -> (the slot its process registered for, its Spark attempt): who must answer
-        # when this site dials the slot, and who may dial in claiming it
-        self.identities: dict[int, tuple[int, int]] = {}
-        self._known = asyncio.Event()  # set whenever ``identities`` or the core changes
+        self._known = asyncio.Event()  # set whenever the boundary may know more members
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
         self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
+
+    @property
+    def id(self) -> int:
+        return self.boundary.site
+
+    @property
+    def core(self) -> SiteCore | None:
+        return self.boundary.core
 
     def _spawn(self, coro: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -218,79 +234,103 @@ class Site:
         core = self.core
         return {
             "site": self.id, "attempt": self.cfg.attempt, "pid": os.getpid(),
-            "role": self.role, "excluded": self.excluded, "busy_s": round(self.busy_s, 3),
-            "refused": dict(self.gate.refused),
+            "role": self.boundary.role, "excluded": self.excluded,
+            "busy_s": round(self.busy_s, 3), "refused": dict(self.gate.refused),
             "rows_in": [c.rows_in for c in core.cons] if core else [],
         }
 
-    def _learn(self, members: dict[int, cm.Member]) -> None:
-        for j, m in members.items():
-            self.addresses[j] = (m.host, m.port)
-            self.identities[j] = (m.registered, m.attempt)
+    def _handle(self, *events: SiteBoundaryEvent) -> None:
+        """One step of the site's core, carried out."""
+        self._carry_out(self.boundary.handle(*events))
+
+    def _carry_out(self, actions: list[SiteBoundaryAction]) -> None:
+        for a in actions:
+            match a:
+                case Send(dest=dest, message=msg, channel=Channel.CONTROL):
+                    self._report(msg)  # type: ignore[arg-type]
+                case Send(dest=dest, message=State() | Installed() as msg):
+                    self._state_out(dest, msg)
+                case Send(dest=dest, message=msg):
+                    if isinstance(msg, CuDone):  # what the StateMover moved for it, how fast
+                        key = (msg.stage, msg.q)
+                        msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop(key, 0),
+                                     self.state_move_s.pop(key, 0.0))
+                    self.outbox.send(dest, msg)  # type: ignore[arg-type]
+                case Dial():
+                    self._cancel_dial(a.site)
+                    self._dials[a.site] = self._spawn(self._dial_peer(a))
+                case Close(site=s):
+                    self._cancel_dial(s)  # e.g. a standby that died right after its adoption
+                    self.outbox.drop(s)  # frames held for the failed incarnation
+                    c = self.peers.pop(s, None)
+                    if c is not None:
+                        c.close()
+                    for c in self.state_in.pop(s, []):  # a zombie's late state or installed
+                        c.close()
+                case Scale(factor=factor):  # --slow SITE@SECONDS=FACTOR
+                    self._capacity_now()
+                    if self.cap is None:
+                        self.cap = CpuCap(1.0)
+                    self.cap.scale(factor)
+                case Crash():
+                    # A real crash on request (clusters, where the driver cannot signal it).
+                    os.kill(os.getpid(), signal.SIGKILL)
+                case Stop(reason=reason, how=how):
+                    if how == "error":
+                        self._fail(reason)
+                    else:
+                        # excluded: not an error of this task, Spark must not retry it
+                        self.excluded = reason if how == "excluded" else self.excluded
+                        self._stop.set()
+                case Reject():
+                    pass  # handled where the link was offered (``_offer``)
         self._known.set()
 
-    async def _install_view(self, msg: cm.View) -> None:
-        if msg.ring:  # chained declustering over the failure domains (``placement.py``)
-            self.layout.set_ring(msg.ring)
-        self.core = SiteCore(self.id, self.plan, self.layout)
-        self._learn(msg.members)
-        self._set_up.set()
-        for j in sorted(msg.members):
-            if j > self.id:
-                self._dials[j] = self._spawn(self._dial_peer(j))
-        while not (set(msg.members) - {self.id} - self.core.dead_sites) <= set(self.peers):
-            self._peers_ready.clear()
-            await self._peers_ready.wait()
-        assert self.driver is not None
-        self.driver.send(cm.Ready(site=self.id, attempt=self.cfg.attempt))
-
-    async def _dial_peer(self, j: int) -> None:
-        """Connect to slot ``j``'s current process in a task of its own, never on a reader:
-        a peer that cannot be reached within ``DIAL_TIMEOUT_S`` is reported to the controller
-        as a suspected failure (which decides, and tells everybody with ``fail``)."""
-        host, port = self.addresses[j]
-        expect = self.identities[j]
-        try:
-            conn = await connect(host, port, f"site {j}", self.cfg.security,
-                                 self._claim(handshake.PEER), expect, DIAL_TIMEOUT_S)
-        except ConnectionLost as e:
-            if self.identities.get(j) != expect or self._stop.is_set():
-                return  # the slot has a new process by now, or the run is over
-            log.warning("site %d: %s", self.id, e)
-            self._report(cm.Unreachable(site=self.id, peer=j, peer_attempt=expect[1],
-                                        reason=str(e)))
-            return
-        if self.identities.get(j) != expect or (
-                self.core is not None and j in self.core.dead_sites):
-            conn.close()  # it failed, or was replaced, while we dialled
-            return
+    def _offer(self, j: int, conn: Connection, process: tuple[int, int], dialed: bool) -> bool:
+        """A peer link is up: keep it unless the boundary finds it stale."""
+        actions = self.boundary.handle(PeerLinked(site=j, process=process, dialed=dialed))
+        if any(isinstance(a, Reject) for a in actions):
+            conn.close()
+            return False
         self.peers[j] = conn
-        self._peers_ready.set()
-        self._spawn(self._pump(conn, j))
+        self._carry_out(actions)
+        return True
+
+    async def _dial_peer(self, d: Dial) -> None:
+        """Connect to slot ``d.site``'s current process in a task of its own, never on a
+        reader: a peer that cannot be reached within ``DIAL_TIMEOUT_S`` goes to the
+        boundary, which reports it as a suspected failure to the controller (which
+        decides, and tells everybody with ``fail``)."""
+        try:
+            conn = await connect(d.host, d.port, f"site {d.site}", self.cfg.security,
+                                 self._claim(handshake.PEER), d.process, DIAL_TIMEOUT_S)
+        except ConnectionLost as e:
+            actions = self.boundary.handle(DialFailed(site=d.site, process=d.process,
+                                                      reason=str(e)))
+            if actions:
+                log.warning("site %d: %s", self.id, e)
+            self._carry_out(actions)
+            return
+        if self._offer(d.site, conn, d.process, dialed=True):
+            self._spawn(self._pump(conn, d.site))
 
     async def _admissible(self, claim: Claim) -> tuple[str, str] | None:
-        """Why a link that authenticated with ``claim`` must still be refused, or None: its
-        slot must be a member this site knows to be held by that very incarnation, not dead,
-        and (for the dataflow link) not already linked. Returns (what is counted, detail)."""
+        """Why a link that authenticated with ``claim`` must still be refused, or None (the
+        boundary decides; what it does not know yet it may learn within ``CLAIM_WAIT_S``).
+        Returns (what is counted, detail)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CLAIM_WAIT_S
         while True:
-            j = claim.site
-            known = self.identities.get(j)
-            if self.core is not None and known is not None:
-                if j in self.core.dead_sites:
-                    return "claimed a dead site", f"site {j} is dead in this site's view"
-                if known == claim.process:
-                    if claim.channel == handshake.PEER and j in self.peers \
-                            and not self.peers[j].closed:
-                        return "claimed a linked site", f"site {j} is already linked"
-                    return None
-                if known[0] == claim.registered and known[1] > claim.attempt:
-                    return ("claimed a replaced incarnation",
-                            f"site {j} attempt {claim.attempt} was replaced")
+            verdict = self.boundary.admissible(claim.site, claim.process,
+                                               peer=claim.channel == handshake.PEER)
+            if verdict is Verdict.ADMIT:
+                return None
+            if isinstance(verdict, tuple):
+                return verdict
             if loop.time() >= deadline:
                 return ("claimed an unknown incarnation",
-                        f"site {j} attempt {claim.attempt} is not a member this site knows")
+                        f"site {claim.site} attempt {claim.attempt} is not a member this "
+                        f"site knows")
             self._known.clear()
             try:
                 await asyncio.wait_for(self._known.wait(), deadline - loop.time())
@@ -320,10 +360,8 @@ class Site:
                 conn.close()
             return
         conn.peer = f"site {j}"
-        self.peers[j] = conn
-        self._peers_ready.set()
-        self._hellos.add(j)
-        self._maybe_ready()
+        if not self._offer(j, conn, claim.process, dialed=False):
+            return
         try:
             await self._pump(conn, j)
         except asyncio.CancelledError:
@@ -369,31 +407,27 @@ class Site:
         """Read one connection: control frames are handled at once, protocol frames queue
         in the inbox (bounded, so a site that falls behind stops reading and its senders'
         skew buffers hold the rest). Not bounded: the driver's ``control`` connection (its
-        few protocol frames, ``cu-start``, must not wait for room; and it waits for the
-        site's set-up) and a peer's StateMover connection (``side``: snapshots and
-        ``installed`` only)."""
+        few protocol frames, ``cu-start``, must not wait for room) and a peer's StateMover
+        connection (``side``: snapshots and ``installed`` only)."""
         inbox_rows = self.cfg.inbox_rows
         bounded = not (control or side)
         try:
             while True:
                 msg = await conn.recv_message(self.schema_of)
-                is_control = isinstance(msg, cm.CONTROL_TYPES)
-                if is_control and peer != DRIVER:
-                    raise ConnectionLost(f"site {peer} sent a control message "
-                                         f"({type(msg).__name__}): protocol error")
-                if control and not self._set_up.is_set() and not isinstance(msg, cm.UNGATED):
-                    await self._set_up.wait()
-                if is_control:
-                    await self._on_control(msg)
+                try:
+                    item = from_link(peer, msg, state_link=side)
+                except ProtocolError as e:
+                    if side:
+                        raise
+                    raise ConnectionLost(f"{e}: protocol error") from e
+                if isinstance(item, FromDriver):
+                    self._handle(item)
                     continue
-                if side and not isinstance(msg, (State, Installed)):
-                    raise RuntimeError(f"site {peer}'s StateMover sent a "
-                                       f"{type(msg).__name__}")
                 while bounded and (len(self.inbox) >= INBOX_FRAMES
                                    or self._inbox_rows >= inbox_rows):
                     self._inbox_room.clear()
                     await self._inbox_room.wait()
-                self.inbox.append((peer, msg))
+                self.inbox.append(item)
                 self._inbox_rows += rows_of(msg)
                 if not isinstance(msg, (Data, Ack)):  # take-over and catch-up: no gathering
                     self._urgent = True
@@ -402,11 +436,12 @@ class Site:
             conn.close()
             if peer == DRIVER and control:
                 self._driver_gone.set()
-            if not self._stop.is_set():
-                if peer == DRIVER:
-                    self._fail(f"lost the driver ({e}); stopping (fail-stop)")
-                else:
-                    log.info("site %d: %s", self.id, e)
+            if peer == DRIVER:
+                self._handle(DriverLost(reason=str(e)))
+            elif not side and self.peers.get(peer) is conn:
+                log.info("site %d: %s", self.id, e)
+                self.peers.pop(peer, None)
+                self._handle(PeerLost(site=peer, reason=str(e)))
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
@@ -444,8 +479,7 @@ class Site:
                 self._inbox_rows = 0
                 self._urgent = False
                 self._inbox_room.set()
-                if self.core is not None:
-                    self._send(self.core.handle(Received(items)))
+                self._handle(Frames(items))
                 self.outbox.flush()
                 busy = time.thread_time() - t
                 now = time.perf_counter()
@@ -471,35 +505,23 @@ class Site:
             await asyncio.sleep(0.005)
             self.outbox.flush()
 
-    def _send(self, outs: list[Outgoing]) -> None:
-        assert self.core is not None
-        for o in outs:
-            conn = self._conn_of(o.site)
-            if conn is None or o.site in self.core.dead_sites:
-                continue
-            msg = o.message
-            if isinstance(msg, CuDone):  # report what the StateMover moved for it, how fast
-                key = (msg.stage, msg.q)
-                msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop(key, 0),
-                             self.state_move_s.pop(key, 0.0))
-            if isinstance(msg, (State, Installed)):  # outside the data path (the StateMover)
-                pieces = [bytes(p) if isinstance(p, memoryview) else p for p in encode(msg)]
-                key = None
-                if isinstance(msg, State):
-                    key = (msg.stage, msg.q)
-                    self.state_bytes[key] = sum(
-                        p.nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
-                self._spawn(self._move_state(o.site, pieces, key))
-                continue
-            self.outbox.send(o.site, msg)  # a lost peer: the view change will follow
+    def _state_out(self, site: int, msg: State | Installed) -> None:
+        """A snapshot or ``installed``: outside the data path, by the StateMover."""
+        pieces = [bytes(p) if isinstance(p, memoryview) else p for p in encode(msg)]
+        key = None
+        if isinstance(msg, State):
+            key = (msg.stage, msg.q)
+            self.state_bytes[key] = sum(len(p) for p in pieces)
+        self._spawn(self._move_state(site, pieces, key))
 
     async def _move_state(self, site: int, pieces: list, key: tuple[int, int] | None) -> None:
         """The StateMover: a partition's state goes over its own connection to the new
         replica's site, so it never queues ahead of data frames (thesis Fig. 3.9), nor
         behind them; the new replica's ``installed`` comes back the same way (``key`` None),
         not behind the input queued for the survivor."""
-        addr = self.addresses.get(site)
-        expect = self.identities.get(site)
+        member = self.boundary.members.get(site)
+        expect = self.boundary.process_of(site)
+        addr = None if member is None else (member.host, member.port)
         if addr is None or expect is None:  # a bug: the catch-up would wait forever
             self._report_error(f"the StateMover has no address for site {site}")
             return
@@ -520,92 +542,10 @@ class Site:
         except ConnectionLost as e:
             log.info("site %d: state move to site %d failed: %s", self.id, site, e)
 
-    # -- standby and adoption ----------------------------------------------------------------
-    def _maybe_ready(self) -> None:
-        """An adopted standby is ready once every live member has connected to it."""
-        if self.role != "adopted" or self._ready_sent or self.core is None:
-            return
-        live = self._members - self.core.dead_sites - {self.id}
-        if live <= self._hellos:
-            self._ready_sent = True
-            assert self.driver is not None
-            self.driver.send(cm.Ready(site=self.id, attempt=self.cfg.attempt))
-
-    def _avail(self, msg: cm.Avail) -> None:
-        """``avail``: a standby adopted site slot ``slot``: forget it was dead and dial it, in
-        a task of its own (this reader goes on with the next control frame at once)."""
-        assert self.core is not None
-        slot = msg.slot
-        self.core.handle(msg)
-        self.addresses[slot] = (msg.host, msg.port)
-        self.identities[slot] = (msg.registered, msg.attempt)
-        self._known.set()
-        self.outbox.drop(slot)  # frames held for the failed incarnation
-        old = self.peers.pop(slot, None)
-        if old is not None:
-            old.close()
-        self._cancel_dial(slot)
-        self._dials[slot] = self._spawn(self._dial_peer(slot))
-
     def _cancel_dial(self, slot: int) -> None:
         task = self._dials.pop(slot, None)
         if task is not None:
             task.cancel()
-
-    async def _on_control(self, msg: cm.ControlMessage) -> None:
-        if isinstance(msg, cm.View):
-            await self._install_view(msg)
-        elif isinstance(msg, cm.Fail):
-            assert self.core is not None
-            dead = set(msg.dead)
-            for s in dead:
-                self._cancel_dial(s)  # e.g. a standby that died right after its adoption
-                self.outbox.drop(s)
-                c = self.peers.pop(s, None)
-                if c is not None:
-                    c.close()
-                for c in self.state_in.pop(s, []):  # a zombie's late state or installed
-                    c.close()
-            self._send(self.core.handle(msg))
-            self._known.set()
-            self._peers_ready.set()
-            self._maybe_ready()
-            if self.core.stopped:
-                self.excluded = self.core.stopped
-                self._stop.set()
-        elif isinstance(msg, cm.Standby):
-            self.role = "standby"
-            log.info("site %d (attempt %d) is a standby", self.id, self.cfg.attempt)
-        elif isinstance(msg, cm.Adopt):
-            # This standby becomes site slot ``slot``: empty replicas, filled by catch-up.
-            self.id = msg.slot
-            self.role = "adopted"
-            self.core = SiteCore.adopting(self.plan, self.layout, msg)
-            self._members = set(msg.members)
-            self._learn(msg.members)
-            self._set_up.set()
-            self._maybe_ready()
-        elif isinstance(msg, cm.Avail):
-            self._avail(msg)
-        elif isinstance(msg, cm.Slow):  # --slow SITE@SECONDS=FACTOR
-            self._capacity_now()
-            if self.cap is None:
-                self.cap = CpuCap(1.0)
-            self.cap.scale(msg.factor)
-        elif isinstance(msg, cm.Move):  # unified Flux: a copy of a partition moves
-            assert self.core is not None
-            self._send(self.core.handle(msg))
-            self._report(cm.Moved(epoch=msg.epoch))
-        elif isinstance(msg, cm.Kill):
-            # A real crash on request (clusters, where the driver cannot signal the process).
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif isinstance(msg, cm.Stop):
-            if msg.excluded:
-                # Not an error of this task: Spark must not retry it (no zombies either).
-                self.excluded = msg.reason
-            self._stop.set()
-        else:
-            raise ConnectionLost(f"the driver sent a {type(msg).__name__}: protocol error")
 
     def _capacity_now(self) -> float:
         """Seconds of capacity this site has had so far: wall time times its cap (so that

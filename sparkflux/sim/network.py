@@ -3,7 +3,7 @@
 A link is a queue per ordered pair of nodes and channel, FIFO as TCP is per connection
 (DESIGN.md §4), except where the runtime itself reorders before the socket: on a data
 connection, the frames that must keep their place among the rows (``Data``, ``retaining``,
-``psync``: ``runtime.outbox.ORDERED_WITH_DATA``) may wait in the sender's skew buffer while
+``psync``: ``protocol/channels.py``) may wait in the sender's skew buffer while
 every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, ...) is written at
 once. So a frame of the second class may overtake frames of the first sent before it, never
 the other way round, and each class stays FIFO within itself: the scheduler delivers either

@@ -35,26 +35,22 @@ import pyarrow.compute as pc
 
 from sparkflux.control.boundary import (
     AdoptProcess,
-    BoundaryEvent,
     Deliver,
-    FromSite,
-    HeartbeatFrom,
     Input,
     InputEnd,
     RequestMoves,
     SendView,
     Tell,
     boundary_for,
+    event_of,
 )
 from sparkflux.control.events import (
     Abort,
     ConnectionClosed,
     FailSites,
-    Moved,
     Recovered,
     Registered,
     SiteAddress,
-    SiteReady,
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig
@@ -63,10 +59,21 @@ from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import digest_of
 from sparkflux.model.validate import validate
 from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.channels import Channel, ordered_with_data
 from sparkflux.protocol.consumer import PartitionLost
-from sparkflux.protocol.messages import Installed, Outgoing, State
+from sparkflux.protocol.messages import Outgoing, State
 from sparkflux.protocol.producer import ProtocolError
-from sparkflux.protocol.site import Received, SiteCore
+from sparkflux.protocol.site_boundary import (
+    Dial,
+    Frames,
+    FromDriver,
+    PeerLinked,
+    Send,
+    SiteBoundary,
+    SiteBoundaryAction,
+    Stop,
+    from_link,
+)
 from sparkflux.runtime.frames import FRAME_HEADER, MSG, decode, encode
 from sparkflux.sim.network import CONTROL, DATA, Network
 
@@ -142,9 +149,11 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     site_plan = plan.for_sites()
     layout = Layout(plan.sites, plan.partitions, replicas)
     net = Network(rng) if fifo else Network(rng, overtakes=_overtakes)
-    # Every site owns its operator shells, as a Spark task owns its unpickled copy of the plan;
-    # it builds its core from its view (``SendView``: the ring over the failure domains).
-    sites: dict[int, SiteCore] = {}
+    # Every site process runs its own ``SiteBoundary`` over its own operator shells, as a
+    # Spark task owns its unpickled copy of the plan; it builds its core from the view it
+    # gets (``SendView``: the ring over the failure domains) or its adoption.
+    sites: dict[int, SiteBoundary] = {}
+    process: dict[int, tuple[int, int]] = {s: (s, 0) for s in range(plan.sites)}
     settled_crashes = list(failures.after_settled)
     executor_now = {s: failures.executors[s] if s < len(failures.executors) else ""
                     for s in range(plan.sites)}  # slot -> its live process's executor
@@ -166,31 +175,46 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     standby_at = {at for at in failures.standbys}
     n_standby = 0
     attempt = dict.fromkeys(range(plan.sites), 0)
-    hellos: dict[int, set[int]] = {}
     recovered: list[int] = []
     next_batch = 0
     step = 0
     crashed_now: set[int] = set()  # slots whose current process is dead
+    # Set-up (view 1) is not under test here: the sites link to each other at once and their
+    # ``ready`` reaches the controller together, before any input.
+    setup: list[Any] | None = []
 
-    def emit(src: int, outs: list[Outgoing]) -> None:
-        for o in outs:
-            # the runtime's StateMover connection (one per direction and pair of sites)
-            # carries a snapshot one way and ``installed`` back, apart from the data
-            side = isinstance(o.message, (State, Installed))
-            net.send(src, o.site, o.message, CONTROL if side else DATA)
+    def gone(k: int) -> None:
+        """Slot ``k``'s process is gone (crashed, or failed by the controller while alive:
+        the runtime closes its connections)."""
+        if k not in crashed_now:
+            crashed.append(k)
+            crashed_now.add(k)
+            net.drop_to(k)
 
-    ready_sent: set[tuple[int, int]] = set()
-
-    def maybe_ready(k: int) -> None:
-        """A standby is ready once every live member has connected to it (hello)."""
-        if k in crashed_now or (k, attempt[k]) in ready_sent or k not in hellos:
-            return
-        if hellos[k] >= set(controller.view.members) - {k}:
-            ready_sent.add((k, attempt[k]))
-            net.send(k, DRIVER, cm.Ready(site=k, attempt=attempt[k]), CONTROL)
+    def site_do(src: int, actions: list[SiteBoundaryAction]) -> None:
+        """The runtime site host's part, over simulated links. A link's set-up is a
+        ``hello`` on the data channel: the dialled side learns of it on delivery."""
+        for a in actions:
+            match a:
+                case Send(dest=dest, message=msg, channel=channel):
+                    if setup is not None and dest == DRIVER:
+                        setup.append(event_of(src, attempt[src], True, msg, 0.0))
+                    else:
+                        net.send(src, dest, msg, DATA if channel is Channel.LINK else CONTROL)
+                case Dial(site=j, process=expect):
+                    if setup is not None:
+                        setup.append((src, j, expect))
+                        continue
+                    net.send(src, j, ("hello", src, process[src]))
+                    site_do(src, sites[src].handle(PeerLinked(site=j, process=expect,
+                                                              dialed=True)))
+                case Stop():
+                    gone(src)
+                case _:
+                    pass  # Close, Reject, Scale, Crash: nothing to carry out here
 
     def carry_out(actions: list) -> None:
-        """The runtime host's part, over simulated links."""
+        """The runtime driver host's part, over simulated links."""
         for a in actions:
             match a:
                 case Outgoing(site=site, message=message):
@@ -203,25 +227,19 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                             out[k].append(rows)
                 case FailSites(dead=dead):
                     for k in dead:
-                        if k not in crashed_now:  # failed by the controller while alive (the
-                            crashed.append(k)  # target of an orphaned catch-up): the runtime
-                            crashed_now.add(k)  # closes its connections, so it is gone
-                            net.drop_to(k)
-                    for k in list(hellos):
-                        maybe_ready(k)
+                        gone(k)
                 case SendView(site=s, view=view):
-                    lay = layout.copy()
-                    if view.ring:
-                        lay.set_ring(view.ring)
-                    sites[s] = SiteCore(s, copy.deepcopy(site_plan), lay)
+                    sites[s] = SiteBoundary(s, 0, copy.deepcopy(site_plan), layout)
+                    site_do(s, sites[s].handle(FromDriver(message=view)))
                 case AdoptProcess(slot=k, attempt=att, registered=reg, message=message):
                     executor_now[k] = domain_of(failures.standby_executors, reg - plan.sites - 1)
                     net.forget(k)  # the old process's connections are gone with it
                     attempt[k] = att
-                    sites[k] = SiteCore.adopting(copy.deepcopy(site_plan), layout, message)
+                    process[k] = (reg, att)
+                    sites[k] = SiteBoundary(reg, att, copy.deepcopy(site_plan), layout)
                     crashed_now.discard(k)
-                    hellos[k] = set()
-                    maybe_ready(k)
+                    site_do(k, sites[k].handle(FromDriver(message=cm.Standby()),
+                                               FromDriver(message=message)))
                 case Recovered(slot=slot):
                     recovered.append(slot)
                     if len(recovered) == 1:
@@ -235,7 +253,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     def heartbeat(s: int) -> cm.Heartbeat:
         """A synthetic load: every row costs the same; a slow site has its capacity
         divided by its factor."""
-        counts = sites[s].processed.copy()
+        site_core = sites[s].core
+        assert site_core is not None
+        counts = site_core.processed.copy()
         return cm.Heartbeat(site=s, attempt=attempt[s], pid=s, busy_s=float(counts.sum()),
                             slept_s=0.0, passes=0, cpu_s=0.0, buffered=0,
                             capacity_s=float(step) * 4 / slow.get(s, 1.0), at=float(step),
@@ -254,15 +274,18 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
         carry_out(core.handle(Registered(address=SiteAddress(
             site=s, attempt=0, host=domain_of(failures.hosts, s) or "sim", port=s, pid=s,
             executor=domain_of(failures.executors, s)), now=0.0)))
-    carry_out(core.handle(*[SiteReady(site=s, attempt=0) for s in range(plan.sites)]))
+    for src, j, expect in [d for d in setup if isinstance(d, tuple)]:
+        site_do(j, sites[j].handle(PeerLinked(site=src, process=process[src], dialed=False)))
+        site_do(src, sites[src].handle(PeerLinked(site=j, process=expect, dialed=True)))
+    ready = [e for e in setup if e is not None and not isinstance(e, tuple)]
+    setup = None
+    carry_out(core.handle(*ready))
     try:
         while step < max_steps:
             step += 1
             for site in crash_at.get(step, []):
                 if site not in crashed_now:
-                    crashed.append(site)
-                    crashed_now.add(site)
-                    net.drop_to(site)
+                    gone(site)
                     net.drop_some_from(site)
                     lo, hi = detect_delay
                     pending_detect.append((step + int(rng.integers(lo, hi + 1)), site,
@@ -322,35 +345,34 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             if dst in crashed_now:
                 continue
             if dst == DRIVER:
-                carry_out(core.handle(_at_driver(src, msg, attempt[src] if src in attempt
-                                                 else -1, float(step))))
-            elif isinstance(msg, cm.Fail):
-                emit(dst, sites[dst].handle(msg))
-            elif isinstance(msg, cm.Move):
-                emit(dst, sites[dst].handle(msg))
-                net.send(dst, DRIVER, cm.Moved(epoch=msg.epoch), CONTROL)
-            elif isinstance(msg, cm.Avail):
-                sites[dst].handle(msg)
-                net.send(dst, msg.slot, ("hello", dst))
-            elif isinstance(msg, tuple) and msg[0] == "hello":
-                hellos[dst].add(msg[1])
-                maybe_ready(dst)
-            else:
-                # Like the runtime's scheduler, a site often takes several queued messages in
-                # one pass (``Received``): gather a random number of them.
-                batch = [(src, _as_moved(msg))]
-                for _ in range(int(rng.integers(0, 4))):
-                    more = net.pop_to(dst)
-                    if more is None:
-                        break
-                    batch.append((more[0], _as_moved(more[1])))
-                emit(dst, sites[dst].handle(Received(batch)))
+                event = event_of(src, attempt.get(src, -1), True, msg, float(step))
+                if event is not None:
+                    carry_out(core.handle(event))
+                continue
+            if isinstance(msg, tuple):  # a link's set-up (``site_do``)
+                site_do(dst, sites[dst].handle(PeerLinked(site=msg[1], process=msg[2],
+                                                          dialed=False)))
+                continue
+            item = from_link(src, msg)
+            if isinstance(item, FromDriver):
+                site_do(dst, sites[dst].handle(item))
+                continue
+            # Like the runtime's scheduler, a site often takes several queued messages in
+            # one pass (``Frames``): gather a random number of them.
+            batch = [(src, _as_moved(msg))]
+            for _ in range(int(rng.integers(0, 4))):
+                more = net.pop_to(dst)
+                if more is None:
+                    break
+                batch.append((more[0], _as_moved(more[1])))
+            site_do(dst, sites[dst].handle(Frames(batch)))
     except (ProtocolError, PartitionLost) as e:
         raise Violation(f"seed {seed}: {e}") from e
     leftover = {"ingress": core.ingress.buffered()}
     live_replicas: dict[tuple[int, int], int] = {}
-    for s, site_core in sites.items():
-        if s not in crashed_now:
+    for s, boundary in sites.items():
+        site_core = boundary.core
+        if s not in crashed_now and site_core is not None:
             leftover[f"site{s}"] = site_core.buffered_rows()
             for st, cons in enumerate(site_core.cons):
                 for q in cons.parts[cons.installed]:
@@ -362,26 +384,11 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                      [(m.q, m.r, m.src, m.dst) for m in controller.moves], tables)
 
 
-def _at_driver(src: int, msg: Any, attempt: int, now: float) -> BoundaryEvent:
-    """What a frame from site ``src`` is to the driver's core, as the runtime host reads
-    its two connections: control frames (``moved``, ``ready``, heartbeats) or protocol
-    messages of the data connection."""
-    if isinstance(msg, cm.Moved):
-        return Moved(site=src, epoch=msg.epoch, now=now)
-    if isinstance(msg, cm.Ready):
-        return SiteReady(site=msg.site, attempt=msg.attempt)
-    if isinstance(msg, cm.Heartbeat):
-        return HeartbeatFrom(slot=src, attempt=attempt, beat=msg, now=now)
-    return FromSite(slot=src, message=msg, now=now)
-
-
 def _overtakes(msg: Any) -> bool:
     """Whether the runtime writes ``msg`` at once, ahead of data frames the skew buffer holds
-    for the same connection (read at run time, so a test can change the rule)."""
-    from sparkflux.runtime import outbox
-
-    return not isinstance(msg, (tuple, *cm.CONTROL_TYPES)) \
-        and not isinstance(msg, outbox.ORDERED_WITH_DATA)
+    for the same connection (``protocol/channels.py``; read at run time, so a test can change
+    the rule). A link's set-up never overtakes."""
+    return not isinstance(msg, tuple) and not ordered_with_data(msg)
 
 
 def _as_moved(msg: Any) -> Any:

@@ -1,0 +1,536 @@
+"""The site side's sans-I/O core: a site's own life around its ``SiteCore``, as a table.
+
+The driver has ``control.boundary.Boundary``; a site has ``SiteBoundary``. It owns the site's
+``SiteCore`` (FH-Cons, operators, FH-Prod, catch-up) and every decision a site host used to
+make on its own: when the site is ready, whom it dials, which links it drops, what a
+``fail``, ``move`` or ``avail`` means beyond the core, which incoming link it admits, when it
+stops. The runtime host (``runtime/site.py``) and the simulator (``sim/run.py``) both only
+translate what they read into events, call ``handle(*events)``, and carry out the actions:
+every seed of the simulator runs the site path that runs on Spark.
+
+The site's life (``LIFE``; everything that moves it lives in this module):
+
+1. ``registering``: the process has sent ``register`` and waits for the controller's answer.
+   ``view`` (view 1) gives it a core and the members; it dials every member with a higher
+   slot (the lower slot dials, one connection per pair) and is ``connecting``. ``standby``
+   makes it a stateless ``standby`` (a process that registered after view 1: Spark's retry
+   of a crashed task, or a spare), which waits for ``adopt``.
+2. ``adopt`` (a standby takes a failed slot, the paper's reset node that re-enters): it gets
+   the slot's empty replicas, filled later by catch-up, and is ``connecting``: the members
+   dial it on their ``avail``; it dials nobody.
+3. ``connecting`` -> ``ready`` (rule *all-linked*): once every live member but itself is
+   linked, it says ``ready`` to the controller, once. ``fail`` shrinks the set it waits for.
+4. In ``connecting`` and ``ready`` the core takes the scheduler's frames, ``fail`` (take-over;
+   the dead slots' links are closed), ``move`` (then ``moved`` to the controller) and
+   ``avail`` (forget the slot was dead, drop the old incarnation's link, dial the new one).
+   A peer that cannot be dialled is reported (``unreachable``) while it is still the slot's
+   current incarnation: the controller decides, and tells everybody with ``fail``.
+6. A link to a live peer that the site waits to read and hears nothing on (peers send a
+   keepalive on a link idle for a while) for ``link_timeout`` is reported ``unreachable``:
+   a peer cut off, or hung, whose TCP connection does not break. The controller's link judge
+   decides which end to exclude (``control/link_judge.py``).
+7. ``stopping`` is final: ``stop`` from the driver, a ``fail`` that names this site (it was
+   excluded: fail-stop, no zombie), or the driver lost. Late events are ignored there.
+
+Control frames other than ``stop``, ``kill``, ``slow`` and ``standby`` that arrive before the
+site has a core (they travel on the control connection, the ``view`` and ``adopt`` on the data
+connection, and nothing orders the two) wait in the boundary and are handled right after it.
+
+An impossible (state, event) pair raises ``SiteLifeError`` naming the site, state and event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.channels import Channel, channel_of
+from sparkflux.protocol.messages import Message, Outgoing
+from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.site import Received, SiteCore
+
+LINK_TIMEOUT_S = 1.0  # rule 6: a peer link silent this long (while read) is reported
+
+
+class SiteLifeError(ProtocolError):
+    """An impossible transition of a site's life: names the site, the state and the event."""
+
+
+class Life(Enum):
+    REGISTERING = "registering"
+    STANDBY = "standby"
+    CONNECTING = "connecting"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+class Ev(Enum):
+    VIEW = "view"
+    STANDBY = "standby"
+    ADOPT = "adopt"
+    EARLY = "early"  # fail, move or avail before the site has a core: kept for later
+    FAIL = "fail"
+    MOVE = "move"
+    AVAIL = "avail"
+    FRAMES = "frames"
+    LINKED = "linked"
+    LOST = "peer-lost"
+    DIAL_FAILED = "dial-failed"
+    LINK_CHECK = "link-check"
+    ALL_LINKED = "all-linked"  # fired by the boundary itself (rule 3)
+    SLOW = "slow"
+    KILL = "kill"
+    STOP = "stop"
+    EXCLUDED = "excluded"  # fired by the boundary itself: a ``fail`` named this site
+    DRIVER_LOST = "driver-lost"
+
+
+R, S, C, Y, X = (Life.REGISTERING, Life.STANDBY, Life.CONNECTING, Life.READY, Life.STOPPING)
+
+# (state, event) -> (next state, action names). Actions: ``install-view`` (core from the view,
+# learn the members, dial the higher slots), ``defer`` (keep a control frame for after the
+# core), ``adopt`` (the slot's empty core, learn the members), ``replay`` (the deferred frames),
+# ``take-over`` (close the dead slots' links; the core's ``fail``), ``move`` (the core's move,
+# then ``moved``), ``avail`` (learn, drop the old link, dial), ``process`` (the core takes the
+# frames), ``link`` / ``unlink`` (the set of linked peers), ``report-unreachable``, ``ready``,
+# ``scale``, ``crash``, ``stop``.
+_EVERYWHERE = {Ev.SLOW: ("scale",), Ev.KILL: ("crash",), Ev.STOP: ("stop",),
+               Ev.DRIVER_LOST: ("stop",)}
+_MEMBER = {Ev.FAIL: ("take-over",), Ev.MOVE: ("move",), Ev.AVAIL: ("avail",),
+           Ev.FRAMES: ("process",), Ev.LINKED: ("link",), Ev.LOST: ("unlink",),
+           Ev.DIAL_FAILED: ("report-unreachable",), Ev.LINK_CHECK: ("check-links",)}
+LIFE: dict[tuple[Life, Ev], tuple[Life, tuple[str, ...]]] = {
+    (R, Ev.VIEW): (C, ("install-view", "replay")),
+    (R, Ev.STANDBY): (S, ()),
+    (R, Ev.ADOPT): (C, ("adopt", "replay")),
+    (R, Ev.EARLY): (R, ("defer",)),
+    (S, Ev.ADOPT): (C, ("adopt", "replay")),
+    (S, Ev.EARLY): (S, ("defer",)),
+    **{(st, ev): (st, acts) for st in (R, S, C, Y) for ev, acts in _EVERYWHERE.items()
+       if ev not in (Ev.STOP, Ev.DRIVER_LOST)},
+    **{(st, ev): (X, acts) for st in (R, S, C, Y) for ev, acts in _EVERYWHERE.items()
+       if ev in (Ev.STOP, Ev.DRIVER_LOST)},
+    **{(st, ev): (st, acts) for st in (C, Y) for ev, acts in _MEMBER.items()},
+    (C, Ev.ALL_LINKED): (Y, ("ready",)),
+    (C, Ev.EXCLUDED): (X, ("stop",)),
+    (Y, Ev.EXCLUDED): (X, ("stop",)),
+    # A standby is no member yet: nobody links to it (an incoming link waits for the
+    # adoption, see ``admissible``), and its scheduler has nothing to process.
+    (S, Ev.FRAMES): (S, ()),
+    (R, Ev.FRAMES): (R, ()),
+    (S, Ev.LINK_CHECK): (S, ()),
+    (R, Ev.LINK_CHECK): (R, ()),
+    **{(X, ev): (X, ()) for ev in Ev},
+}
+
+
+# -- events --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FromDriver:
+    """A control frame from the driver (either of its two connections)."""
+
+    message: cm.ControlMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """Protocol messages read from the links, ``(source site, message)`` in arrival order:
+    one scheduler pass (the thesis' FluxPooler)."""
+
+    items: Sequence[tuple[int, Message]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerLinked:
+    """A link to slot ``site``'s process ``process`` (registered slot, Spark attempt) is up:
+    this site dialled it (``dialed``) or admitted its dial."""
+
+    site: int
+    process: tuple[int, int]
+    dialed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerLost:
+    """The link to slot ``site`` closed."""
+
+    site: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DialFailed:
+    """Slot ``site``'s process ``process`` could not be dialled."""
+
+    site: int
+    process: tuple[int, int]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverLost:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkCheck:
+    """The host's periodic look at its links: ``silent[j]``, how long the link to slot ``j``
+    has been waited on to read with nothing arriving (0 while the site itself is not reading
+    it: a full inbox is no silence of the peer's); ``lag``, how late this check itself came
+    (a site whose own loop stalled cannot tell a silent peer from its own delay)."""
+
+    silent: dict[int, float]
+    lag: float = 0.0
+
+
+SiteBoundaryEvent = (FromDriver | Frames | PeerLinked | PeerLost | DialFailed | DriverLost
+                     | LinkCheck)
+
+
+# -- actions -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Send:
+    """``message`` to ``dest`` (a site slot, or the driver) on ``channel`` (the table in
+    ``protocol/channels.py`` says which, and whether it keeps its place behind data)."""
+
+    dest: int
+    message: object
+    channel: Channel
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dial:
+    """Connect to slot ``site``, expecting process ``process`` to answer."""
+
+    site: int
+    host: str
+    port: int
+    process: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Close:
+    """Drop everything toward slot ``site``: a dial in progress, frames held for it, its
+    link and its StateMover connections into this site."""
+
+    site: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reject:
+    """The link just reported (``PeerLinked``) is stale: close it, and only it."""
+
+    site: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scale:
+    """``--slow``: from now on the site gets ``factor`` times its capacity."""
+
+    factor: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Crash:
+    """``--kill`` on a cluster: the process kills itself."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stop:
+    """The site stops. ``how``: ``done`` (the run is over), ``excluded`` (thrown out of the
+    view: not an error of the task, Spark must not retry it) or ``error`` (lost the driver)."""
+
+    reason: str
+    how: str
+
+
+SiteBoundaryAction = Send | Dial | Close | Reject | Scale | Crash | Stop
+
+
+class Verdict(Enum):
+    """What ``admissible`` says of an incoming link."""
+
+    ADMIT = "admit"
+    WAIT = "wait"  # not yet known: the view, an adoption or an ``avail`` may be on its way
+
+
+class SiteBoundary:
+    """One site process's decisions; no I/O. One entry point: ``handle(*events)``."""
+
+    def __init__(self, site: int, attempt: int, plan: PhysicalPlan, layout: Layout,
+                 link_timeout: float = LINK_TIMEOUT_S) -> None:
+        self.site = site  # the slot; an adoption changes it
+        self.attempt = attempt
+        self.plan = plan
+        self.layout = layout.copy()
+        self.life = Life.REGISTERING
+        self.adopted = False
+        self.core: SiteCore | None = None
+        self.members: dict[int, cm.Member] = {}  # slot -> where it listens, who holds it
+        self.linked: set[int] = set()
+        self.excluded: str | None = None
+        self._deferred: list[cm.ControlMessage] = []
+        self.link_timeout = link_timeout
+        self._silent: set[tuple[int, tuple[int, int]]] = set()  # reported, not heard since
+
+    @property
+    def dead_sites(self) -> set[int]:
+        return self.core.dead_sites if self.core is not None else set()
+
+    def process_of(self, slot: int) -> tuple[int, int] | None:
+        m = self.members.get(slot)
+        return None if m is None else (m.registered, m.attempt)
+
+    # -- the entry point ---------------------------------------------------------------------
+    def handle(self, *events: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        out: list[SiteBoundaryAction] = []
+        for ev in events:
+            out += self._one(ev)
+        return out
+
+    def _one(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        match ev:
+            case FromDriver(message=msg):
+                kind = _KINDS.get(type(msg))
+                if kind is None:
+                    raise SiteLifeError(f"site {self.site}: the driver sent a "
+                                        f"{type(msg).__name__}")
+                if kind in (Ev.FAIL, Ev.MOVE, Ev.AVAIL) and self.core is None:
+                    kind = Ev.EARLY
+                return self._step(kind, ev)
+            case Frames():
+                return self._step(Ev.FRAMES, ev)
+            case PeerLinked():
+                return self._step(Ev.LINKED, ev)
+            case PeerLost():
+                return self._step(Ev.LOST, ev)
+            case DialFailed():
+                return self._step(Ev.DIAL_FAILED, ev)
+            case DriverLost():
+                return self._step(Ev.DRIVER_LOST, ev)
+            case LinkCheck():
+                return self._step(Ev.LINK_CHECK, ev)
+        raise SiteLifeError(f"site {self.site}: no event {type(ev).__name__}")
+
+    def _step(self, event: Ev, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        try:
+            nxt, names = LIFE[(self.life, event)]
+        except KeyError:
+            raise SiteLifeError(f"site {self.site} (attempt {self.attempt}): no transition "
+                                f"from {self.life.value} on {event.value}") from None
+        self.life = nxt
+        out: list[SiteBoundaryAction] = []
+        for name in names:
+            out += _ACTIONS[name](self, ev)
+        if self.life is Life.CONNECTING and self._all_linked():
+            out += self._step(Ev.ALL_LINKED, ev)
+        if self.life in (Life.CONNECTING, Life.READY) and self.core is not None \
+                and self.core.stopped:
+            self.excluded = self.core.stopped
+            out += self._step(Ev.EXCLUDED, ev)
+        return out
+
+    def _all_linked(self) -> bool:
+        """Rule 3: every live member but this site is linked."""
+        return set(self.members) - self.dead_sites - {self.site} <= self.linked
+
+    # -- queries -----------------------------------------------------------------------------
+    def admissible(self, site: int, process: tuple[int, int], peer: bool
+                   ) -> Verdict | tuple[str, str]:
+        """Whether a link that authenticated as slot ``site``'s process ``process`` may be
+        kept: its slot must be a member this site knows to be held by that very process, not
+        dead, and (a peer's data link, ``peer``) not linked already. Returns a verdict, or
+        (what the refusal is counted as, its detail)."""
+        known = self.process_of(site)
+        if self.core is not None and known is not None:
+            if site in self.core.dead_sites:
+                return "claimed a dead site", f"site {site} is dead in this site's view"
+            if known == process:
+                if peer and site in self.linked:
+                    return "claimed a linked site", f"site {site} is already linked"
+                return Verdict.ADMIT
+            if known[0] == process[0] and known[1] > process[1]:
+                return ("claimed a replaced incarnation",
+                        f"site {site} attempt {process[1]} was replaced")
+        return Verdict.WAIT
+
+    @property
+    def role(self) -> str:
+        if self.adopted:
+            return "adopted"
+        return "standby" if self.life is Life.STANDBY else "member"
+
+    # -- actions -----------------------------------------------------------------------------
+    def _learn(self, members: dict[int, cm.Member]) -> None:
+        self.members.update(members)
+
+    def _install_view(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.View)
+        view = ev.message
+        if view.ring:  # chained declustering over the failure domains (``placement.py``)
+            self.layout.set_ring(view.ring)
+        self.core = SiteCore(self.site, self.plan, self.layout)
+        self._learn(view.members)
+        return [self._dial(j) for j in sorted(view.members) if j > self.site]
+
+    def _adopt(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Adopt)
+        msg = ev.message
+        self.site = msg.slot
+        self.adopted = True
+        self.core = SiteCore.adopting(self.plan, self.layout, msg)
+        self._learn(msg.members)
+        return []
+
+    def _dial(self, j: int) -> Dial:
+        m = self.members[j]
+        return Dial(site=j, host=m.host, port=m.port, process=(m.registered, m.attempt))
+
+    def _defer(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, FromDriver)
+        self._deferred.append(ev.message)
+        return []
+
+    def _replay(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        early, self._deferred = self._deferred, []
+        return self.handle(*(FromDriver(message=m) for m in early))
+
+    def _take_over(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Fail)
+        assert self.core is not None
+        out: list[SiteBoundaryAction] = []
+        for s in ev.message.dead:
+            if s != self.site:
+                self.linked.discard(s)
+                out.append(Close(site=s))
+        return out + self._sends(self.core.handle(ev.message))
+
+    def _move(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Move)
+        assert self.core is not None
+        msg = ev.message
+        return [*self._sends(self.core.handle(msg)),
+                Send(dest=DRIVER, message=cm.Moved(epoch=msg.epoch), channel=Channel.CONTROL)]
+
+    def _avail(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        """``avail``: a standby adopted slot ``slot``: forget it was dead, drop what was
+        held for its failed incarnation, and dial the new one."""
+        assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Avail)
+        assert self.core is not None
+        msg = ev.message
+        self.core.handle(msg)
+        self.members[msg.slot] = cm.Member(host=msg.host, port=msg.port, attempt=msg.attempt,
+                                           registered=msg.registered)
+        self.linked.discard(msg.slot)
+        return [Close(site=msg.slot), self._dial(msg.slot)]
+
+    def _process(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, Frames) and self.core is not None
+        return self._sends(self.core.handle(Received(ev.items)))
+
+    def _link(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, PeerLinked)
+        if self.process_of(ev.site) != ev.process or ev.site in self.dead_sites:
+            return [Reject(site=ev.site)]  # it failed, or was replaced, while we dialled
+        self.linked.add(ev.site)
+        return []
+
+    def _unlink(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, PeerLost)
+        self.linked.discard(ev.site)
+        return []
+
+    def _report_unreachable(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, DialFailed)
+        if self.process_of(ev.site) != ev.process or ev.site in self.dead_sites:
+            return []  # the slot has a new process by now, or it failed meanwhile
+        return [Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
+            site=self.site, peer=ev.site, peer_attempt=ev.process[1], reason=ev.reason))]
+
+    def _check_links(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        """Rule 6: a linked live peer silent for longer than the link timeout is reported
+        unreachable, once per incarnation until it is heard again. A check that came late
+        by a quarter of the timeout judges nothing: this site's own loop stalled, and its
+        readers have not had the chance to read what arrived meanwhile."""
+        assert isinstance(ev, LinkCheck)
+        self._silent = {(j, p) for j, p in self._silent
+                        if ev.silent.get(j, 0.0) > self.link_timeout}
+        if ev.lag > self.link_timeout / 4:
+            return []
+        out: list[SiteBoundaryAction] = []
+        for j, quiet in sorted(ev.silent.items()):
+            proc = self.process_of(j)
+            if quiet <= self.link_timeout or j not in self.linked or j in self.dead_sites \
+                    or proc is None or (j, proc) in self._silent:
+                continue
+            self._silent.add((j, proc))
+            out.append(Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
+                site=self.site, peer=j, peer_attempt=proc[1],
+                reason=f"the link was silent for {quiet:.1f} s")))
+        return out
+
+    def _ready(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        msg = cm.Ready(site=self.site, attempt=self.attempt)
+        return [Send(dest=DRIVER, message=msg, channel=channel_of(msg))]
+
+    def _scale(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Slow)
+        return [Scale(factor=ev.message.factor)]
+
+    def _crash(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        return [Crash()]
+
+    def _stop(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        match ev:
+            case FromDriver(message=cm.Stop(reason=reason, excluded=excluded)):
+                if excluded:
+                    self.excluded = reason
+                return [Stop(reason=reason, how="excluded" if excluded else "done")]
+            case DriverLost(reason=reason):
+                return [Stop(reason=f"lost the driver ({reason}); stopping (fail-stop)",
+                             how="error")]
+        return [Stop(reason=self.excluded or "excluded from the view", how="excluded")]
+
+    def _sends(self, outs: list[Outgoing]) -> list[SiteBoundaryAction]:
+        """The core's messages, each on its channel; none to a site this one knows dead."""
+        dead = self.dead_sites
+        return [Send(dest=o.site, message=o.message, channel=channel_of(o.message))
+                for o in outs if o.site not in dead]
+
+
+_KINDS: dict[type, Ev] = {
+    cm.View: Ev.VIEW, cm.Standby: Ev.STANDBY, cm.Adopt: Ev.ADOPT, cm.Fail: Ev.FAIL,
+    cm.Move: Ev.MOVE, cm.Avail: Ev.AVAIL, cm.Slow: Ev.SLOW, cm.Kill: Ev.KILL, cm.Stop: Ev.STOP,
+}
+
+_ACTIONS = {
+    "install-view": SiteBoundary._install_view, "adopt": SiteBoundary._adopt,
+    "defer": SiteBoundary._defer, "replay": SiteBoundary._replay,
+    "take-over": SiteBoundary._take_over, "move": SiteBoundary._move,
+    "avail": SiteBoundary._avail, "process": SiteBoundary._process,
+    "link": SiteBoundary._link, "unlink": SiteBoundary._unlink,
+    "report-unreachable": SiteBoundary._report_unreachable, "ready": SiteBoundary._ready,
+    "check-links": SiteBoundary._check_links,
+    "scale": SiteBoundary._scale, "crash": SiteBoundary._crash, "stop": SiteBoundary._stop,
+}
+
+
+def from_link(peer: int, message: object, state_link: bool = False
+              ) -> FromDriver | tuple[int, Message]:
+    """The site's edge: what a frame read from a connection is. From the driver (``peer``
+    is ``DRIVER``) a control frame is a ``FromDriver`` event; every protocol message is
+    ``(peer, message)`` for the scheduler's next pass (``Frames``). A peer that sends a
+    control frame, or a StateMover connection (``state_link``) that carries anything but a
+    snapshot or ``installed``, breaks the protocol: ``ProtocolError``."""
+    if isinstance(message, cm.CONTROL_TYPES):
+        if peer != DRIVER:
+            raise ProtocolError(f"site {peer} sent a control message "
+                                f"({type(message).__name__})")
+        return FromDriver(message=message)
+    if state_link and channel_of(message) is not Channel.STATE:
+        raise ProtocolError(f"site {peer}'s StateMover sent a {type(message).__name__}")
+    return peer, message  # type: ignore[return-value]

@@ -1,0 +1,198 @@
+"""The site's own life, driven through ``SiteBoundary`` with no I/O: the exact actions.
+
+Four sites of ``tiny_plan``: view 1 makes every site dial the higher slots and say ``ready``
+once every live member is linked; a standby adopts a failed slot and waits for the members'
+links; ``fail``, ``move`` and ``avail`` arriving before the view wait for it; an excluded site
+stops; stale links are rejected; an impossible transition names site, state and event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.channels import Channel
+from sparkflux.protocol.messages import PSync
+from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.site_boundary import (
+    Close,
+    Crash,
+    Dial,
+    DialFailed,
+    DriverLost,
+    Frames,
+    FromDriver,
+    Life,
+    LinkCheck,
+    PeerLinked,
+    PeerLost,
+    Reject,
+    Scale,
+    Send,
+    SiteBoundary,
+    SiteLifeError,
+    Stop,
+    Verdict,
+    from_link,
+)
+from sparkflux.sim.workload import tiny_plan
+
+N = 4
+
+
+def members(n: int = N) -> dict[int, cm.Member]:
+    return {j: cm.Member(host="h", port=100 + j, attempt=0, registered=j) for j in range(n)}
+
+
+def site(k: int) -> SiteBoundary:
+    plan = tiny_plan()[0]
+    assert plan.sites == N
+    return SiteBoundary(k, 0, plan, Layout(plan.sites, plan.partitions, 2))
+
+
+def view() -> FromDriver:
+    return FromDriver(message=cm.View(number=1, members=members()))
+
+
+def linked(j: int, dialed: bool = False, attempt: int = 0, registered: int | None = None
+           ) -> PeerLinked:
+    return PeerLinked(site=j, process=(j if registered is None else registered, attempt),
+                      dialed=dialed)
+
+
+def ready(k: int, attempt: int = 0) -> Send:
+    return Send(dest=DRIVER, message=cm.Ready(site=k, attempt=attempt), channel=Channel.LINK)
+
+
+def test_view_one_dials_the_higher_slots_and_is_ready_once_all_are_linked() -> None:
+    b = site(1)
+    assert b.handle(view()) == [Dial(site=j, host="h", port=100 + j, process=(j, 0))
+                                for j in (2, 3)]
+    assert b.life is Life.CONNECTING
+    assert b.handle(linked(0)) == []  # slot 0 dialled us
+    assert b.handle(linked(2, dialed=True)) == []
+    assert b.handle(linked(3, dialed=True)) == [ready(1)]
+    assert b.life is Life.READY
+    assert b.handle(linked(3, dialed=True)) == []  # ready is said once
+
+
+def test_a_fail_while_connecting_shrinks_what_it_waits_for() -> None:
+    b = site(0)
+    b.handle(view(), linked(1, dialed=True), linked(2, dialed=True))
+    acts = b.handle(FromDriver(message=cm.Fail(dead=(3,))))
+    assert acts[0] == Close(site=3)
+    assert acts[-1] == ready(0)
+    assert b.life is Life.READY
+
+
+def test_control_frames_before_the_view_wait_for_it() -> None:
+    b = site(2)
+    move = cm.Move(q=0, r=0, dst=2, epoch=1)
+    assert b.handle(FromDriver(message=move)) == []  # no core yet: kept
+    assert b.life is Life.REGISTERING
+    acts = b.handle(view())
+    assert acts[:1] == [Dial(site=3, host="h", port=103, process=(3, 0))]
+    assert Send(dest=DRIVER, message=cm.Moved(epoch=1), channel=Channel.CONTROL) in acts
+    assert b.core is not None and b.core.layout.site_of(0, 0) == 2
+
+
+def test_a_standby_adopts_a_slot_and_is_ready_when_every_live_member_dialled_it() -> None:
+    plan = tiny_plan()[0]
+    layout = Layout(plan.sites, plan.partitions, 2)
+    b = SiteBoundary(5, 1, plan, layout)  # a spare registered past the sites
+    assert b.handle(FromDriver(message=cm.Standby())) == []
+    assert b.life is Life.STANDBY and b.role == "standby"
+    assert b.handle(Frames([])) == []  # nothing to process before adoption
+    adopt = cm.Adopt(slot=2, members=members(), dead=(2, 3),
+                     epochs=np.zeros((plan.partitions, 2), dtype=np.int64),
+                     table=layout.table())
+    assert b.handle(FromDriver(message=adopt)) == []  # it dials nobody
+    assert (b.site, b.role, b.life) == (2, "adopted", Life.CONNECTING)
+    assert b.handle(linked(0)) == []
+    assert b.handle(linked(1)) == [ready(2, attempt=1)]  # slot 3 is dead: not waited for
+
+
+def test_avail_drops_the_old_incarnation_and_dials_the_new_one() -> None:
+    b = site(0)
+    b.handle(view(), *(linked(j, dialed=True) for j in (1, 2, 3)))
+    b.handle(FromDriver(message=cm.Fail(dead=(3,))))
+    avail = cm.Avail(slot=3, epoch=1, host="h2", port=7, attempt=1, registered=5)
+    assert b.handle(FromDriver(message=avail)) == [
+        Close(site=3), Dial(site=3, host="h2", port=7, process=(5, 1))]
+    # the old incarnation's link is stale; the new one is kept
+    assert b.handle(linked(3, dialed=True)) == [Reject(site=3)]
+    assert b.handle(linked(3, dialed=True, attempt=1, registered=5)) == []
+    assert 3 in b.linked
+
+
+def test_a_dial_that_fails_is_reported_only_for_the_current_incarnation() -> None:
+    b = site(0)
+    b.handle(view())
+    assert b.handle(DialFailed(site=2, process=(2, 0), reason="refused")) == [
+        Send(dest=DRIVER, channel=Channel.CONTROL,
+             message=cm.Unreachable(site=0, peer=2, peer_attempt=0, reason="refused"))]
+    b.handle(FromDriver(message=cm.Fail(dead=(2,))))
+    assert b.handle(DialFailed(site=2, process=(2, 0), reason="refused")) == []
+
+
+def test_a_fail_that_names_this_site_stops_it_excluded() -> None:
+    b = site(1)
+    b.handle(view(), linked(0), linked(2, dialed=True), linked(3, dialed=True))
+    acts = b.handle(FromDriver(message=cm.Fail(dead=(1,))))
+    assert acts == [Stop(reason="excluded from the view", how="excluded")]
+    assert b.life is Life.STOPPING and b.excluded
+    assert b.handle(Frames([]), linked(0), FromDriver(message=cm.Fail(dead=(2,)))) == []
+
+
+def test_stop_slow_kill_and_a_lost_driver() -> None:
+    b = site(0)
+    assert b.handle(FromDriver(message=cm.Slow(factor=0.5))) == [Scale(factor=0.5)]
+    assert b.handle(FromDriver(message=cm.Kill())) == [Crash()]
+    assert b.handle(DriverLost(reason="eof")) == [
+        Stop(reason="lost the driver (eof); stopping (fail-stop)", how="error")]
+    c = site(0)
+    assert c.handle(FromDriver(message=cm.Stop(reason="over", excluded=True))) == [
+        Stop(reason="over", how="excluded")]
+
+
+def test_admission_of_incoming_links() -> None:
+    b = site(1)
+    assert b.admissible(0, (0, 0), peer=True) is Verdict.WAIT  # no view yet
+    b.handle(view())
+    assert b.admissible(0, (0, 0), peer=True) is Verdict.ADMIT
+    assert b.admissible(0, (0, 7), peer=True) is Verdict.WAIT  # an incarnation not heard of
+    b.handle(linked(0))
+    assert b.admissible(0, (0, 0), peer=True)[0] == "claimed a linked site"  # type: ignore[index]
+    assert b.admissible(0, (0, 0), peer=False) is Verdict.ADMIT  # its StateMover
+    b.handle(PeerLost(site=0))
+    assert b.admissible(0, (0, 0), peer=True) is Verdict.ADMIT
+    b.handle(FromDriver(message=cm.Fail(dead=(0,))))
+    assert b.admissible(0, (0, 0), peer=True)[0] == "claimed a dead site"  # type: ignore[index]
+
+
+def test_impossible_transitions_and_protocol_errors_name_what_happened() -> None:
+    b = site(0)
+    with pytest.raises(SiteLifeError, match="site 0 .*from registering on linked"):
+        b.handle(linked(1))
+    with pytest.raises(ProtocolError, match="site 2 sent a control message"):
+        from_link(2, cm.Fail(dead=()))
+    with pytest.raises(ProtocolError, match="StateMover sent a PSync"):
+        from_link(2, PSync(1, 0, 0), state_link=True)
+    assert from_link(DRIVER, cm.Fail(dead=())) == FromDriver(message=cm.Fail(dead=()))
+    assert from_link(2, PSync(1, 0, 0)) == (2, PSync(1, 0, 0))
+
+
+def test_a_silent_link_is_reported_once_until_heard_again() -> None:
+    b = site(0)
+    b.handle(view(), *(linked(j, dialed=True) for j in (1, 2, 3)))
+    report = Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
+        site=0, peer=2, peer_attempt=0, reason="the link was silent for 1.2 s"))
+    assert b.handle(LinkCheck(silent={1: 0.5, 2: 1.2})) == [report]
+    assert b.handle(LinkCheck(silent={1: 0.6, 2: 2.0})) == []  # once
+    assert b.handle(LinkCheck(silent={2: 0.0})) == []  # heard again: re-armed
+    assert b.handle(LinkCheck(silent={2: 1.2}, lag=0.5)) == []  # its own loop stalled
+    assert b.handle(LinkCheck(silent={2: 1.2})) == [report]
+    b.handle(FromDriver(message=cm.Fail(dead=(3,))))
+    assert b.handle(LinkCheck(silent={3: 9.0})) == []  # dead: nothing to report
