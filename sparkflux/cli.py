@@ -22,8 +22,15 @@ from rich.table import Table
 from sparkflux.dataflow.examples import load_example
 from sparkflux.display import live_progress
 from sparkflux.operators.base import PlanError
+from sparkflux.options import (
+    MIN_HEARTBEAT_TIMEOUT_S,
+    MIN_LINK_TIMEOUT_S,
+    options_of,
+    run_config,
+)
 from sparkflux.runner import reference_result, run_example
 from sparkflux.runtime.run_config import RunFailed, write_metrics
+from sparkflux.runtime.site import LINK_TIMEOUT_S
 
 console = Console(stderr=True)
 
@@ -125,7 +132,13 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw output rate and latency over time, kills marked (Fig. 3.16)")
     p.add_argument("--heartbeat-timeout", type=float, default=10.0,
-                   help="seconds without a heartbeat before a site counts as failed (hung)")
+                   help="seconds without a heartbeat before a site counts as failed (hung); "
+                        f"at least {MIN_HEARTBEAT_TIMEOUT_S:.1f} (a busy site's heartbeats can "
+                        "be a second apart)")
+    p.add_argument("--link-timeout", type=float, default=LINK_TIMEOUT_S,
+                   help="seconds a site may wait on a link to a peer and hear nothing before "
+                        "it reports the peer unreachable (a site cut off from its peers, or "
+                        f"hung, is excluded); at least {MIN_LINK_TIMEOUT_S:.1f}")
     p.add_argument("--recovery", choices=["standby", "survivors"], default="standby",
                    help="with --ha flux: rebuild a failed site's replicas on a standby (Spark's "
                         "restarted task or a spare) or at once on the surviving sites")
@@ -161,6 +174,7 @@ def cmd_run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if module is None:
         parser.error("give the example dataflow's path")
+    run_config(**options_of(args))  # a bad option fails here, before Spark starts (--check)
     display = None if args.no_progress else live_progress
     check = None
     if args.check:

@@ -9,13 +9,28 @@ from typing import Any
 
 from sparkflux.operators.base import PlanError
 from sparkflux.runtime.run_config import RunConfig
+from sparkflux.runtime.site import LINK_TIMEOUT_S, SiteConfig
+
+# The smallest --heartbeat-timeout: the longest a live site's heartbeats were seen apart, with
+# a margin. The sites send one every HEARTBEAT_INTERVAL_S on their event loop, and the driver
+# reads them and ticks the controller on its own, so a heartbeat is late whenever either loop
+# is busy (a scheduler pass on a big batch, GC, a machine overloaded by the sites, the driver
+# and the JVM). bench/heartbeat_gaps.py on this 2-core machine (netmon, 2M events, --ha flux):
+# 0.2 s at 4 sites with the default batch, unpaced or --site-cpu 0.4; 0.46 s at 8 sites with
+# --batch-size 65536; 0.94 s with --batch-size 262144 (the driver's loop held by the batch).
+# Twice that worst, and 20 intervals.
+HEARTBEAT_INTERVAL_S: float = SiteConfig.heartbeat_interval
+MIN_HEARTBEAT_TIMEOUT_S: float = max(2.0, 20 * HEARTBEAT_INTERVAL_S)
+# The smallest --link-timeout: twice the longest a site's loop was seen late (0.46 s).
+MIN_LINK_TIMEOUT_S: float = 1.0
 
 # Every option and its default (the command's defaults).
 DEFAULTS: dict[str, Any] = {
     "sites": 4, "partitions": 32, "ha": "none", "replicas": None, "master": None,
     "rate": None, "ingress_buffer": 200_000, "window": 300_000, "stall_timeout": 30.0,
     "kill": (), "hang": (), "slow": (), "tls": False, "max_frame_mb": None,
-    "heartbeat_timeout": 10.0, "spare_sites": 0, "site_cpu": None, "recovery": "standby",
+    "heartbeat_timeout": 10.0, "link_timeout": LINK_TIMEOUT_S, "spare_sites": 0,
+    "site_cpu": None, "recovery": "standby",
     "balance": True, "balance_delta_min": 0.25, "balance_window": 2.0, "standby_wait": None,
     "start_timeout": 180.0,
 }
@@ -48,7 +63,9 @@ def run_config(**options: Any) -> RunConfig:
         kills=parse_kills(kills, sites), adopted_kills=parse_adopted_kills(kills, sites),
         process_kills=parse_process_kills(kills, sites, o["master"]),
         hangs=parse_hangs(list(o["hang"]), sites), tls=bool(o["tls"]),
-        max_frame_mb=o["max_frame_mb"], heartbeat_timeout=o["heartbeat_timeout"],
+        max_frame_mb=o["max_frame_mb"],
+        heartbeat_timeout=heartbeat_timeout_option(o["heartbeat_timeout"]),
+        link_timeout=link_timeout_option(o["link_timeout"]),
         spares=o["spare_sites"], site_cpu=site_cpu_option(o["site_cpu"]),
         slows=parse_slows(list(o["slow"]), sites), recovery=o["recovery"],
         balance=bool(o["balance"]),
@@ -195,6 +212,37 @@ def seconds_option(option: str, value: float) -> float:
     if not value > 0:
         raise PlanError(f"{option} {value}: give a positive number of seconds")
     return value
+
+
+def heartbeat_timeout_option(value: float) -> float:
+    """``--heartbeat-timeout``: at least ``MIN_HEARTBEAT_TIMEOUT_S``; a shorter one excludes
+    live sites whose heartbeat is merely late, and the run then ends on a lost partition or a
+    failed start that hides why."""
+    least = f"{MIN_HEARTBEAT_TIMEOUT_S:.1f}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"--heartbeat-timeout {value!r}: give a number of seconds, at least "
+                        f"{least}")
+    if not value >= MIN_HEARTBEAT_TIMEOUT_S:
+        raise PlanError(f"--heartbeat-timeout {value} is too close to the sites' heartbeat "
+                        f"interval ({HEARTBEAT_INTERVAL_S:g} s): a site that is merely busy (a "
+                        f"big batch, GC, a loaded machine) sends none for up to a second and "
+                        f"would be excluded as hung; use at least {least}")
+    return float(value)
+
+
+def link_timeout_option(value: float) -> float:
+    """``--link-timeout``: at least ``MIN_LINK_TIMEOUT_S``. A peer link waited on in silence
+    this long is reported, and its cut-off or hung end excluded; a live site's event loop
+    can be half a second late (see ``MIN_HEARTBEAT_TIMEOUT_S``), so a shorter one would
+    exclude busy sites."""
+    least = f"{MIN_LINK_TIMEOUT_S:.1f}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"--link-timeout {value!r}: give a number of seconds, at least {least}")
+    if not value >= MIN_LINK_TIMEOUT_S:
+        raise PlanError(f"--link-timeout {value} is too short: a site that is merely busy can "
+                        f"leave its links quiet for half a second and would be excluded as cut "
+                        f"off; use at least {least}")
+    return float(value)
 
 
 def window_option(value: int) -> int:

@@ -3,11 +3,28 @@ that says what to change."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+import sparkflux
+from sparkflux import cli, query
 from sparkflux.dataflow.placement import Layout
 from sparkflux.operators.base import PlanError
-from sparkflux.options import replicas_option
+from sparkflux.options import (
+    HEARTBEAT_INTERVAL_S,
+    MIN_HEARTBEAT_TIMEOUT_S,
+    replicas_option,
+    run_config,
+)
+from sparkflux.runtime.site import SiteConfig
+from sparkflux.spark import launcher
+
+from .conftest import ROOT
+
+TOO_CLOSE = (r"--heartbeat-timeout 0\.5 is too close to the sites' heartbeat interval "
+             r"\(0\.1 s\): a site that is merely busy .* would be excluded as hung; use at "
+             r"least 2\.0")
 
 
 def test_replicas_default_to_two_with_flux_and_one_without() -> None:
@@ -37,3 +54,59 @@ def test_chained_declustering_with_three_replicas() -> None:
     assert lay.hosted(0)[7] == 0
     with pytest.raises(PlanError, match="use --sites >= 3"):
         Layout(2, 4, 3)
+
+
+def test_the_heartbeat_timeout_floor_is_well_above_the_sites_interval() -> None:
+    assert HEARTBEAT_INTERVAL_S == SiteConfig.heartbeat_interval == 0.1
+    assert MIN_HEARTBEAT_TIMEOUT_S == 2.0  # bench/heartbeat_gaps.py: gaps up to 0.94 s
+    assert run_config(heartbeat_timeout=MIN_HEARTBEAT_TIMEOUT_S).heartbeat_timeout == 2.0
+    assert run_config(heartbeat_timeout=2).heartbeat_timeout == 2.0
+    assert run_config().heartbeat_timeout == 10.0
+
+
+@pytest.mark.parametrize("timeout", [0.1, 0.5, 1.0, 1.99, 0, -3, float("nan")])
+def test_a_heartbeat_timeout_below_the_floor_is_refused(timeout: float) -> None:
+    with pytest.raises(PlanError, match=rf"--heartbeat-timeout {timeout} is too close to the "
+                                        r"sites' heartbeat interval \(0\.1 s\).* use at least "
+                                        r"2\.0$"):
+        run_config(heartbeat_timeout=timeout)
+    with pytest.raises(PlanError, match="give a number of seconds, at least 2.0"):
+        run_config(heartbeat_timeout="3")
+
+
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails the test if the run gets as far as a Spark session or a launch."""
+    def started(*a: Any, **kw: Any) -> None:
+        raise AssertionError("the run started before its options were checked")
+
+    monkeypatch.setattr(launcher, "spark_session", started)
+    monkeypatch.setattr(query, "launch", started)
+
+
+def test_start_refuses_a_heartbeat_timeout_below_the_floor_before_spark(
+        netmon: Any, no_spark: None) -> None:
+    flow = netmon.build(netmon.NetmonOptions())
+    with pytest.raises(PlanError, match=TOO_CLOSE):
+        sparkflux.start(flow, spark=object(), heartbeat_timeout=0.5)
+
+
+@pytest.mark.parametrize("extra", [[], ["--check"]])
+def test_the_command_refuses_a_heartbeat_timeout_below_the_floor_before_spark(
+        extra: list[str], no_spark: None, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["run", str(ROOT / "examples" / "netmon.py"), "--heartbeat-timeout", "0.5",
+                     "--no-progress", *extra])
+    assert code == 2
+    err = " ".join(capsys.readouterr().err.split())  # as the console wrapped it
+    assert "error: --heartbeat-timeout 0.5 is too close to the sites' heartbeat interval " \
+           "(0.1 s)" in err and "use at least 2.0" in err
+
+
+def test_the_link_timeout_defaults_to_its_floor_and_refuses_less() -> None:
+    from sparkflux.options import MIN_LINK_TIMEOUT_S
+
+    assert run_config().link_timeout == MIN_LINK_TIMEOUT_S == 1.0
+    assert run_config(link_timeout=3).link_timeout == 3.0
+    with pytest.raises(PlanError, match=r"--link-timeout 0\.2 is too short: a site that is "
+                                        r"merely busy .* use at least 1\.0$"):
+        run_config(link_timeout=0.2)

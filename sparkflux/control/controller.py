@@ -66,6 +66,7 @@ from sparkflux.control.events import (
     Tick,
     View,
 )
+from sparkflux.control.link_judge import LinkJudge
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.dataflow.placement import Domain, Layout, choose_ring, clash, ring_conflicts
 
@@ -162,6 +163,7 @@ class Controller:
         self._samples: dict[int, Stats] = {}
         self._moving_since = 0.0
         self.now = 0.0
+        self.links = LinkJudge()  # partial partitions: which end of a broken link to exclude
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
         self.placement: dict = {}
@@ -211,15 +213,31 @@ class Controller:
         return sorted(s for s in self.view.members if s not in self.dead)
 
     def _suspected(self, ev: Suspected) -> list[Action]:
-        """Site ``ev.by`` could not reach slot ``ev.site``: that process's failure, if it is
-        the slot's live incarnation and the reporter is a live member itself. A report about
-        an earlier incarnation (the slot was adopted since), a site already failed, or from a
-        process that is no member any more (it may be the unreachable one) changes nothing."""
+        """Site ``ev.by`` cannot reach slot ``ev.site``: a broken link for the link judge
+        (``link_judge.py``), which decides after its settle time which end to exclude, if it
+        is the slot's live incarnation and the reporter is a live member itself. A report
+        about an earlier incarnation (the slot was adopted since), a site already failed, or
+        from a process that is no member any more (it may be the unreachable one) changes
+        nothing."""
         reporter = ev.by in self.view.members and ev.by not in self.dead
         if not reporter or ev.site in self.dead or not self._is_member(ev.site, ev.attempt):
             return []
-        return self._lost(ev.site, ev.attempt, f"site {ev.by} could not reach it: {ev.reason}",
-                          ev.now)
+        self.now = max(self.now, ev.now)
+        self.links.report(ev.by, ev.site, ev.reason, ev.now)
+        return []
+
+    def _judge_links(self, now: float) -> list[Action]:
+        """The link judge's verdict once its reports have settled: each site it names is
+        lost, as if its connection had dropped."""
+        if not self.links.due(now):
+            return []
+        actions: list[Action] = []
+        for site, why in self.links.decide(set(self._live())):
+            m = self.view.members.get(site)
+            if m is not None and site not in self.dead:
+                log.warning("site %d is %s: excluding it", site, why)
+                actions += self._lost(site, m.attempt, why, now)
+        return actions
 
     def _registered(self, ev: Registered) -> list[Action]:
         # (the time a standby that registers now adopts a slot: its liveness starts here)
@@ -252,6 +270,10 @@ class Controller:
         if len(self._pending) < self.sites:
             return []
         self.view = View(number=1, members=dict(self._pending))
+        # Heartbeats before the view count for nobody (no member yet): every member is timed
+        # from view 1, not from its registration, however long the others took to register.
+        for s in self.view.members:
+            self._last_seen[s] = ev.now
         log.info("view 1 installed with %d sites", self.sites)
         return [InstallView(view=self.view, ring=self._choose_ring())]
 
@@ -783,6 +805,7 @@ class Controller:
                 actions += self._lost(
                     m.site, m.attempt, f"no heartbeat for {now - seen:.1f}s (hung?)", now
                 )
+        actions += self._judge_links(now)
         late = [k for k in self.awaiting if not self.standbys
                 and now - self.awaiting_since.get(k, now) > self.standby_wait]
         for k in late:

@@ -32,6 +32,7 @@ class RunConfig:
     window: int = 300_000  # input records not yet acknowledged by every first-stage replica
     stall_timeout: float = 30.0  # --stall-timeout: the watchdog warns after it (0: off)
     heartbeat_timeout: float = 10.0
+    link_timeout: float = 1.0  # --link-timeout: a peer link silent this long is reported
     start_timeout: float = 180.0
     bind_host: str = "127.0.0.1"
     kills: tuple[tuple[int, float], ...] = ()

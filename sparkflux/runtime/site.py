@@ -35,10 +35,11 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
-from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, State
+from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Keepalive, State
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.protocol.site_boundary import (
+    LINK_TIMEOUT_S,
     Close,
     Crash,
     Dial,
@@ -46,6 +47,7 @@ from sparkflux.protocol.site_boundary import (
     DriverLost,
     Frames,
     FromDriver,
+    LinkCheck,
     PeerLinked,
     PeerLost,
     Reject,
@@ -83,6 +85,7 @@ DIAL_TIMEOUT_S = 10.0  # a peer not reached within this is reported as unreachab
 # An incoming link may come before this site has heard of the incarnation that dials it (the
 # view, an adoption or an ``avail`` still on its way): it waits this long for that news.
 CLAIM_WAIT_S = 10.0
+LINK_CHECK_S = 0.1  # how often a site looks at its links (and sends keepalives on idle ones)
 LINGER_S = 10.0  # after an error report, the longest a site waits for the driver to close
 
 
@@ -100,6 +103,7 @@ class SiteConfig:
     # the first one after it, so a round waits at most this long for each sample.
     heartbeat_interval: float = 0.1
     cpu_cap: float | None = None  # --site-cpu: busy at most this fraction of wall time
+    link_timeout: float = LINK_TIMEOUT_S  # --link-timeout: a peer link silent this long
 
     def gather_s(self, cap: float) -> float:
         """How long the scheduler lets input gather at capacity ``cap`` (the current one:
@@ -136,7 +140,8 @@ class Site:
         self.on_registered = on_registered
         self.plan = plan
         self.boundary = SiteBoundary(cfg.site, cfg.attempt, plan,
-                                     Layout(plan.sites, plan.partitions, cfg.replicas))
+                                     Layout(plan.sites, plan.partitions, cfg.replicas),
+                                     cfg.link_timeout)
         self.schema_of = schemas_of(plan)
         self.peers: dict[int, Connection] = {}
         self.driver: Connection | None = None  # data (and set-up) connection to the driver
@@ -169,6 +174,8 @@ class Site:
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
         self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
+        self._reading: dict[int, float] = {}  # peer -> since when its reader waits for bytes
+        self._sent: dict[int, int] = {}  # peer -> bytes written to it at the last link check
 
     @property
     def id(self) -> int:
@@ -215,6 +222,7 @@ class Site:
                  asyncio.create_task(self._pump(self.control, DRIVER, control=True)),
                  asyncio.create_task(self._heartbeat()),
                  asyncio.create_task(self._flusher()),
+                 asyncio.create_task(self._links()),
                  asyncio.create_task(self._process())]
         try:
             await self._stop.wait()
@@ -411,9 +419,16 @@ class Site:
         connection (``side``: snapshots and ``installed`` only)."""
         inbox_rows = self.cfg.inbox_rows
         bounded = not (control or side)
+        watched = bounded and peer != DRIVER  # a peer's link: its silence is measured
         try:
             while True:
+                if watched:
+                    self._reading[peer] = time.monotonic()
                 msg = await conn.recv_message(self.schema_of)
+                if watched:
+                    self._reading.pop(peer, None)
+                    if isinstance(msg, Keepalive):
+                        continue
                 try:
                     item = from_link(peer, msg, state_link=side)
                 except ProtocolError as e:
@@ -495,6 +510,28 @@ class Site:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
             self._report_error(traceback.format_exc())
+
+    async def _links(self) -> None:
+        """Every ``LINK_CHECK_S``: a keepalive on every peer link this site wrote nothing to
+        since the last check, then the boundary's look at how long each link has been
+        waited on in silence (``LinkCheck``: a peer cut off, or hung, whose TCP connection
+        does not break, is reported after the link timeout)."""
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(LINK_CHECK_S)
+            now = time.monotonic()
+            lag, last = max(0.0, now - last - LINK_CHECK_S), now
+            silent: dict[int, float] = {}
+            for j, conn in list(self.peers.items()):
+                if conn.bytes_sent == self._sent.get(j):
+                    try:
+                        conn.send(Keepalive())
+                    except ConnectionLost:
+                        pass
+                self._sent[j] = conn.bytes_sent
+                since = self._reading.get(j)
+                silent[j] = 0.0 if since is None else now - since
+            self._handle(LinkCheck(silent=silent, lag=lag))
 
     def _conn_of(self, site: int) -> Connection | None:
         return self.driver if site == DRIVER else self.peers.get(site)

@@ -108,7 +108,7 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     host.executor_start_s = getattr(spark.sparkContext, "_sparkflux_executor_start_s", None)
     host.launched_at = time.time()
     job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind, tasks,
-                       host.replicas, cfg.security, cfg.site_cpu)
+                       host.replicas, cfg.security, cfg.site_cpu, cfg.link_timeout)
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()
     return Launched(host=host, job=job, spark=spark, plan=plan, cfg=cfg, thread=thread,

@@ -157,7 +157,7 @@ class SiteJob:
 
 def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bind_host: str,
                  advertise_host: str, tasks: int, replicas: int, security: Security,
-                 cpu_cap: float | None = None) -> SiteJob:
+                 cpu_cap: float | None = None, link_timeout: float = 1.0) -> SiteJob:
     """Start ``tasks`` site tasks in a background thread and return at once. The run's
     ``security`` (its secret, and TLS material if on) travels inside the task closure, as the
     plan does: Spark's own channel to the executors carries it (``spark.authenticate`` and
@@ -168,7 +168,7 @@ def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bi
     blob = cloudpickle.dumps(site_plan)
     host, port = controller
     site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas, security,
-                               cpu_cap)
+                               cpu_cap, link_timeout)
 
     sc = spark.sparkContext
     job = SiteJob(thread=threading.Thread(target=lambda: None),

@@ -18,8 +18,8 @@ from typing import Any
 
 
 def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_host: str,
-                   replicas: int, security: Any, cpu_cap: float | None = None
-                   ) -> Callable[[int, Any], Iterator[dict[str, Any]]]:
+                   replicas: int, security: Any, cpu_cap: float | None = None,
+                   link_timeout: float = 1.0) -> Callable[[int, Any], Iterator[dict[str, Any]]]:
     """The site task; ``bind_host`` "" (a cluster): the site listens on, and advertises, its
     own address towards the driver, not every interface."""
 
@@ -40,7 +40,8 @@ def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_
                 bind = advertise = local_address_towards(host, port)
             cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
                              controller_port=port, bind_host=bind, advertise_host=advertise,
-                             security=security, replicas=replicas, cpu_cap=cpu_cap)
+                             security=security, replicas=replicas, cpu_cap=cpu_cap,
+                             link_timeout=link_timeout)
             plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
             yield run_site(cfg, plan, guard.registered)
 
