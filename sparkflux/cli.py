@@ -120,6 +120,12 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
                         "worker:SITE@SECONDS SIGKILL the site's Python worker, its executor "
                         "JVM or the Worker daemon that launched it (SITE 'most': the one "
                         "hosting the most sites)")
+    p.add_argument("--cut", action="append", default=[], metavar="SITE@SECONDS=DURATION",
+                   help="drop the packets of a site's links to its peers for DURATION seconds "
+                        "(iptables on the loopback interface, a same-machine test tool; the "
+                        "processes and their driver links live): a partial partition")
+    p.add_argument("--isolate", action="append", default=[], metavar="SITE@SECONDS=DURATION",
+                   help="as --cut, and the site's links to the driver too")
     p.add_argument("--hang", action="append", default=[], metavar="SITE@SECONDS=DURATION",
                    help="freeze a site's process (SIGSTOP) at SECONDS for DURATION seconds, "
                         "then let it go on (SIGCONT): a hung site, found by its heartbeat")

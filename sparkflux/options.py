@@ -28,7 +28,8 @@ MIN_LINK_TIMEOUT_S: float = 1.0
 DEFAULTS: dict[str, Any] = {
     "sites": 4, "partitions": 32, "ha": "none", "replicas": None, "master": None,
     "rate": None, "ingress_buffer": 200_000, "window": 300_000, "stall_timeout": 30.0,
-    "kill": (), "hang": (), "slow": (), "tls": False, "max_frame_mb": None,
+    "kill": (), "hang": (), "cut": (), "isolate": (), "slow": (), "tls": False,
+    "max_frame_mb": None,
     "heartbeat_timeout": 10.0, "link_timeout": LINK_TIMEOUT_S, "spare_sites": 0,
     "site_cpu": None, "recovery": "standby",
     "balance": True, "balance_delta_min": 0.25, "balance_window": 2.0, "standby_wait": None,
@@ -63,6 +64,7 @@ def run_config(**options: Any) -> RunConfig:
         kills=parse_kills(kills, sites), adopted_kills=parse_adopted_kills(kills, sites),
         process_kills=parse_process_kills(kills, sites, o["master"]),
         hangs=parse_hangs(list(o["hang"]), sites), tls=bool(o["tls"]),
+        cuts=parse_cuts(list(o["cut"]), list(o["isolate"]), sites),
         max_frame_mb=o["max_frame_mb"],
         heartbeat_timeout=heartbeat_timeout_option(o["heartbeat_timeout"]),
         link_timeout=link_timeout_option(o["link_timeout"]),
@@ -206,6 +208,16 @@ def _site_at_value(option: str, what: str, example: str, specs: list[str], sites
 def parse_hangs(specs: list[str], sites: int) -> tuple[tuple[int, float, float], ...]:
     """``--hang SITE@SECONDS=DURATION`` options, checked."""
     return _site_at_value("--hang", "DURATION", "1@3=8", specs, sites)
+
+
+def parse_cuts(cuts: list[str], isolates: list[str], sites: int
+               ) -> tuple[tuple[int, float, float, bool], ...]:
+    """``--cut SITE@SECONDS=DURATION`` (the site's links to its peers) and ``--isolate``
+    (its driver links too), checked: (site, at, duration, driver)."""
+    return (tuple((s, at, d, False) for s, at, d in
+                  _site_at_value("--cut", "DURATION", "1@3=45", cuts, sites))
+            + tuple((s, at, d, True) for s, at, d in
+                    _site_at_value("--isolate", "DURATION", "1@3=45", isolates, sites)))
 
 
 def seconds_option(option: str, value: float) -> float:

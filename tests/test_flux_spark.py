@@ -49,6 +49,26 @@ def test_a_killed_site_loses_duplicates_and_reorders_nothing(
     assert m["failures"][0]["detected_after_s"] < 1.0  # connection loss, not a timeout
 
 
+@pytest.mark.parametrize("option", ["cut", "isolate"])
+def test_a_site_cut_off_while_alive_is_excluded_within_the_link_timeout(
+        netmon: Any, spark: Any, expected: tuple[str, int], option: str) -> None:
+    """A partial partition (its peer links' packets dropped, with ``isolate`` its driver
+    links' too; the process alive): the peers report the silent links, the link judge
+    excludes the cut-off site, never a healthy one, and it fails over like a crash."""
+    from sparkflux.runtime import netcut
+
+    why = netcut.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"no iptables here: {why}")
+    m = run_flux(netmon, spark, **{option: ["2@1.0=6"]})
+    assert [f["site"] for f in m["failures"]] == [2]
+    assert "unreachable from sites 0, 1 and 3" in m["failures"][0]["reason"]
+    # link timeout 1.0 s, a link check every 0.1 s, the judge's settle 0.2 s
+    assert m["failures"][0]["detected_after_s"] < 2.5
+    assert m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected
+
+
 def test_two_failures_in_different_partition_pairs(netmon: Any, spark: Any,
                                                    expected: tuple[str, int]) -> None:
     m = run_flux(netmon, spark, kill=["1@0.8", "3@2.0"])

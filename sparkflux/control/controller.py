@@ -66,7 +66,7 @@ from sparkflux.control.events import (
     Tick,
     View,
 )
-from sparkflux.control.link_judge import LinkJudge
+from sparkflux.control.link_judge import SETTLE_S, LinkJudge
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.dataflow.placement import Domain, Layout, choose_ring, clash, ring_conflicts
 
@@ -109,7 +109,7 @@ class Controller:
     def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False,
                  layout: Layout | None = None, stages: int = 0, recovery: str = "standby",
                  balance: bool = False, policy: PolicyConfig | None = None,
-                 standby_wait: float = 5.0) -> None:
+                 standby_wait: float = 5.0, link_settle: float = SETTLE_S) -> None:
         if sites < 1:
             raise ValueError("a controller needs at least one site")
         if recovery not in ("standby", "survivors"):
@@ -163,7 +163,8 @@ class Controller:
         self._samples: dict[int, Stats] = {}
         self._moving_since = 0.0
         self.now = 0.0
-        self.links = LinkJudge()  # partial partitions: which end of a broken link to exclude
+        # partial partitions: which end of a broken link to exclude
+        self.links = LinkJudge(settle=link_settle)
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
         self.placement: dict = {}

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-SETTLE_S = 0.3  # rule 2
+SETTLE_S = 0.2  # rule 2
 
 
 @dataclass

@@ -172,6 +172,10 @@ class Host:
         self.start_watch = StartWatch(tasks=plan.sites + cfg.spares, shipped=cfg.shipped,
                                       dataflow=cfg.dataflow)
         self.failures: list[dict[str, Any]] = []
+        # (from, to): spans with a partition short of its copies (a failure until its
+        # catch-ups end): the metrics' time back to fault tolerance
+        self.unsafe: list[tuple[float, float]] = []
+        self._unsafe_since: float | None = None
         self.ingress_times: list[float] = []
         self._mono_start = 0.0
         # the driver process's CPU seconds when input started and when the output ended
@@ -624,8 +628,20 @@ class Host:
                     self._finished.set()
                 case _:
                     pass  # Standby, Adopt: the registration and AdoptProcess do their part
+        self._watch_safety()
         assert self._heard is not None
         self._heard.set()
+
+    def _watch_safety(self) -> None:
+        """When the dataflow lost and regained ``--replicas`` complete copies of every
+        partition (``unsafe``: from the first failure to the last catch-up or re-placement
+        after it), for the metrics' time to fault tolerance."""
+        incomplete = bool(self.controller.incomplete) and not self.over()
+        if incomplete and self._unsafe_since is None:
+            self._unsafe_since = time.time()
+        elif not incomplete and self._unsafe_since is not None:
+            self.unsafe.append((self._unsafe_since, time.time()))
+            self._unsafe_since = None
 
     def _adopt(self, a: AdoptProcess) -> None:
         """``avail``: the standby process becomes site ``slot`` (the core tells the

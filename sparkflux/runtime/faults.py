@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sparkflux.protocol import control_messages as cm
-from sparkflux.runtime import proctree
+from sparkflux.runtime import netcut, proctree
 from sparkflux.runtime.run_config import MOST_SITES
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ class Faults:
         self.host = host
         self.kills: list[dict[str, Any]] = []
         self.slowed: list[dict[str, Any]] = []
+        self.cuts: list[dict[str, Any]] = []  # --cut and --isolate, as injected
+        self.hangs: list[dict[str, Any]] = []  # --hang, as injected
         self._on_adopt: dict[int, list[float]] = {}  # slot -> kill delays after its adoption
 
     def _since_start(self, delay: float = 0.0) -> float:
@@ -50,6 +52,8 @@ class Faults:
             loop.call_later(after, self.slow, site, factor)
         for site, after, duration in cfg.hangs:
             loop.call_later(after, self.hang, site, duration)
+        for site, after, duration, driver in cfg.cuts:
+            loop.call_later(after, self.cut, site, after, duration, driver)
         for site, delay in cfg.adopted_kills:  # ``--kill SITE@adopted+SECONDS``
             self._on_adopt.setdefault(site, []).append(delay)
         for level, site, after in cfg.process_kills:  # ``--kill LEVEL:SITE@SECONDS``
@@ -132,8 +136,38 @@ class Faults:
         member = self.host.controller.view.members.get(site)
         if member is None or not self.host.cfg.local:
             return
+        self.hangs.append({"site": site, "seconds": duration, "pid": member.pid,
+                           "time": time.time()})
         _signal(member.pid, signal.SIGSTOP)
         asyncio.get_running_loop().call_later(duration, _signal, member.pid, signal.SIGCONT)
+
+
+    def cut(self, site: int, after: float, duration: float, driver: bool) -> None:
+        """``--cut`` / ``--isolate``: drop the packets of the site's links to its peers (and
+        to the driver) for ``duration`` seconds, on this machine's loopback interface
+        (``netcut.py``); both ends live, their connections stay open. The rules are put in
+        place off the loop (iptables takes a few milliseconds) and heal by themselves."""
+        host = self.host
+        member = host.controller.view.members.get(site)
+        what = f"--{'isolate' if driver else 'cut'} {site}@{after:g}={duration:g}"
+        if member is None or site in host.dead or not host.cfg.local:
+            log.error("%s: site %d has no live process on this machine now", what, site)
+            return
+        peers = [m.port for s, m in host.controller.view.members.items() if s != site]
+        cut = netcut.Netcut(member.pid, driver_ports=[host.port], cut_driver=driver,
+                            peer_ports=peers)
+        self.cuts.append({"site": site, "at_s": after, "seconds": duration, "driver": driver,
+                          "pid": member.pid, "time": time.time()})
+        log.warning("%s: cutting site %d (pid %d) off from its peers%s for %.0f s", what,
+                    site, member.pid, " and the driver" if driver else "", duration)
+
+        def apply() -> None:
+            try:
+                cut.cut(duration)
+            except netcut.NetcutError as e:
+                log.error("%s failed: %s", what, e)
+
+        asyncio.get_running_loop().run_in_executor(None, apply)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -42,6 +42,8 @@ def result_metrics(host: Host) -> dict[str, Any]:
                                     for k, (c, first) in host.dead_reasons.items()}}
            if host.dead_reasons else {}),
         "kills": len(host.faults.kills),
+        **({"cuts": [{k: v for k, v in c.items() if k != "time"} for c in host.faults.cuts]}
+           if host.faults.cuts else {}),
         "failures": [failure_report(host, f) for f in host.failures],
         "recoveries": [recovery_report(host, c) for c in host.catch_ups],
         "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in host.adoptions],
@@ -117,10 +119,14 @@ def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
 
 def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
     """What one failure cost: detection delay, output gap and latency around it."""
-    before = [k for k in host.faults.kills if k["site"] == f["site"] and k["time"] <= f["time"]]
-    kill = before[-1] if before else None
-    at = kill["time"] if kill else f["time"]
+    faults = [*host.faults.kills, *host.faults.cuts, *host.faults.hangs]
+    before = sorted(k["time"] for k in faults
+                     if k["site"] == f["site"] and k["time"] <= f["time"])
+    at = before[-1] if before else f["time"]
     m = host.metrics
+    # back to --replicas complete copies of every partition: the end of the span with a
+    # partition short of copies that this failure opened (None: the run ended first)
+    safe = next((end for start, end in host.unsafe if start - 0.01 <= f["time"] <= end), None)
     return {
         "site": f["site"],
         "reason": f.get("reason", ""),
@@ -128,4 +134,5 @@ def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
         "detected_after_s": round(f["time"] - at, 4),
         "max_output_gap_s": round(m.gaps_around(at), 4),
         "latency_p99_s": round(m.latency_p99_between(at - 0.5, at + 3.0), 4),
+        "fault_tolerant_after_s": round(safe - f["time"], 3) if safe is not None else None,
     }

@@ -37,6 +37,8 @@ class RunConfig:
     bind_host: str = "127.0.0.1"
     kills: tuple[tuple[int, float], ...] = ()
     hangs: tuple[tuple[int, float, float], ...] = ()  # (site, at, for): SIGSTOP then SIGCONT
+    # --cut / --isolate (site, at, for, the driver's links too): packets dropped (netcut.py)
+    cuts: tuple[tuple[int, float, float, bool], ...] = ()
     flush_ms: float = 20.0
     spares: int = 0  # standby sites launched up front (--spare-sites)
     site_cpu: float | None = None  # --site-cpu: each site's busy-time cap
