@@ -180,7 +180,7 @@ def test_a_peer_that_cannot_be_dialled_is_reported_not_waited_for(
                           registered=1))
         ctl.send(cm.Slow(factor=0.5))
         t = asyncio.get_running_loop().time()
-        while site.cap is None:  # the reader went on past the avail
+        while site.scheduler.cap is None:  # the reader went on past the avail
             assert asyncio.get_running_loop().time() - t < 0.3
             await asyncio.sleep(0.01)
         await until(cm.Unreachable, ctl)

@@ -24,7 +24,6 @@ import secrets
 import signal
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,17 +60,15 @@ from sparkflux.protocol.site_boundary import (
     from_link,
 )
 from sparkflux.runtime import failure_domain, handshake
-from sparkflux.runtime.capacity import CpuCap
-from sparkflux.runtime.frames import encode
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
+from sparkflux.runtime.scheduler import Scheduler
 from sparkflux.runtime.security import Security
+from sparkflux.runtime.state_mover import StateMover
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect, serve, start_server
 
 log = logging.getLogger(__name__)
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
-INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
-# pass gathers, so a control frame behind them waits one short pass)
 GATHER_UNCAPPED_S = 0.01  # how long the scheduler lets input gather before a pass, at most,
 GATHER_ROWS = 8192  # ... or until this many rows wait
 # Under --site-cpu: at least GATHER_S, and long enough that a pass is worth GATHER_CPU_S of
@@ -147,27 +144,14 @@ class Site:
         self.driver: Connection | None = None  # data (and set-up) connection to the driver
         self.control: Connection | None = None  # the controller's: never behind data
         self._stop = asyncio.Event()
-        self.busy_s = 0.0
-        self.passes = 0  # scheduler passes run (busy_s / passes: the cost of a pass)
-        self.cap = CpuCap(cfg.cpu_cap) if cfg.cpu_cap else None
-        self._throttle_until = 0.0
+        self.scheduler = Scheduler(cfg.gather_s, cfg.gather_rows, cfg.inbox_rows, cfg.cpu_cap)
         self.outbox = Outbox(self._conn_of, SITE_POOL_ROWS)
-        self.inbox: deque[tuple[int, Any]] = deque()
-        self._inbox_ready = asyncio.Event()
-        self._inbox_room = asyncio.Event()
-        self._first_at = 0.0
-        self._inbox_rows = 0
-        self._urgent = False
-        self._capacity_s = 0.0
-        self._capacity_at = time.perf_counter()
         self.error: str | None = None
         self._reported = False  # an error went to the driver: linger until it has read it
         self._driver_gone = asyncio.Event()  # the driver closed its control connection
         self.excluded: str | None = None
-        self.state_bytes: dict[tuple[int, int], int] = {}
-        self.state_move_s: dict[tuple[int, int], float] = {}
-        self.state_conns: dict[tuple[str, int], Connection] = {}
-        self._state_dialing: dict[tuple[str, int], asyncio.Lock] = {}
+        self.mover = StateMover(cfg.security, lambda: self._claim(handshake.STATE),
+                                self._spawn, DIAL_TIMEOUT_S)
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
         self._known = asyncio.Event()  # set whenever the boundary may know more members
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
@@ -243,7 +227,7 @@ class Site:
         return {
             "site": self.id, "attempt": self.cfg.attempt, "pid": os.getpid(),
             "role": self.boundary.role, "excluded": self.excluded,
-            "busy_s": round(self.busy_s, 3), "refused": dict(self.gate.refused),
+            "busy_s": round(self.scheduler.busy_s, 3), "refused": dict(self.gate.refused),
             "rows_in": [c.rows_in for c in core.cons] if core else [],
         }
 
@@ -260,9 +244,8 @@ class Site:
                     self._state_out(dest, msg)
                 case Send(dest=dest, message=msg):
                     if isinstance(msg, CuDone):  # what the StateMover moved for it, how fast
-                        key = (msg.stage, msg.q)
-                        msg = CuDone(msg.stage, msg.q, msg.r, self.state_bytes.pop(key, 0),
-                                     self.state_move_s.pop(key, 0.0))
+                        msg = CuDone(msg.stage, msg.q, msg.r, *self.mover.moved(msg.stage,
+                                                                                msg.q))
                     self.outbox.send(dest, msg)  # type: ignore[arg-type]
                 case Dial():
                     self._cancel_dial(a.site)
@@ -276,10 +259,7 @@ class Site:
                     for c in self.state_in.pop(s, []):  # a zombie's late state or installed
                         c.close()
                 case Scale(factor=factor):  # --slow SITE@SECONDS=FACTOR
-                    self._capacity_now()
-                    if self.cap is None:
-                        self.cap = CpuCap(1.0)
-                    self.cap.scale(factor)
+                    self.scheduler.scale(factor)
                 case Crash():
                     # A real crash on request (clusters, where the driver cannot signal it).
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -393,12 +373,12 @@ class Site:
             try:
                 self.control.send(cm.Heartbeat(
                     site=self.id, pid=os.getpid(), attempt=self.cfg.attempt,
-                    busy_s=self.busy_s, slept_s=self.cap.slept if self.cap else 0.0,
-                    passes=self.passes, cpu_s=time.process_time(),
+                    busy_s=self.scheduler.busy_s, slept_s=self.scheduler.slept_s,
+                    passes=self.scheduler.passes, cpu_s=time.process_time(),
                     buffered=(sum(b.buffered_rows() for b in core.prods) if core else 0),
                     # the policy's statistics (thesis ch. 4): capacity so far, rows per
                     # mini-partition, sampled now on this site's clock
-                    capacity_s=self._capacity_now(), at=time.monotonic(),
+                    capacity_s=self.scheduler.capacity_now(), at=time.monotonic(),
                     counts=core.processed.copy() if core else none,
                     refused=self.gate.total_refused,
                     # where this site's progress stands (the driver's watchdog)
@@ -417,7 +397,6 @@ class Site:
         skew buffers hold the rest). Not bounded: the driver's ``control`` connection (its
         few protocol frames, ``cu-start``, must not wait for room) and a peer's StateMover
         connection (``side``: snapshots and ``installed`` only)."""
-        inbox_rows = self.cfg.inbox_rows
         bounded = not (control or side)
         watched = bounded and peer != DRIVER  # a peer's link: its silence is measured
         try:
@@ -438,15 +417,10 @@ class Site:
                 if isinstance(item, FromDriver):
                     self._handle(item)
                     continue
-                while bounded and (len(self.inbox) >= INBOX_FRAMES
-                                   or self._inbox_rows >= inbox_rows):
-                    self._inbox_room.clear()
-                    await self._inbox_room.wait()
-                self.inbox.append(item)
-                self._inbox_rows += rows_of(msg)
-                if not isinstance(msg, (Data, Ack)):  # take-over and catch-up: no gathering
-                    self._urgent = True
-                self._inbox_ready.set()
+                # take-over and catch-up frames start a pass at once: no gathering
+                await self.scheduler.put(item, rows_of(msg),
+                                         urgent=not isinstance(msg, (Data, Ack)),
+                                         bounded=bounded)
         except ConnectionLost as e:
             conn.close()
             if peer == DRIVER and control:
@@ -463,49 +437,13 @@ class Site:
             self._report_error(traceback.format_exc())
 
     async def _process(self) -> None:
-        """The site's scheduler: everything queued is handled in one pass of the core; the
-        busy time it takes is charged against the --site-cpu budget."""
-        gather_rows = self.cfg.gather_rows
+        """The scheduler's passes: the core takes every frame queued (``scheduler.py``)."""
+        def one_pass(items: list[tuple[int, Any]]) -> None:
+            self._handle(Frames(items))
+            self.outbox.flush()
+
         try:
-            while True:
-                if not self.inbox:
-                    self._inbox_ready.clear()
-                    await self._inbox_ready.wait()
-                    self._first_at = time.perf_counter()
-                # Gather for a few milliseconds so that the per-pass cost is paid once for
-                # many small frames (what a site spends beyond its real work is overhead).
-                gather_s = self.cfg.gather_s(self.cap.cap if self.cap is not None else 1.0)
-                wait = self._first_at + gather_s - time.perf_counter()
-                while (wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
-                       and self._inbox_rows < gather_rows and not self._urgent):
-                    self._inbox_ready.clear()
-                    try:
-                        await asyncio.wait_for(self._inbox_ready.wait(), wait)
-                    except TimeoutError:
-                        break
-                    wait = self._first_at + gather_s - time.perf_counter()
-                if self._throttle_until > time.perf_counter():  # --site-cpu: over budget
-                    await asyncio.sleep(self._throttle_until - time.perf_counter())
-                    if self.cap is not None:
-                        self.cap.slept_for(time.perf_counter())
-                t = time.thread_time()  # busy = CPU time: waiting for a core is not work
-                items = list(self.inbox)
-                self.inbox.clear()
-                self._inbox_rows = 0
-                self._urgent = False
-                self._inbox_room.set()
-                self._handle(Frames(items))
-                self.outbox.flush()
-                busy = time.thread_time() - t
-                now = time.perf_counter()
-                self.busy_s += busy
-                self.passes += 1
-                if self.cap is not None:
-                    sleep = self.cap.spend(now, busy)
-                    if sleep:
-                        self._throttle_until = max(self._throttle_until, now + sleep)
-                self._first_at = time.perf_counter()
-                await asyncio.sleep(0)  # let the readers fill the next batch
+            await self.scheduler.run(one_pass)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
@@ -544,54 +482,17 @@ class Site:
 
     def _state_out(self, site: int, msg: State | Installed) -> None:
         """A snapshot or ``installed``: outside the data path, by the StateMover."""
-        pieces = [bytes(p) if isinstance(p, memoryview) else p for p in encode(msg)]
-        key = None
-        if isinstance(msg, State):
-            key = (msg.stage, msg.q)
-            self.state_bytes[key] = sum(len(p) for p in pieces)
-        self._spawn(self._move_state(site, pieces, key))
-
-    async def _move_state(self, site: int, pieces: list, key: tuple[int, int] | None) -> None:
-        """The StateMover: a partition's state goes over its own connection to the new
-        replica's site, so it never queues ahead of data frames (thesis Fig. 3.9), nor
-        behind them; the new replica's ``installed`` comes back the same way (``key`` None),
-        not behind the input queued for the survivor."""
         member = self.boundary.members.get(site)
         expect = self.boundary.process_of(site)
-        addr = None if member is None else (member.host, member.port)
-        if addr is None or expect is None:  # a bug: the catch-up would wait forever
+        if member is None or expect is None:  # a bug: the catch-up would wait forever
             self._report_error(f"the StateMover has no address for site {site}")
             return
-        try:
-            # one connection per destination (two tasks of one pass must not both dial)
-            async with self._state_dialing.setdefault(addr, asyncio.Lock()):
-                conn = self.state_conns.get(addr)
-                if conn is None or conn.closed:
-                    conn = await connect(addr[0], addr[1], f"state mover to site {site}",
-                                         self.cfg.security, self._claim(handshake.STATE),
-                                         expect, DIAL_TIMEOUT_S)
-                    self.state_conns[addr] = conn
-            t = time.perf_counter()
-            conn._write(pieces)
-            await conn.drain()
-            if key is not None:
-                self.state_move_s[key] = time.perf_counter() - t
-        except ConnectionLost as e:
-            log.info("site %d: state move to site %d failed: %s", self.id, site, e)
+        self.mover.send(site, msg, (member.host, member.port), expect)
 
     def _cancel_dial(self, slot: int) -> None:
         task = self._dials.pop(slot, None)
         if task is not None:
             task.cancel()
-
-    def _capacity_now(self) -> float:
-        """Seconds of capacity this site has had so far: wall time times its cap (so that
-        busy / capacity is the utilisation U_j relative to what the site can do)."""
-        now = time.perf_counter()
-        cap = self.cap.cap if self.cap is not None else 1.0
-        self._capacity_s += (now - self._capacity_at) * cap
-        self._capacity_at = now
-        return self._capacity_s
 
     async def _linger(self) -> None:
         """After an error report: keep the connections open until the driver, which stops

@@ -1,0 +1,116 @@
+"""A site's scheduler: a bounded inbox of frames and the passes that hand them to the core.
+
+Frames read from the links queue in the inbox, bounded in frames and rows, so a site that
+falls behind stops reading and its senders' skew buffers (the DTSB) hold the rest. A pass
+takes everything queued at once (the thesis' FluxPooler: under load, many small inputs
+become one vectorized call), after letting input gather for a few milliseconds, so the
+per-pass cost is paid once for many small frames; a frame of take-over or catch-up (anything
+but data and acknowledgements) starts a pass at once. The busy time of a pass, counted as the
+thread's CPU time (waiting for a core is not work), is charged against the ``--site-cpu``
+budget, which may then hold the next pass back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from sparkflux.runtime.capacity import CpuCap
+
+INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
+# pass gathers, so a control frame behind them waits one short pass)
+
+
+class Scheduler:
+    """The inbox and the pass loop of one site; ``gather_s(cap)``: how long input may
+    gather at capacity ``cap``; ``cpu_cap``: ``--site-cpu``, or None."""
+
+    def __init__(self, gather_s: Callable[[float], float], gather_rows: int, inbox_rows: int,
+                 cpu_cap: float | None) -> None:
+        self.gather_s = gather_s
+        self.gather_rows = gather_rows
+        self.inbox_rows = inbox_rows
+        self.cap = CpuCap(cpu_cap) if cpu_cap else None
+        self.inbox: deque[tuple[int, Any]] = deque()
+        self._rows = 0
+        self._urgent = False
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._first_at = 0.0
+        self._throttle_until = 0.0
+        self.busy_s = 0.0
+        self.passes = 0  # passes run (busy_s / passes: the cost of a pass)
+        self._capacity_s = 0.0
+        self._capacity_at = time.perf_counter()
+
+    async def put(self, item: tuple[int, Any], rows: int, urgent: bool, bounded: bool) -> None:
+        """Queue a frame; a ``bounded`` reader waits for room first."""
+        while bounded and (len(self.inbox) >= INBOX_FRAMES or self._rows >= self.inbox_rows):
+            self._room.clear()
+            await self._room.wait()
+        self.inbox.append(item)
+        self._rows += rows
+        self._urgent = self._urgent or urgent
+        self._ready.set()
+
+    async def run(self, on_pass: Callable[[list[tuple[int, Any]]], None]) -> None:
+        """Run passes for ever: ``on_pass`` gets every frame queued, in arrival order."""
+        while True:
+            if not self.inbox:
+                self._ready.clear()
+                await self._ready.wait()
+                self._first_at = time.perf_counter()
+            gather_s = self.gather_s(self.cap.cap if self.cap is not None else 1.0)
+            wait = self._first_at + gather_s - time.perf_counter()
+            while (wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
+                   and self._rows < self.gather_rows and not self._urgent):
+                self._ready.clear()
+                try:
+                    await asyncio.wait_for(self._ready.wait(), wait)
+                except TimeoutError:
+                    break
+                wait = self._first_at + gather_s - time.perf_counter()
+            if self._throttle_until > time.perf_counter():  # --site-cpu: over budget
+                await asyncio.sleep(self._throttle_until - time.perf_counter())
+                if self.cap is not None:
+                    self.cap.slept_for(time.perf_counter())
+            t = time.thread_time()
+            items = list(self.inbox)
+            self.inbox.clear()
+            self._rows = 0
+            self._urgent = False
+            self._room.set()
+            on_pass(items)
+            busy = time.thread_time() - t
+            now = time.perf_counter()
+            self.busy_s += busy
+            self.passes += 1
+            if self.cap is not None:
+                sleep = self.cap.spend(now, busy)
+                if sleep:
+                    self._throttle_until = max(self._throttle_until, now + sleep)
+            self._first_at = time.perf_counter()
+            await asyncio.sleep(0)  # let the readers fill the next batch
+
+    def scale(self, factor: float) -> None:
+        """``--slow``: from now on the site gets ``factor`` times its capacity."""
+        self.capacity_now()
+        if self.cap is None:
+            self.cap = CpuCap(1.0)
+        self.cap.scale(factor)
+
+    def capacity_now(self) -> float:
+        """Seconds of capacity this site has had so far: wall time times its cap (so that
+        busy / capacity is the utilisation U_j relative to what the site can do)."""
+        now = time.perf_counter()
+        cap = self.cap.cap if self.cap is not None else 1.0
+        self._capacity_s += (now - self._capacity_at) * cap
+        self._capacity_at = now
+        return self._capacity_s
+
+    @property
+    def slept_s(self) -> float:
+        return self.cap.slept if self.cap is not None else 0.0
