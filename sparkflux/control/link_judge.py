@@ -49,7 +49,8 @@ class LinkJudge:
             self.since = now
 
     def due(self, now: float) -> bool:
-        return self.since is not None and now - self.since >= self.settle
+        # (a hair's tolerance: clocks in floats, and a settle that ends exactly at a tick)
+        return self.since is not None and now - self.since >= self.settle - 1e-9
 
     def decide(self, live: set[int]) -> list[tuple[int, str]]:
         """Rule 3: the sites to exclude, each with why, and a fresh round."""

@@ -35,11 +35,18 @@ def _never(message: Any) -> bool:
     return False
 
 
+def _open(src: int, dst: int) -> bool:
+    return False
+
+
 @dataclass
 class Network:
     rng: np.random.Generator
     # the frames that the runtime may write ahead of data held for the same connection
     overtakes: Callable[[Any], bool] = _never
+    # whether nothing crosses from src to dst now (a hung reader, a cut link): such a link
+    # keeps its frames until it opens again
+    blocked: Callable[[int, int], bool] = _open
     links: dict[tuple[int, int, int], deque[Any]] = field(default_factory=dict)
     delivered: int = 0
     overtaken: int = 0  # deliveries that passed an earlier frame (the runtime's reordering)
@@ -48,7 +55,7 @@ class Network:
         self.links.setdefault((src, dst, channel), deque()).append(message)
 
     def busy(self) -> list[tuple[int, int, int]]:
-        return [k for k, q in self.links.items() if q]
+        return [k for k, q in self.links.items() if q and not self.blocked(k[0], k[1])]
 
     def pop(self) -> tuple[int, int, Any] | None:
         """Deliver the head of a randomly chosen non-empty link."""
@@ -79,7 +86,8 @@ class Network:
         message (not a control frame of the driver's, nor the simulator's own ``hello``),
         or None."""
         busy = [k for k, q in self.links.items()
-                if k[1] == dst and q and not isinstance(q[0], (tuple, *CONTROL_TYPES))]
+                if k[1] == dst and q and not isinstance(q[0], (tuple, *CONTROL_TYPES))
+                and not self.blocked(k[0], k[1])]
         if not busy:
             return None
         link = busy[int(self.rng.integers(len(busy)))]

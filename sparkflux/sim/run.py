@@ -67,6 +67,7 @@ from sparkflux.protocol.site_boundary import (
     Dial,
     Frames,
     FromDriver,
+    LinkCheck,
     PeerLinked,
     Send,
     SiteBoundary,
@@ -108,6 +109,31 @@ class FailurePlan:
     # (a re-layout over failure domains) are complete, crash every site whose live process
     # is in that executor (the whole executor dies at once)
     after_settled: tuple[tuple[str, int], ...] = ()
+    # (site, step, steps): the slot's process hangs (SIGSTOP): it reads, sends and beats
+    # nothing for that long, then wakes up; excluded meanwhile, it wakes a zombie that still
+    # has the frames it had not read, until it reads its ``stop``
+    hangs: tuple[tuple[int, int, int], ...] = ()
+    # (site, step, steps, driver): the links between the site and every peer (and the
+    # driver's, with ``driver``) hold their frames that long (packets dropped; TCP resends
+    # them after the heal, unless the receiver closed the link meanwhile)
+    cuts: tuple[tuple[int, int, int, bool], ...] = ()
+
+
+@dataclass(frozen=True)
+class SimClock:
+    """Simulated time, in scheduler steps: every live site's heartbeat and link check, the
+    driver's ticks, and the timeouts the controller and the sites judge them by (the
+    runtime's ``--heartbeat-timeout``, ``--link-timeout`` and the link judge's settle
+    time). Heartbeats travel on the control link like any frame, so a busy link can make
+    one late: a false suspicion is a timing like any other."""
+
+    heartbeat_every: int = 10
+    heartbeat_timeout: int = 400
+    link_every: int = 10
+    link_timeout: int = 120
+    tick_every: int = 5
+    settle: int = 20
+    standby_wait: int = 3000  # a failed slot waits this long for a standby (``--standby-wait``)
 
 
 @dataclass
@@ -130,7 +156,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
              failures: FailurePlan = FailurePlan(), replicas: int = 2,
              detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
              window: int = 4, recovery: str = "standby", balance: bool = False,
-             policy: PolicyConfig | None = None, fifo: bool = False) -> SimResult:
+             policy: PolicyConfig | None = None, fifo: bool = False,
+             clock: SimClock | None = None, dial_delay: tuple[int, int] | None = None
+             ) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
@@ -141,7 +169,16 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
 
     ``fifo``: every link strictly FIFO, no frame overtaking another. Only to compare with
     the runtime's order (the default), e.g. to show that a mutant is caught only because
-    acknowledgements and control frames may pass held data."""
+    acknowledgements and control frames may pass held data.
+
+    ``dial_delay``: a link that a site dials (to an adopted standby) comes up, at both ends,
+    that many steps later (random in the range), as a connect and handshake take time; None:
+    at once at the dialling end.
+
+    ``clock``: heartbeats, link checks and their timeouts run in simulated time (always with
+    ``hangs`` or ``cuts``); without it a site is found failed only by its lost connection."""
+    if clock is None and (failures.hangs or failures.cuts):
+        clock = SimClock()
     rng = np.random.default_rng(seed)
     # admission keeps about ``window`` input batches in flight (counted in ISNs)
     unit = (len(_item(batches[0])[1]) if batches else 1) if plan.isn_span is None \
@@ -149,6 +186,26 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     site_plan = plan.for_sites()
     layout = Layout(plan.sites, plan.partitions, replicas)
     net = Network(rng) if fifo else Network(rng, overtakes=_overtakes)
+    hung: dict[int, tuple[int, int]] = {}  # slot -> (hung since, wakes at)
+    zombies: set[int] = set()  # excluded while hung: it still has its unread frames
+    cut: dict[int, tuple[int, int, bool]] = {}  # slot -> (cut since, heals at, driver too)
+    hang_at: dict[int, list[tuple[int, int]]] = {}
+    for k, at, n in failures.hangs:
+        hang_at.setdefault(at, []).append((k, n))
+    cut_at: dict[int, list[tuple[int, int, bool]]] = {}
+    for k, at, n, drv in failures.cuts:
+        cut_at.setdefault(at, []).append((k, n, drv))
+
+    def blocked_since(src: int, dst: int) -> int | None:
+        """Since when nothing crosses from ``src`` to ``dst`` (a hung reader, a cut), or
+        None."""
+        since = [hung[dst][0]] if dst in hung else []
+        for k, (at, _, drv) in cut.items():
+            if k in (src, dst) and (drv or DRIVER not in (src, dst)) and src != dst:
+                since.append(at)
+        return min(since) if since else None
+
+    net.blocked = lambda src, dst: blocked_since(src, dst) is not None
     # Every site process runs its own ``SiteBoundary`` over its own operator shells, as a
     # Spark task owns its unpickled copy of the plan; it builds its core from the view it
     # gets (``SendView``: the ring over the failure domains) or its adoption.
@@ -157,9 +214,13 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     settled_crashes = list(failures.after_settled)
     executor_now = {s: failures.executors[s] if s < len(failures.executors) else ""
                     for s in range(plan.sites)}  # slot -> its live process's executor
-    core = boundary_for(plan, replicas, {"heartbeat_timeout": 1e9, "recovery": recovery,
-                                         "balance": balance, "policy": policy},
-                        end_with_output=False)
+    core = boundary_for(plan, replicas, {
+        "heartbeat_timeout": float(clock.heartbeat_timeout) if clock else 1e9,
+        "recovery": recovery, "balance": balance, "policy": policy,
+        "link_settle": float(clock.settle if clock else 0),
+        **({"standby_wait": float(clock.standby_wait)} if clock else {})},
+        end_with_output=False)
+    link_timeout = float(clock.link_timeout) if clock else 1e9
     controller = core.controller
     slow = dict(failures.slow)
     move_at: dict[int, list[tuple[int, int]]] = {}
@@ -179,13 +240,25 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     next_batch = 0
     step = 0
     crashed_now: set[int] = set()  # slots whose current process is dead
+    dials: list[tuple[int, int, tuple[int, int], int, tuple[int, int]]] = []  # (due, ...)
     # Set-up (view 1) is not under test here: the sites link to each other at once and their
     # ``ready`` reaches the controller together, before any input.
     setup: list[Any] | None = []
 
     def gone(k: int) -> None:
         """Slot ``k``'s process is gone (crashed, or failed by the controller while alive:
-        the runtime closes its connections)."""
+        the runtime closes its connections). A hung one is excluded: the driver closes its
+        connections and says ``stop``, which it reads when it wakes, a zombie until then."""
+        if k in hung and k not in crashed_now:
+            crashed.append(k)
+            crashed_now.add(k)
+            zombies.add(k)
+            net.send(DRIVER, k, cm.Stop(reason="excluded", excluded=True), CONTROL)
+            return
+        if k in zombies:  # it woke and read its ``stop``
+            zombies.discard(k)
+            net.drop_to(k)
+            return
         if k not in crashed_now:
             crashed.append(k)
             crashed_now.add(k)
@@ -196,6 +269,12 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
         ``hello`` on the data channel: the dialled side learns of it on delivery."""
         for a in actions:
             match a:
+                case Send(dest=dest) if src in zombies and (
+                        dest == DRIVER or src in sites[dest].dead_sites):
+                    pass  # a zombie's frame on a connection its peer has closed
+                case Send(dest=dest, channel=Channel.LINK) if dest != DRIVER and (
+                        setup is None and dest not in sites[src].linked):
+                    pass  # no link to it (yet): the runtime's DTSB has no connection to hold for
                 case Send(dest=dest, message=msg, channel=channel):
                     if setup is not None and dest == DRIVER:
                         setup.append(event_of(src, attempt[src], True, msg, 0.0))
@@ -205,9 +284,17 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     if setup is not None:
                         setup.append((src, j, expect))
                         continue
-                    net.send(src, j, ("hello", src, process[src]))
-                    site_do(src, sites[src].handle(PeerLinked(site=j, process=expect,
-                                                              dialed=True)))
+                    # a dial takes time (connect, handshake): the link is up, at both
+                    # ends, when the dialled side reads its ``hello`` (``dial_delay`` None:
+                    # at once at the dialling end)
+                    if dial_delay is None:
+                        net.send(src, j, ("hello", src, process[src], None))
+                        site_do(src, sites[src].handle(PeerLinked(site=j, process=expect,
+                                                                  dialed=True)))
+                        continue
+                    lo, hi = dial_delay
+                    dials.append((step + int(rng.integers(lo, hi + 1)), src, process[src], j,
+                                  expect))
                 case Stop():
                     gone(src)
                 case _:
@@ -229,15 +316,19 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     for k in dead:
                         gone(k)
                 case SendView(site=s, view=view):
-                    sites[s] = SiteBoundary(s, 0, copy.deepcopy(site_plan), layout)
+                    sites[s] = SiteBoundary(s, 0, copy.deepcopy(site_plan), layout,
+                                            link_timeout)
                     site_do(s, sites[s].handle(FromDriver(message=view)))
                 case AdoptProcess(slot=k, attempt=att, registered=reg, message=message):
                     executor_now[k] = domain_of(failures.standby_executors, reg - plan.sites - 1)
                     net.forget(k)  # the old process's connections are gone with it
                     attempt[k] = att
                     process[k] = (reg, att)
-                    sites[k] = SiteBoundary(reg, att, copy.deepcopy(site_plan), layout)
+                    sites[k] = SiteBoundary(reg, att, copy.deepcopy(site_plan), layout,
+                                            link_timeout)
                     crashed_now.discard(k)
+                    zombies.discard(k)  # a hung process of the slot wakes to closed links
+                    hung.pop(k, None)
                     site_do(k, sites[k].handle(FromDriver(message=cm.Standby()),
                                                FromDriver(message=message)))
                 case Recovered(slot=slot):
@@ -249,6 +340,13 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     raise Violation(f"seed {seed}: {reason}")
                 case _:
                     pass  # reports the runtime keeps for its metrics
+
+    def heal(k: int) -> None:
+        """Slot ``k``'s cut heals: TCP delivers what it held, except on links whose reader
+        closed them meanwhile (it learned the writer failed)."""
+        for (src, dst, _), q in net.links.items():
+            if k in (src, dst) and src != dst and dst in sites and src in sites[dst].dead_sites:
+                q.clear()
 
     def heartbeat(s: int) -> cm.Heartbeat:
         """A synthetic load: every row costs the same; a slow site has its capacity
@@ -285,6 +383,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             step += 1
             for site in crash_at.get(step, []):
                 if site not in crashed_now:
+                    hung.pop(site, None)  # a hung process can crash too
                     gone(site)
                     net.drop_some_from(site)
                     lo, hi = detect_delay
@@ -304,11 +403,32 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             n_moves = len(controller.moves)  # moves complete in groups: count may jump
             for n in [n for n in crash_after_moves if n <= n_moves]:
                 crash_at.setdefault(step + 1, []).append(crash_after_moves.pop(n))
-            if balance and step % HEARTBEAT_STEPS == 0:
+            for k, n in hang_at.get(step, []):
+                if k not in crashed_now and k not in hung:
+                    hung[k] = (step, step + n)
+            for k in [k for k, (_, wake) in hung.items() if wake <= step]:
+                del hung[k]  # it wakes: a zombie reads its ``stop`` among its frames
+            for k, n, drv in cut_at.get(step, []):
+                cut[k] = (step, step + n, drv)
+            for k in [k for k, (_, heal, _) in cut.items() if heal <= step]:
+                del cut[k]
+                heal(k)
+            beat = clock.heartbeat_every if clock else HEARTBEAT_STEPS
+            if (clock or balance) and step % beat == 0:
                 for s in sorted(sites):
-                    if s not in crashed_now:
+                    if s not in crashed_now and s not in hung and sites[s].core is not None:
                         net.send(s, DRIVER, heartbeat(s), CONTROL)
-            if balance and step % 50 == 0:
+            if clock and step % clock.link_every == 0:
+                for s in sorted(sites):
+                    if s in crashed_now or s in hung:
+                        continue
+                    silent = {}
+                    for j in sorted(sites[s].linked):
+                        at = blocked_since(j, s)
+                        silent[j] = 0.0 if at is None and j not in hung \
+                            else float(step - (at if at is not None else hung[j][0]))
+                    site_do(s, sites[s].handle(LinkCheck(silent=silent)))
+            if (clock and step % clock.tick_every == 0) or (balance and step % 50 == 0):
                 carry_out(core.handle(Tick(now=float(step))))
             if step in standby_at:
                 n_standby += 1
@@ -317,6 +437,11 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                                    executor=domain_of(failures.standby_executors,
                                                       n_standby - 1))
                 carry_out(core.handle(Registered(address=addr, now=float(step))))
+            for d in [d for d in dials if d[0] <= step]:
+                dials.remove(d)
+                _, src_, proc_, j_, expect_ = d
+                if src_ not in crashed_now and process[src_] == proc_:
+                    net.send(src_, j_, ("hello", src_, proc_, expect_))
             for d in [d for d in pending_detect if d[0] <= step]:
                 pending_detect.remove(d)
                 carry_out(core.handle(ConnectionClosed(site=d[1], attempt=d[2], reason="crash",
@@ -334,24 +459,32 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                 continue
             item = net.pop()
             if item is None:
-                if pending_detect or (can_admit and next_batch < len(batches)):
+                if pending_detect or dials or (can_admit and next_batch < len(batches)):
                     continue  # a detection or an admission is still to come
+                if hung or cut or any(at > step for at in hang_at) \
+                        or any(at > step for at in cut_at) or controller.links.since is not None:
+                    continue  # a hang or a cut to come, last, or be judged: time goes on
                 if (any(at > step for at in standby_at) or any(at > step for at in crash_at)
                         or any(at > step for at in move_at)
                         or settled()):
                     continue  # a standby still registers: recovery runs after the input ends
                 break  # quiet: finished, or stuck (then the egress has not ended: a violation)
             src, dst, msg = item
-            if dst in crashed_now:
+            if dst in crashed_now and dst not in zombies:
                 continue
             if dst == DRIVER:
                 event = event_of(src, attempt.get(src, -1), True, msg, float(step))
                 if event is not None:
                     carry_out(core.handle(event))
                 continue
-            if isinstance(msg, tuple):  # a link's set-up (``site_do``)
-                site_do(dst, sites[dst].handle(PeerLinked(site=msg[1], process=msg[2],
+            if isinstance(msg, tuple):  # a link's set-up (``site_do``): up at both ends
+                _, dialer, proc, expect = msg
+                site_do(dst, sites[dst].handle(PeerLinked(site=dialer, process=proc,
                                                           dialed=False)))
+                if expect is not None and dialer not in crashed_now \
+                        and process[dialer] == proc:
+                    site_do(dialer, sites[dialer].handle(PeerLinked(site=dst, process=expect,
+                                                                    dialed=True)))
                 continue
             item = from_link(src, msg)
             if isinstance(item, FromDriver):
