@@ -84,6 +84,8 @@ class FluxQuery:
         live sites, failures so far."""
         host = self._run.host
         s = host.stats
+        live, failures = host.on_loop(lambda: (
+            len(host.controller.view.members) - len(host.dead), len(host.failures)))
         return {
             "message": "failed" if self._error is not None else
                        "finished" if self.done.is_set() else s.phase,
@@ -94,8 +96,8 @@ class FluxQuery:
             "output_records": s.results_out,
             "dead_letters": s.dead_letters,
             "dropped": s.dropped,
-            "sites": len(host.controller.view.members) - len(host.dead),
-            "failures": len(host.failures),
+            "sites": live,
+            "failures": failures,
         }
 
     @property

@@ -101,8 +101,10 @@ def test_a_bad_option_fails_before_anything_starts(netmon: Any, spark: Any) -> N
 
 
 def test_executors_without_a_usable_python_are_named(spark: Any) -> None:
+    from sparkflux.spark.session_facts import facts
+
     sc = spark.sparkContext
-    before, cached = sc.pythonExec, getattr(sc, "_sparkflux_probe", None)
+    before, cached = sc.pythonExec, facts(sc).probe
     sc.pythonExec = "/nonexistent/python3"
     try:
         t = time.monotonic()
@@ -111,7 +113,7 @@ def test_executors_without_a_usable_python_are_named(spark: Any) -> None:
         assert time.monotonic() - t < 60  # cancelled after two failures, not 400 retries
     finally:
         sc.pythonExec = before
-        sc._sparkflux_probe = cached
+        facts(sc).probe = cached
 
 
 class Fetching(Endless):

@@ -206,6 +206,11 @@ class Controller:
                     actions += self._stats(ev)
         return actions
 
+    @property
+    def registered(self) -> int:
+        """Sites registered for view 1 so far (before it forms)."""
+        return len(self._pending) if self.view.number == 0 else len(self.view.members)
+
     def _is_member(self, site: int, attempt: int) -> bool:
         m = self.view.members.get(site)
         return m is not None and m.attempt == attempt

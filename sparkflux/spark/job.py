@@ -38,6 +38,7 @@ from sparkflux.spark.launcher import (
     spark_session,
 )
 from sparkflux.spark.session_check import check_session
+from sparkflux.spark.session_facts import facts
 from sparkflux.spark.shipping import ship_beside
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     host.start_watch.driver = f"{advertise}:{host.port}"
     if own:
         host.start_watch.logs = f"Spark's log is {spark_log_file()}"
-    host.executor_start_s = getattr(spark.sparkContext, "_sparkflux_executor_start_s", None)
+    host.executor_start_s = facts(spark.sparkContext).executor_start_s
     host.launched_at = time.time()
     job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind, tasks,
                        host.replicas, cfg.security, cfg.site_cpu, cfg.link_timeout)
@@ -143,15 +144,17 @@ def supervise(run: Launched) -> RunResult:
     host, job, spark, plan, cfg = run.host, run.job, run.spark, run.plan, run.cfg
     next_poll = time.monotonic()
     while not host.done.wait(0.2):
-        if not host.controller.started and time.monotonic() >= next_poll:
+        started = host.on_loop(lambda: host.controller.started)
+        if not started and time.monotonic() >= next_poll:
             # Failed attempts that sent no report (start_report.py says which cannot).
             failed = failed_attempts(spark, job)
             if failed is not None:
                 host.tasks_failed(failed)
             next_poll = time.monotonic() + FAILED_POLL_S
-        if not host.controller.started and time.monotonic() > run.deadline:
+        if not started and time.monotonic() > run.deadline:
+            registered = host.on_loop(lambda: host.controller.registered)
             host.stop(
-                f"only {len(host.controller._pending)} of {plan.sites} sites registered within "
+                f"only {registered} of {plan.sites} sites registered within "
                 f"{cfg.start_timeout:.0f}s; the Spark master needs at least {plan.sites} free "
                 f"task slots (local mode: local[{plan.sites}] or more), and the executors must "
                 f"reach the driver at {host.start_watch.driver} (spark.driver.host)"

@@ -26,6 +26,7 @@ from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.runtime.security import Security
+from sparkflux.spark.session_facts import facts
 from sparkflux.spark.site_task import make_site_task
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def spark_session(master: str | None = None, app_name: str = "sparkflux"):  # no
         launch_jvm(settings)
     spark = builder.getOrCreate()
     if jvm_here:  # a new application: its executors' start can be timed (session_check.py)
-        spark.sparkContext._sparkflux_created = created
+        facts(spark.sparkContext).created = created
     if not jvm_here:
         spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -39,6 +39,7 @@ from typing import Any
 
 from sparkflux.operators.base import PlanError
 from sparkflux.spark.launcher import failed_in_group
+from sparkflux.spark.session_facts import facts
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +153,11 @@ def task_slots(spark: Any, master: str, cpus: int, want: int, wait_s: float) -> 
         if slots != last:
             last, since = slots, now
         if slots is None or now >= deadline or (slots >= want and now - since >= SETTLE_S):
-            created = getattr(spark.sparkContext, "_sparkflux_created", None)
-            if created is not None and slots is not None and slots >= want:
+            known = facts(spark.sparkContext)
+            if known.created is not None and slots is not None and slots >= want:
                 # a new application's executors came up this long after it started: what a
                 # lost executor's restart takes (the standby wait, control/standby_wait.py)
-                spark.sparkContext._sparkflux_executor_start_s = since - created
+                known.executor_start_s = since - known.created
             return slots
         time.sleep(0.25)
 
@@ -196,7 +197,7 @@ def probe_python(spark: Any, timeout: float = PROBE_TIMEOUT_S) -> dict[str, str]
     run the sites (with what it lacks and what to set). A session whose probe passed is not
     probed again."""
     sc = spark.sparkContext
-    passed = getattr(sc, "_sparkflux_probe", None)
+    passed = facts(sc).probe
     if passed is not None and passed[0] == sc.pythonExec:
         return passed[1]
     group = f"sparkflux-probe-{secrets.token_hex(4)}"
@@ -236,5 +237,5 @@ def probe_python(spark: Any, timeout: float = PROBE_TIMEOUT_S) -> dict[str, str]
     if bad:
         raise PlanError(f"{where} cannot run the sites: " + "; ".join(bad))
     log.info("executors' Python: %s", info)
-    sc._sparkflux_probe = (sc.pythonExec, info)
+    facts(sc).probe = (sc.pythonExec, info)
     return info
