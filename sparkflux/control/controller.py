@@ -68,6 +68,9 @@ from sparkflux.control.events import (
 )
 from sparkflux.control.link_judge import SETTLE_S, LinkJudge
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
+from sparkflux.control.rounds import Ev as RoundEv
+from sparkflux.control.rounds import Phase
+from sparkflux.control.rounds import step as round_step
 from sparkflux.dataflow.placement import Domain, Layout, choose_ring, clash, ring_conflicts
 
 log = logging.getLogger(__name__)
@@ -152,7 +155,7 @@ class Controller:
         self.balance = balance and ha
         self.policy = policy = policy or PolicyConfig()
         self.round = 0
-        self.lb_state = "wait"  # wait -> baseline -> collect -> end -> (moving) -> wait
+        self.lb_state = Phase.WAIT  # the balancing round's phase (``rounds.py``)
         self.lb_at = 0.0
         self.delta = policy.delta_start
         self._base: dict[int, Stats] = {}
@@ -455,9 +458,8 @@ class Controller:
         if self.pending_moves:
             actions = self._start_moves()
             return actions if actions else self._next_task()
-        if self.lb_state == "moving":  # the movement phase ends with its last move
-            self.delta = max(self.now - self._moving_since, self.policy.delta_min)
-            self.lb_state, self.lb_at = "wait", self.now
+        if self.lb_state is Phase.MOVING:  # the movement phase ends with its last move
+            return self._round(RoundEv.MOVED)
         return []
 
     def _adopt_next(self) -> list[Action]:
@@ -721,21 +723,55 @@ class Controller:
     def _stop_balancing(self) -> None:
         """A failure ends load balancing at once: stale statistics are ignored (round
         numbers) and planned moves are dropped; it resumes once recovery is complete."""
+        self._round(RoundEv.FAILURE)
+
+    # -- the balancing round's actions (``rounds.py`` names them) ----------------------------
+    def _round(self, event: RoundEv) -> list[Action]:
+        """One transition of the balancing round, its actions carried out in order."""
+        self.lb_state, names = round_step(self.round, self.lb_state, event)
+        out: list[Action] = []
+        for name in names:
+            out += _ROUND_ACTIONS[name](self)
+        return out
+
+    def _round_collect(self) -> list[Action]:
+        self.round += 1
+        self._samples = {}
+        return [Collect(round=self.round)]
+
+    def _round_pool(self) -> list[Action]:
+        self._base = self._pooled_base(dict(self._samples))
+        if self._settled_at is None:
+            self._settled_at = self.now + self.policy.window_s
+        self.lb_at = self.now + self.delta
+        return []
+
+    def _round_shorten(self) -> list[Action]:
+        self.delta = max(self.delta / 2, self.policy.delta_min)
+        self.lb_at = self.now
+        return []
+
+    def _round_move(self) -> list[Action]:
+        self._moving_since = self.now
+        return self._next_task()
+
+    def _round_lengthen(self) -> list[Action]:
+        self.delta = max(self.now - self._moving_since, self.policy.delta_min)
+        self.lb_at = self.now
+        return []
+
+    def _round_abandon(self) -> list[Action]:
+        self.round += 1  # late samples of the abandoned round are stale
+        return []
+
+    def _round_drop_moves(self) -> list[Action]:
         # (a re-layout over failure domains is planned afresh after the next recovery)
         self.pending_moves = [m for m in self.pending_moves if m[3] not in ("balance", "domain")]
         self._previous = ({}, {})  # the sites' loads before the failure say nothing now
         self._pool = []
         self._settled_at = None
-        if self.lb_state != "wait":
-            self.round += 1
-            self.lb_state = "wait"
         self.lb_at = self.now + self.delta
-
-    def _collect(self, state: str) -> list[Action]:
-        self.round += 1
-        self.lb_state = state
-        self._samples = {}
-        return [Collect(round=self.round)]
+        return []
 
     def _stats(self, ev: Stats) -> list[Action]:
         if ev.round != self.round or not self._is_member(ev.site, ev.attempt):
@@ -744,15 +780,7 @@ class Controller:
         self._samples[ev.site] = ev
         if not set(self._live()) <= set(self._samples):
             return []  # a live site's sample is still missing
-        if self.lb_state == "baseline":
-            self._base = self._pooled_base(dict(self._samples))
-            if self._settled_at is None:
-                self._settled_at = self.now + self.policy.window_s
-            self.lb_state, self.lb_at = "collect", self.now + self.delta
-            return []
-        if self.lb_state != "end":
-            return []
-        return self._movement_phase()
+        return self._round(RoundEv.SAMPLED)
 
     def _pooled_base(self, samples: dict[int, Stats]) -> dict[int, Stats]:
         """The baseline a round's statistics start from: the oldest one taken in the last
@@ -794,12 +822,9 @@ class Controller:
                             "fixed": round(u.fixed, 4),
                             "moves": [(m.q, m.donor, m.receiver) for m in planned]})
         if not planned:
-            self.delta = max(self.delta / 2, self.policy.delta_min)
-            self.lb_state, self.lb_at = "wait", self.now
-            return []
+            return self._round(RoundEv.NO_MOVES)
         self.pending_moves += [(m.q, m.r, m.receiver, "balance") for m in planned]
-        self.lb_state, self._moving_since = "moving", self.now
-        return self._next_task()
+        return self._round(RoundEv.PLANNED)
 
     def _tick(self, now: float) -> list[Action]:
         self.now = max(self.now, now)
@@ -821,11 +846,9 @@ class Controller:
             self._plan_recovery(k)
         if late:
             actions += self._next_task()
-        if self._balancing():
-            if self.lb_state == "wait" and now >= self.lb_at:
-                actions += self._collect("baseline")
-            elif self.lb_state == "collect" and now >= self.lb_at:
-                actions += self._collect("end")
+        if self._balancing() and self.lb_state in (Phase.WAIT, Phase.COLLECT) \
+                and now >= self.lb_at:
+            actions += self._round(RoundEv.DUE)
         return actions
 
 
@@ -934,3 +957,11 @@ def _fit_fixed_cost(rows: dict[int, np.ndarray], busy: dict[int, float],
     if c <= 0 or f < 0:
         return 0.0, None
     return float(f), float(c)
+
+
+_ROUND_ACTIONS = {
+    "collect": Controller._round_collect, "pool": Controller._round_pool,
+    "plan": Controller._movement_phase, "shorten": Controller._round_shorten,
+    "move": Controller._round_move, "lengthen": Controller._round_lengthen,
+    "abandon": Controller._round_abandon, "drop-moves": Controller._round_drop_moves,
+}
