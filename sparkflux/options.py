@@ -62,6 +62,7 @@ def run_config(**options: Any) -> RunConfig:
         ingress_buffer=o["ingress_buffer"], window=window_option(o["window"]),
         stall_timeout=stall_timeout(o["stall_timeout"]),
         kills=parse_kills(kills, sites), adopted_kills=parse_adopted_kills(kills, sites),
+        input_kills=parse_input_kills(kills, sites),
         process_kills=parse_process_kills(kills, sites, o["master"]),
         hangs=parse_hangs(list(o["hang"]), sites), tls=bool(o["tls"]),
         cuts=parse_cuts(list(o["cut"]), list(o["isolate"]), sites),
@@ -109,8 +110,8 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
     it comes back with a negative time: -(1 + SECONDS)."""
     out = []
     for spec in specs:
-        if "@adopted+" in spec or ":" in spec:
-            continue  # parse_adopted_kills, parse_process_kills
+        if "@adopted+" in spec or "@input+" in spec or ":" in spec:
+            continue  # parse_adopted_kills, parse_input_kills, parse_process_kills
         try:
             site_s, at_s = spec.split("@")
             site = int(site_s)
@@ -122,7 +123,8 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
             at = float(at_s)
         except ValueError:
             raise PlanError(f"--kill {spec!r}: write SITE@SECONDS (e.g. --kill 1@3), "
-                            f"SITE@recovered+SECONDS or SITE@adopted+SECONDS") from None
+                            f"SITE@recovered+SECONDS, SITE@adopted+SECONDS or "
+                            f"SITE@input+RECORDS") from None
         if not 0 <= site < sites or at < 0:
             raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
         out.append((site, at))
@@ -182,6 +184,26 @@ def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float]
         if not 0 <= site < sites or delay < 0:
             raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
         out.append((site, delay))
+    return tuple(out)
+
+
+def parse_input_kills(specs: list[str], sites: int) -> tuple[tuple[int, int], ...]:
+    """``SITE@input+RECORDS`` options: kill the site once that many input records have been
+    admitted (a fault timed by the run's progress, not the clock: the same moment of the
+    run on a fast machine and a slow one)."""
+    out = []
+    for spec in specs:
+        if "@input+" not in spec:
+            continue
+        try:
+            site_s, n_s = spec.split("@input+")
+            site, n = int(site_s), int(n_s)
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write SITE@input+RECORDS, e.g. "
+                            f"--kill 1@input+100000") from None
+        if not 0 <= site < sites or n < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, records >= 0")
+        out.append((site, n))
     return tuple(out)
 
 

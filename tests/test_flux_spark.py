@@ -171,6 +171,10 @@ def test_three_replicas_survive_two_sites_failing_at_once(netmon: Any, spark: An
 
 def test_two_replicas_of_the_same_layout_lose_a_partition_clearly(netmon: Any,
                                                                   spark: Any) -> None:
-    with pytest.raises(RunFailed, match=r"sites 1 and 2 failed .* keep more replicas "
-                                        r"\(--replicas 3 survives any 2 sites failing"):
+    # both at once, or the second while the first's restarted task is still being caught up
+    # (how soon Spark restarts it is the machine's): either way the lost partitions, named
+    with pytest.raises(RunFailed, match=r"(sites 1 and 2 failed|site 2 failed while site 1 "
+                                        r"was still being caught up).* no complete replica is "
+                                        r"left of stage 0: partitions 1, 6, 11, 16.* keep more "
+                                        r"replicas \(--replicas 3 survives any 2 sites failing"):
         run_flux(netmon, spark, sites=5, partitions=20, replicas=2, kill=["1@0.8", "2@0.85"])

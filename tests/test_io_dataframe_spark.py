@@ -186,7 +186,8 @@ def test_netmon_from_a_dataframe_read_on_the_sites(spark: Any, netmon: Any, tmp_
 
     from .test_netmon_spark import netmon_args
 
-    args = netmon_args(events=40_000, ha=ha, kill=["2@1.0"] if ha == "flux" else [])
+    # the kill is timed by the input admitted, not the clock: half-way on any machine
+    args = netmon_args(events=40_000, ha=ha, kill=["2@input+20000"] if ha == "flux" else [])
     events = spark.createDataFrame(pa.Table.from_batches([netmon.generate(0, 40_000)]))
     source = DataFrameSource(events.repartition(5), order_by="ts", schema=netmon.SCHEMA,
                              event_time="ts", read_on="sites", staging=tmp_path,

@@ -1,8 +1,10 @@
-"""The link judge: which end of a broken link the controller excludes (``link_judge.py``)."""
+"""The link judge: which end of a broken link is excluded (``control/link_judge.py``)."""
 
 from __future__ import annotations
 
-from sparkflux.control.link_judge import SETTLE_S, LinkJudge
+from sparkflux.control.link_judge import PATIENCE_S, SETTLE_S, LinkJudge
+
+ALL = {0, 1, 2, 3}
 
 
 def test_a_site_cut_off_from_its_peers_is_the_one_excluded_whoever_reports_first() -> None:
@@ -15,27 +17,49 @@ def test_a_site_cut_off_from_its_peers_is_the_one_excluded_whoever_reports_first
         j.report(peer, 2, "link silent", now=1.05)
     assert not j.due(1.0 + SETTLE_S / 2)
     assert j.due(1.0 + SETTLE_S)
-    [(site, why)] = j.decide({0, 1, 2, 3})
+    [(site, why)] = j.decide(ALL, 1.0 + SETTLE_S)
     assert site == 2
     assert why.startswith("unreachable from sites 0, 1 and 3, cut off or hung "
                           "(site 2 cannot reach site 0")
-    assert not j.due(10.0)  # a fresh round
+    assert not j.due(10.0)  # nothing left to judge
 
 
-def test_one_broken_link_costs_the_end_named_unreachable() -> None:
+def test_a_lone_link_waits_for_the_other_reports_of_a_cut() -> None:
+    """Site 0 is cut off, but by the settle time only one link of it is reported from both
+    ends (the others check their links later): a 1-1 tie would pick the higher slot, a
+    healthy site 1. The lone link waits; the next reports name site 0."""
+    j = LinkJudge()
+    j.report(0, 1, "silent", now=0.0)
+    j.report(1, 0, "silent", now=0.05)
+    assert j.due(SETTLE_S) and j.decide(ALL, SETTLE_S) == []
+    j.report(2, 0, "silent", now=0.3)
+    assert [s for s, _ in j.decide(ALL, 0.35)] == [0]
+
+
+def test_one_broken_link_costs_one_end_after_the_patience() -> None:
     j = LinkJudge()
     j.report(0, 3, "refused", now=0.0)
-    assert j.decide({0, 1, 2, 3}) == [(3, "unreachable from site 0, cut off or hung (site 0 "
-                                          "cannot reach site 3: refused)")]
-    j.report(0, 3, "silent", now=0.0)
-    j.report(3, 0, "silent", now=0.0)
-    assert [s for s, _ in j.decide({0, 1, 2, 3})] == [3]  # a tie: the higher slot
+    assert j.decide(ALL, SETTLE_S) == []
+    assert j.decide(ALL, PATIENCE_S) == [
+        (3, "unreachable from site 0, cut off or hung (site 0 cannot reach site 3: refused)")]
+    j.report(0, 3, "silent", now=5.0)
+    j.report(3, 0, "silent", now=5.0)
+    assert [s for s, _ in j.decide(ALL, 5.0 + PATIENCE_S)] == [3]  # a tie: the higher slot
 
 
 def test_two_cut_off_sites_are_both_excluded_and_reports_of_dead_sites_are_dropped() -> None:
     j = LinkJudge()
     for a, b in [(0, 1), (0, 3), (2, 1), (2, 3), (4, 1), (4, 3)]:
         j.report(a, b, "silent", now=0.0)
-    assert sorted(s for s, _ in j.decide({0, 1, 2, 3, 4})) == [1, 3]
+    assert sorted(s for s, _ in j.decide({0, 1, 2, 3, 4}, SETTLE_S)) == [1, 3]
     j.report(0, 1, "silent", now=0.0)
-    assert j.decide({0, 2, 3}) == []  # site 1 is no live member any more
+    assert j.decide({0, 2, 3}, 9.0) == []  # site 1 is no live member any more
+    assert not j.due(9.0)
+
+
+def test_a_site_moving_state_is_not_judged_and_its_reports_are_dropped() -> None:
+    j = LinkJudge()
+    for peer in (0, 1, 3):
+        j.report(peer, 2, "silent", now=0.0)
+    assert j.decide(ALL, 1.0, busy=frozenset({2})) == []
+    assert not j.due(5.0)  # dropped: a real cut is reported again after the transfer

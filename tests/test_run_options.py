@@ -110,3 +110,13 @@ def test_the_link_timeout_defaults_to_its_floor_and_refuses_less() -> None:
     with pytest.raises(PlanError, match=r"--link-timeout 0\.2 is too short: a site that is "
                                         r"merely busy .* use at least 1\.0$"):
         run_config(link_timeout=0.2)
+
+
+def test_a_kill_timed_by_the_input_admitted() -> None:
+    cfg = run_config(kill=["2@input+20000", "1@3"], ha="flux")
+    assert cfg.input_kills == ((2, 20000),) and cfg.kills == ((1, 3.0),)
+    with pytest.raises(PlanError, match=r"write SITE@input\+RECORDS, e\.g\. --kill "
+                                        r"1@input\+100000"):
+        run_config(kill=["2@input+lots"], ha="flux")
+    with pytest.raises(PlanError, match=r"site must be in 0\.\.3, records >= 0"):
+        run_config(kill=["7@input+5"], ha="flux")

@@ -232,7 +232,8 @@ class Controller:
         if not reporter or ev.site in self.dead or not self._is_member(ev.site, ev.attempt):
             return []
         self.now = max(self.now, ev.now)
-        self.links.report(ev.by, ev.site, ev.reason, ev.now)
+        if self.ha:  # with one copy there is nothing to fail over to: the site is waited for
+            self.links.report(ev.by, ev.site, ev.reason, ev.now)
         return []
 
     def _judge_links(self, now: float) -> list[Action]:
@@ -240,8 +241,12 @@ class Controller:
         lost, as if its connection had dropped."""
         if not self.links.due(now):
             return []
+        assert self.layout is not None
+        # rule 5: the survivors and new copies of the catch-ups running now
+        busy = frozenset({*(self._survivor_of.get(k, -1) for k in self.in_flight),
+                          *(self.layout.site_of(q, r) for _, q, r in self.in_flight)})
         actions: list[Action] = []
-        for site, why in self.links.decide(set(self._live())):
+        for site, why in self.links.decide(set(self._live()), now, busy):
             m = self.view.members.get(site)
             if m is not None and site not in self.dead:
                 log.warning("site %d is %s: excluding it", site, why)

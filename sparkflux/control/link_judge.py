@@ -11,16 +11,24 @@ The rules:
 
 1. A report (``by`` cannot reach ``site``) marks the link {by, site} broken, once both are
    live members; a report about a process that is no longer the slot's current one, or from
-   a site no longer live, changes nothing (the controller filters those before).
-2. Reports are collected for ``settle`` seconds after the first of a round, so both ends and
-   every peer of a cut-off site have reported (each detects the same silence within one link
-   check of the others).
+   a site no longer live, changes nothing (the controller filters those before). A site
+   repeats its report every link timeout while the silence lasts.
+2. Reports are collected for ``settle`` seconds after the first of a round, so that both
+   ends and the other peers of a cut-off site have reported too.
 3. Then, while a broken link joins two live sites, the site in the most broken links is
-   excluded (a greedy vertex cover: the cut-off site first); ties go to the site named in more
-   reports, then to the higher slot. Its links are struck off with it.
+   excluded (a greedy vertex cover: the cut-off site first); ties go to the site named in
+   more reports, then to the higher slot. Its links are struck off with it.
+4. A lone broken link (no site in two) says nothing of which end is cut off: the peers of a
+   cut-off site may simply not have reported yet (each checks its links on its own clock).
+   It waits ``patience`` seconds from its first report for more before rule 3 picks an end.
+5. A site that is moving state (the survivor or the new copy of a catch-up) may stall while
+   it snapshots or installs: its links are not judged while it does; their reports are
+   dropped, and a real cut is reported again (rule 1) once the transfer is over.
 
-So a site cut off from its peers is excluded ``link timeout + settle`` after the cut at most,
-and fails over like a crash; a single broken link costs one of its two ends.
+So a site cut off from its peers is excluded ``link timeout + settle`` after the cut, plus
+the sites' and the driver's loop delays, and fails over like a crash; a single broken link
+costs one of its two ends after ``patience``. The controller consults the judge only with
+replicas to fail over to: with one copy, a silent site is waited for (the watchdog names it).
 """
 
 from __future__ import annotations
@@ -29,45 +37,55 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 SETTLE_S = 0.2  # rule 2
+PATIENCE_S = 1.0  # rule 4
 
 
 @dataclass
 class LinkJudge:
     settle: float = SETTLE_S
-    broken: dict[frozenset[int], str] = field(default_factory=dict)  # link -> first reason
+    patience: float = PATIENCE_S
+    # link -> (the first report's reason, when it came)
+    broken: dict[frozenset[int], tuple[str, float]] = field(default_factory=dict)
     named: Counter[int] = field(default_factory=Counter)  # reports naming a site unreachable
-    since: float | None = None  # the first report of the round
+
+    @property
+    def since(self) -> float | None:
+        """When the oldest report still to judge came (None: nothing to judge)."""
+        return min((at for _, at in self.broken.values()), default=None)
 
     def report(self, by: int, site: int, reason: str, now: float) -> None:
         """Rule 1: ``by`` cannot reach ``site``."""
         if by == site:
             return
-        self.broken.setdefault(frozenset((by, site)), f"site {by} cannot reach site {site}: "
-                                                      f"{reason}")
+        self.broken.setdefault(frozenset((by, site)),
+                               (f"site {by} cannot reach site {site}: {reason}", now))
         self.named[site] += 1
-        if self.since is None:
-            self.since = now
 
     def due(self, now: float) -> bool:
         # (a hair's tolerance: clocks in floats, and a settle that ends exactly at a tick)
-        return self.since is not None and now - self.since >= self.settle - 1e-9
+        since = self.since
+        return since is not None and now - since >= self.settle - 1e-9
 
-    def decide(self, live: set[int]) -> list[tuple[int, str]]:
-        """Rule 3: the sites to exclude, each with why, and a fresh round."""
-        links = {k: why for k, why in self.broken.items() if k <= live}
+    def decide(self, live: set[int], now: float, busy: frozenset[int] = frozenset()
+               ) -> list[tuple[int, str]]:
+        """Rules 3-5: the sites to exclude now, each with why; ``busy``: the sites moving
+        state (rule 5). Links still to judge stay for the next call."""
+        links = {k: v for k, v in self.broken.items() if k <= live and not k & busy}
         out: list[tuple[int, str]] = []
         while links:
             degree: Counter[int] = Counter()
             for k in links:
                 degree.update(k)
             worst = max(degree, key=lambda s: (degree[s], self.named[s], s))
+            if degree[worst] < 2 and now - min(at for _, at in links.values()) \
+                    < self.patience - 1e-9:
+                break  # rule 4: lone links wait for more reports
             peers = sorted(j for k in links if worst in k for j in k if j != worst)
-            first = next(why for k, why in links.items() if worst in k)
+            first = next(why for k, (why, _) in links.items() if worst in k)
             out.append((worst, f"unreachable from {_sites(peers)}, cut off or hung ({first})"))
-            links = {k: why for k, why in links.items() if worst not in k}
-        self.broken.clear()
-        self.named.clear()
-        self.since = None
+            links = {k: v for k, v in links.items() if worst not in k}
+        self.broken = links
+        self.named = Counter({s: n for s, n in self.named.items() if any(s in k for k in links)})
         return out
 
 

@@ -26,8 +26,10 @@ The site's life (``LIFE``; everything that moves it lives in this module):
    A peer that cannot be dialled is reported (``unreachable``) while it is still the slot's
    current incarnation: the controller decides, and tells everybody with ``fail``.
 6. A link to a live peer that the site waits to read and hears nothing on (peers send a
-   keepalive on a link idle for a while) for ``link_timeout`` is reported ``unreachable``:
-   a peer cut off, or hung, whose TCP connection does not break. The controller's link judge
+   keepalive on a link idle for a while) for ``link_timeout`` is reported ``unreachable``,
+   and again after every further timeout while the silence lasts: a peer cut off, or hung,
+   whose TCP connection does not break. A link that closes under a live member is reported
+   at once. The controller's link judge
    decides which end to exclude (``control/link_judge.py``).
 7. ``stopping`` is final: ``stop`` from the driver, a ``fail`` that names this site (it was
    excluded: fail-stop, no zombie), or the driver lost. Late events are ignored there.
@@ -275,7 +277,8 @@ class SiteBoundary:
         self.excluded: str | None = None
         self._deferred: list[cm.ControlMessage] = []
         self.link_timeout = link_timeout
-        self._silent: set[tuple[int, tuple[int, int]]] = set()  # reported, not heard since
+        # (peer, its process) -> the silence last reported, while not heard since
+        self._silent: dict[tuple[int, tuple[int, int]], float] = {}
 
     @property
     def dead_sites(self) -> set[int]:
@@ -440,9 +443,16 @@ class SiteBoundary:
         return []
 
     def _unlink(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        """A link that closed under a live member (not one this site closed: a reset, a
+        protocol error) is reported: nobody redials, and the two cannot talk."""
         assert isinstance(ev, PeerLost)
         self.linked.discard(ev.site)
-        return []
+        proc = self.process_of(ev.site)
+        if proc is None or ev.site in self.dead_sites:
+            return []
+        return [Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
+            site=self.site, peer=ev.site, peer_attempt=proc[1],
+            reason=f"the link closed ({ev.reason})"))]
 
     def _report_unreachable(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, DialFailed)
@@ -453,21 +463,23 @@ class SiteBoundary:
 
     def _check_links(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         """Rule 6: a linked live peer silent for longer than the link timeout is reported
-        unreachable, once per incarnation until it is heard again. A check that came late
+        unreachable, and again after every further timeout of silence (the controller may
+        have set a report aside: ``control/link_judge.py``, rule 5). A check that came late
         by a quarter of the timeout judges nothing: this site's own loop stalled, and its
         readers have not had the chance to read what arrived meanwhile."""
         assert isinstance(ev, LinkCheck)
-        self._silent = {(j, p) for j, p in self._silent
-                        if ev.silent.get(j, 0.0) > self.link_timeout}
+        self._silent = {k: q for k, q in self._silent.items()
+                        if ev.silent.get(k[0], 0.0) > self.link_timeout}
         if ev.lag > self.link_timeout / 4:
             return []
         out: list[SiteBoundaryAction] = []
         for j, quiet in sorted(ev.silent.items()):
             proc = self.process_of(j)
             if quiet <= self.link_timeout or j not in self.linked or j in self.dead_sites \
-                    or proc is None or (j, proc) in self._silent:
+                    or proc is None or quiet < self._silent.get((j, proc), 0.0) \
+                    + self.link_timeout:
                 continue
-            self._silent.add((j, proc))
+            self._silent[(j, proc)] = quiet  # again after another timeout of silence
             out.append(Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
                 site=self.site, peer=j, peer_attempt=proc[1],
                 reason=f"the link was silent for {quiet:.1f} s")))

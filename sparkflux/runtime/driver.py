@@ -678,6 +678,9 @@ class Host:
             self.outbox.drop(s)
             self.failures.append({"site": s, "time": now, "reason": reasons.get(s, "")})
             conn = self.conns.pop(s)
+            # A live process that was excluded (cut off, hung, suspected) finds its driver
+            # connections closed and ends its task with an error: Spark then starts the slot
+            # a fresh process, which registers as a standby and adopts it, as after a crash.
             conn.close()
             self.control_of.get(conn, conn).close()
 
@@ -759,6 +762,7 @@ class Host:
                     self.ingress_times.append(time.time())
                     self.ingress_counts.append(self.ingress.next_isn - before)
                     self.stats.events_in = self.ingress.next_isn
+                    self.faults.admitted(self.stats.events_in)
                 await self._wait_window()
             self._carry_out(self.core.handle(InputEnd()))
             self.input_state = "ended"

@@ -37,6 +37,7 @@ class Faults:
         self.cuts: list[dict[str, Any]] = []  # --cut and --isolate, as injected
         self.hangs: list[dict[str, Any]] = []  # --hang, as injected
         self._on_adopt: dict[int, list[float]] = {}  # slot -> kill delays after its adoption
+        self._on_input: list[tuple[int, int]] = []  # (records admitted, site) to kill at
 
     def _since_start(self, delay: float = 0.0) -> float:
         return time.time() + delay - (self.host.metrics.start or time.time())
@@ -54,6 +55,7 @@ class Faults:
             loop.call_later(after, self.hang, site, duration)
         for site, after, duration, driver in cfg.cuts:
             loop.call_later(after, self.cut, site, after, duration, driver)
+        self._on_input = sorted((n, site) for site, n in cfg.input_kills)
         for site, delay in cfg.adopted_kills:  # ``--kill SITE@adopted+SECONDS``
             self._on_adopt.setdefault(site, []).append(delay)
         for level, site, after in cfg.process_kills:  # ``--kill LEVEL:SITE@SECONDS``
@@ -66,6 +68,12 @@ class Faults:
             if spec < 0:
                 delay = -spec - 1.0
                 loop.call_later(delay, self.kill, site, self._since_start(delay))
+
+    def admitted(self, records: int) -> None:
+        """``--kill SITE@input+RECORDS``: the kills due once ``records`` are admitted."""
+        while self._on_input and self._on_input[0][0] <= records:
+            _, site = self._on_input.pop(0)
+            self.kill(site, self._since_start())
 
     def adopted(self, slot: int) -> None:
         """A process adopted ``slot``: the kills waiting for it are due."""
@@ -132,7 +140,8 @@ class Faults:
 
     def hang(self, site: int, duration: float) -> None:
         """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only
-        by the heartbeat timeout. When it wakes it finds itself excluded and stops."""
+        by its silence: its peers' links (``--link-timeout``) with ``--ha flux``, else the
+        heartbeat timeout. When it wakes it finds itself excluded and stops."""
         member = self.host.controller.view.members.get(site)
         if member is None or not self.host.cfg.local:
             return
@@ -156,8 +165,8 @@ class Faults:
         peers = [m.port for s, m in host.controller.view.members.items() if s != site]
         cut = netcut.Netcut(member.pid, driver_ports=[host.port], cut_driver=driver,
                             peer_ports=peers)
-        self.cuts.append({"site": site, "at_s": after, "seconds": duration, "driver": driver,
-                          "pid": member.pid, "time": time.time()})
+        record = {"site": site, "at_s": after, "seconds": duration, "driver": driver,
+                  "pid": member.pid, "time": time.time()}
         log.warning("%s: cutting site %d (pid %d) off from its peers%s for %.0f s", what,
                     site, member.pid, " and the driver" if driver else "", duration)
 
@@ -166,6 +175,8 @@ class Faults:
                 cut.cut(duration)
             except netcut.NetcutError as e:
                 log.error("%s failed: %s", what, e)
+                return
+            self.cuts.append(record)  # (list.append: safe from this thread)
 
         asyncio.get_running_loop().run_in_executor(None, apply)
 

@@ -54,6 +54,8 @@ class RunConfig:
     max_frame_mb: float | None = None  # --max-frame-mb
     # kills of a slot with no live process at that moment: (site, seconds after adoption)
     adopted_kills: tuple[tuple[int, float], ...] = ()
+    # kills once that many input records are admitted: (site, records)
+    input_kills: tuple[tuple[int, int], ...] = ()
     # --kill LEVEL:SITE@SECONDS (a standalone cluster on this machine): (level, site, seconds),
     # level python/executor/worker (``runtime/proctree.py``), site MOST_SITES for ``most``
     process_kills: tuple[tuple[str, int, float], ...] = ()

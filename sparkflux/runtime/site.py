@@ -158,7 +158,8 @@ class Site:
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
         self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
-        self._reading: dict[int, float] = {}  # peer -> since when its reader waits for bytes
+        # a peer link -> since when its reader waits for bytes (absent: not waiting)
+        self._reading: dict[Connection, float] = {}
         self._sent: dict[int, int] = {}  # peer -> bytes written to it at the last link check
 
     @property
@@ -265,7 +266,8 @@ class Site:
                     os.kill(os.getpid(), signal.SIGKILL)
                 case Stop(reason=reason, how=how):
                     if how == "error":
-                        self._fail(reason)
+                        if not self._stop.is_set():  # keep the error it stopped on
+                            self._fail(reason)
                     else:
                         # excluded: not an error of this task, Spark must not retry it
                         self.excluded = reason if how == "excluded" else self.excluded
@@ -402,10 +404,10 @@ class Site:
         try:
             while True:
                 if watched:
-                    self._reading[peer] = time.monotonic()
+                    self._reading[conn] = time.monotonic()
                 msg = await conn.recv_message(self.schema_of)
                 if watched:
-                    self._reading.pop(peer, None)
+                    self._reading.pop(conn, None)
                     if isinstance(msg, Keepalive):
                         continue
                 try:
@@ -435,6 +437,8 @@ class Site:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
             self._report_error(traceback.format_exc())
+        finally:
+            self._reading.pop(conn, None)
 
     async def _process(self) -> None:
         """The scheduler's passes: the core takes every frame queued (``scheduler.py``)."""
@@ -467,7 +471,7 @@ class Site:
                     except ConnectionLost:
                         pass
                 self._sent[j] = conn.bytes_sent
-                since = self._reading.get(j)
+                since = self._reading.get(conn)
                 silent[j] = 0.0 if since is None else now - since
             self._handle(LinkCheck(silent=silent, lag=lag))
 

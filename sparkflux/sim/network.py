@@ -71,8 +71,9 @@ class Network:
         of it: those are all of the class the runtime holds back (data, ``retaining``,
         ``psync``)."""
         q = self.links[link]
+        # (a link's set-up, a tuple, comes before anything on it: nothing overtakes it)
         if link[2] == DATA and len(q) > 1 and not self.overtakes(q[0]) \
-                and self.rng.random() < 0.5:
+                and not isinstance(q[0], tuple) and self.rng.random() < 0.5:
             for i in range(1, len(q)):
                 if self.overtakes(q[i]):
                     m = q[i]

@@ -437,8 +437,8 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                                    executor=domain_of(failures.standby_executors,
                                                       n_standby - 1))
                 carry_out(core.handle(Registered(address=addr, now=float(step))))
-            for d in [d for d in dials if d[0] <= step]:
-                dials.remove(d)
+            for d in [d for d in dials if d[0] <= step and d[1] not in hung]:
+                dials.remove(d)  # (a hung dialler's handshake waits for it to wake)
                 _, src_, proc_, j_, expect_ = d
                 if src_ not in crashed_now and process[src_] == proc_:
                     net.send(src_, j_, ("hello", src_, proc_, expect_))
@@ -479,6 +479,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                 continue
             if isinstance(msg, tuple):  # a link's set-up (``site_do``): up at both ends
                 _, dialer, proc, expect = msg
+                if expect is not None and dialer in hung:
+                    net.send(src, dst, msg)  # the handshake ends when the dialler wakes
+                    continue
                 site_do(dst, sites[dst].handle(PeerLinked(site=dialer, process=proc,
                                                           dialed=False)))
                 if expect is not None and dialer not in crashed_now \
