@@ -289,3 +289,14 @@ def test_a_retry_that_registers_before_the_old_attempts_loss_takes_the_slot() ->
     assert isinstance(view, InstallView) and view.view.members[1].attempt == 1
     assert c.handle(ConnectionClosed(site=1, attempt=0, reason="EOF", now=0.6)) == []
     assert c.failures == [] and c.view.number == 1
+
+
+def test_a_report_made_before_a_crash_is_noticed_does_not_exclude_the_slots_next_process(
+        ) -> None:
+    c = flux(timeout=10.0)
+    # site 2's link to site 1 reset when site 1 crashed, before the driver noticed
+    assert c.handle(Suspected(site=1, attempt=0, by=2, reason="the link closed", now=1.0)) == []
+    c.handle(ConnectionClosed(site=1, attempt=0, reason="EOF", now=1.01))
+    [_, adopt] = c.handle(Registered(address=addr(1, attempt=1), now=1.2))
+    assert isinstance(adopt, Adopt)
+    assert c.handle(Tick(now=3.0)) == [] and [f[1] for f in c.failures] == [1]

@@ -161,7 +161,9 @@ def test_three_replicas_survive_two_sites_failing_at_once(netmon: Any, spark: An
     their slots 7-9 s after the kills, after this input had ended.)"""
     m = run_flux(netmon, spark, sites=5, partitions=20, replicas=3, rate=60_000.0,
                  spare_sites=1, kill=["1@0.8", "2@0.85"])
-    assert m["kills"] == 2 and sorted(f["site"] for f in m["failures"]) == [1, 2]
+    # (a spare that adopted slot 1 before site 2 died was catching up from it: that
+    # orphaned catch-up fails slot 1's new process too, and it is recovered afresh)
+    assert m["kills"] == 2 and {f["site"] for f in m["failures"]} == {1, 2}
     assert m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected
     # each slot holds 12 of the 20 partitions' copies of each of the 2 stages

@@ -63,3 +63,12 @@ def test_a_site_moving_state_is_not_judged_and_its_reports_are_dropped() -> None
         j.report(peer, 2, "silent", now=0.0)
     assert j.decide(ALL, 1.0, busy=frozenset({2})) == []
     assert not j.due(5.0)  # dropped: a real cut is reported again after the transfer
+
+
+def test_a_failed_slots_reports_do_not_pass_to_its_next_process() -> None:
+    """Site 2 saw its link to the crashed site 1 reset before the driver noticed the crash;
+    slot 1's next process, adopted within the patience, must not inherit that report."""
+    j = LinkJudge()
+    j.report(2, 1, "the link closed", now=0.0)
+    j.forget(1)  # site 1's process failed
+    assert j.decide(ALL, PATIENCE_S) == [] and not j.due(PATIENCE_S)

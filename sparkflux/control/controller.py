@@ -371,6 +371,7 @@ class Controller:
             self.aborted = "every site failed"
             return [Abort(reason=self.aborted)]
         self.dead.add(site)
+        self.links.forget(site)  # reports about its process, or by it, are moot now
         self.view = View(number=self.view.number + 1, members=members)
         self._pending.pop(site, None)
         log.warning("site %d failed; view %d has sites %s", site, self.view.number,

@@ -11,8 +11,9 @@ The rules:
 
 1. A report (``by`` cannot reach ``site``) marks the link {by, site} broken, once both are
    live members; a report about a process that is no longer the slot's current one, or from
-   a site no longer live, changes nothing (the controller filters those before). A site
-   repeats its report every link timeout while the silence lasts.
+   a site no longer live, changes nothing (the controller filters those before), and when a
+   slot's process fails, every report about its links is forgotten: the slot's next process
+   starts clean. A site repeats its report every link timeout while the silence lasts.
 2. Reports are collected for ``settle`` seconds after the first of a round, so that both
    ends and the other peers of a cut-off site have reported too.
 3. Then, while a broken link joins two live sites, the site in the most broken links is
@@ -60,6 +61,12 @@ class LinkJudge:
         self.broken.setdefault(frozenset((by, site)),
                                (f"site {by} cannot reach site {site}: {reason}", now))
         self.named[site] += 1
+
+    def forget(self, site: int) -> None:
+        """Slot ``site``'s process failed: its links' reports concern a process that is gone
+        (the slot's next one must not inherit them)."""
+        self.broken = {k: v for k, v in self.broken.items() if site not in k}
+        self.named.pop(site, None)
 
     def due(self, now: float) -> bool:
         # (a hair's tolerance: clocks in floats, and a settle that ends exactly at a tick)
