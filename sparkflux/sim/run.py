@@ -69,6 +69,7 @@ from sparkflux.protocol.site_boundary import (
     FromDriver,
     LinkCheck,
     PeerLinked,
+    PeerLost,
     Send,
     SiteBoundary,
     SiteBoundaryAction,
@@ -241,6 +242,8 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     step = 0
     crashed_now: set[int] = set()  # slots whose current process is dead
     dials: list[tuple[int, int, tuple[int, int], int, tuple[int, int]]] = []  # (due, ...)
+    # with the clock, a crashed site's links reset at its peers: (due, peer, slot, process)
+    resets: list[tuple[int, int, int, tuple[int, int]]] = []
     # Set-up (view 1) is not under test here: the sites link to each other at once and their
     # ``ready`` reaches the controller together, before any input.
     setup: list[Any] | None = []
@@ -389,6 +392,18 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     lo, hi = detect_delay
                     pending_detect.append((step + int(rng.integers(lo, hi + 1)), site,
                                            attempt[site]))
+                    if clock:  # its peers' links reset too, each seen in its own time
+                        for s in sorted(sites):
+                            if s != site and s not in crashed_now \
+                                    and site in sites[s].linked:
+                                resets.append((step + int(rng.integers(lo, hi + 1)), s, site,
+                                               process[site]))
+            for d in [d for d in resets if d[0] <= step]:
+                resets.remove(d)
+                _, s, k, proc = d
+                if s not in crashed_now and s not in hung and k in sites[s].linked \
+                        and sites[s].process_of(k) == proc:
+                    site_do(s, sites[s].handle(PeerLost(site=k, reason="reset by peer")))
             if step in move_at:
                 lay = controller.layout
                 assert lay is not None
@@ -459,7 +474,8 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                 continue
             item = net.pop()
             if item is None:
-                if pending_detect or dials or (can_admit and next_batch < len(batches)):
+                if pending_detect or dials or resets or (can_admit
+                                                         and next_batch < len(batches)):
                     continue  # a detection or an admission is still to come
                 if hung or cut or any(at > step for at in hang_at) \
                         or any(at > step for at in cut_at) or controller.links.since is not None:
