@@ -300,3 +300,21 @@ def test_a_report_made_before_a_crash_is_noticed_does_not_exclude_the_slots_next
     [_, adopt] = c.handle(Registered(address=addr(1, attempt=1), now=1.2))
     assert isinstance(adopt, Adopt)
     assert c.handle(Tick(now=3.0)) == [] and [f[1] for f in c.failures] == [1]
+
+
+def test_a_late_report_about_a_slots_old_process_does_not_fail_the_spare_that_adopted_it(
+        ) -> None:
+    """A spare has Spark attempt 0 like the process it replaces: a peer's report about the
+    old one (its link reset by the crash), read after the adoption, names it by the slot it
+    registered for too, and is set aside."""
+    c = flux(timeout=10.0)
+    c.handle(Registered(address=addr(SITES), now=0.5))  # a spare, registered past the sites
+    c.handle(ConnectionClosed(site=1, attempt=0, reason="EOF", now=1.0))  # adopted at once
+    assert c.view.members[1].pid == addr(SITES).pid
+    stale = Suspected(site=1, attempt=0, by=2, reason="the link closed", now=1.1, registered=1)
+    assert c.handle(stale) == [] and c.handle(Tick(now=3.0)) == []
+    assert [f[1] for f in c.failures] == [1]
+    fresh = Suspected(site=1, attempt=0, by=2, reason="silent", now=4.0, registered=SITES)
+    assert c.handle(fresh) == []
+    [fail] = c.handle(Tick(now=5.1))
+    assert isinstance(fail, FailSites) and fail.dead == (1,)

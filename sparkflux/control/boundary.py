@@ -164,8 +164,10 @@ def event_of(slot: int, attempt: int, member: bool, message: object, now: float
             return SiteReady(site=slot, attempt=attempt)
         case cm.Moved(epoch=epoch) if member:
             return Moved(site=slot, epoch=epoch, now=now)
-        case cm.Unreachable(peer=peer, peer_attempt=peer_attempt, reason=reason) if member:
-            return Suspected(site=peer, attempt=peer_attempt, by=slot, reason=reason, now=now)
+        case cm.Unreachable(peer=peer, peer_attempt=peer_attempt, reason=reason,
+                            peer_registered=registered) if member:
+            return Suspected(site=peer, attempt=peer_attempt, by=slot, reason=reason, now=now,
+                             registered=registered)
         case cm.SiteError(error=error):
             return SiteFailed(slot=slot, error=error)
         case _ if isinstance(message, cm.CONTROL_TYPES):

@@ -168,6 +168,7 @@ class Controller:
         self.now = 0.0
         # partial partitions: which end of a broken link to exclude
         self.links = LinkJudge(settle=link_settle)
+        self._registered_as: dict[int, int] = {}  # slot -> its process's registered slot
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
         self.placement: dict = {}
@@ -231,6 +232,8 @@ class Controller:
         reporter = ev.by in self.view.members and ev.by not in self.dead
         if not reporter or ev.site in self.dead or not self._is_member(ev.site, ev.attempt):
             return []
+        if ev.registered >= 0 and ev.registered != self._registered_as.get(ev.site, ev.site):
+            return []  # about the slot's earlier process (a spare has the same attempt)
         self.now = max(self.now, ev.now)
         if self.ha:  # with one copy there is nothing to fail over to: the site is waited for
             self.links.report(ev.by, ev.site, ev.reason, ev.now)
@@ -485,6 +488,7 @@ class Controller:
 
         proc = min(self.standbys, key=cost) if len(self.standbys) > 1 else self.standbys[0]
         self.standbys.remove(proc)
+        self._registered_as[slot] = proc.site
         adopted = dataclasses.replace(proc, site=slot)
         self.domains[slot] = proc.domain()
         members = {**self.view.members, slot: adopted}

@@ -77,6 +77,7 @@ class Suspected:
     by: int
     reason: str
     now: float
+    registered: int = -1  # the slot the process registered for (-1: not said)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -129,14 +129,17 @@ class StartFailed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Unreachable:
-    """Site ``site`` could not connect to the process in slot ``peer`` (incarnation
-    ``peer_attempt``) within its deadline: a suspected failure for the controller to judge,
-    never a reason for the reporting site to stop."""
+    """Site ``site`` cannot reach the process in slot ``peer`` (registered for slot
+    ``peer_registered``, Spark attempt ``peer_attempt``: a spare that adopted a slot has the
+    attempt of the process it replaced, so both name the process): a dial that failed, a
+    silent link, a link that closed. A suspected failure for the controller to judge, never
+    a reason for the reporting site to stop."""
 
     site: int
     peer: int
     peer_attempt: int
     reason: str
+    peer_registered: int = -1  # -1: not said (then the attempt alone names the process)
 
 
 # -- driver -> site ------------------------------------------------------------------------------

@@ -451,7 +451,7 @@ class SiteBoundary:
         if proc is None or ev.site in self.dead_sites:
             return []
         return [Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
-            site=self.site, peer=ev.site, peer_attempt=proc[1],
+            site=self.site, peer=ev.site, peer_attempt=proc[1], peer_registered=proc[0],
             reason=f"the link closed ({ev.reason})"))]
 
     def _report_unreachable(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
@@ -459,7 +459,8 @@ class SiteBoundary:
         if self.process_of(ev.site) != ev.process or ev.site in self.dead_sites:
             return []  # the slot has a new process by now, or it failed meanwhile
         return [Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
-            site=self.site, peer=ev.site, peer_attempt=ev.process[1], reason=ev.reason))]
+            site=self.site, peer=ev.site, peer_attempt=ev.process[1],
+            peer_registered=ev.process[0], reason=ev.reason))]
 
     def _check_links(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         """Rule 6: a linked live peer silent for longer than the link timeout is reported
@@ -481,7 +482,7 @@ class SiteBoundary:
                 continue
             self._silent[(j, proc)] = quiet  # again after another timeout of silence
             out.append(Send(dest=DRIVER, channel=Channel.CONTROL, message=cm.Unreachable(
-                site=self.site, peer=j, peer_attempt=proc[1],
+                site=self.site, peer=j, peer_attempt=proc[1], peer_registered=proc[0],
                 reason=f"the link was silent for {quiet:.1f} s")))
         return out
 
