@@ -491,7 +491,9 @@ class Host:
                     self.site_load[slot] = site_load(msg, self.site_load.get(slot, {}))
                     self.site_refused[(slot, attempt)] = msg.refused
                 elif isinstance(msg, cm.Unreachable) and member:
-                    log.warning("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
+                    # (a crash resets its links at every peer: the exclusion, if any, is
+                    # the controller's warning)
+                    log.info("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
                 event = event_of(slot, attempt, member, msg, time.monotonic())
                 if event is not None:
                     self._carry_out(self.core.handle(event))
