@@ -1,9 +1,9 @@
-"""The network-monitoring dataflow, the Flux papers' motivating example (thesis L766-850).
+"""The network-monitoring dataflow, the Flux papers' motivating example (thesis ch. 1).
 
     packets --exchange(src, dst)--> classify + session reconstruction (GB1)
             --exchange(app, src)--> count-window max/avg of session duration (GB2) --> sink
 
-The workload (SIGMOD L1520, thesis L3915-3931) is generated here, deterministically from
+The workload (the SIGMOD paper's evaluation) is generated here, deterministically from
 (seed, event index), so a run and its Spark SQL reference see the same input:
 
 - Event ``n`` is a packet. Even ``n`` = 2s opens session ``s`` (kind 0, START); odd ``n``

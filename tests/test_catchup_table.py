@@ -1,5 +1,5 @@
 """The catch-up machine as a table (``protocol/catchup.py``) and the four survival cases of a
-partition-pair quartet (digest §5.2), each followed by its catch-up and fold-in.
+partition-pair quartet (thesis §3.3), each followed by its catch-up and fold-in.
 
 The quartet: producer partition 0 with copies P^P (replica 0, site 0) and P^S (replica 1,
 site 1), consumer partition 0 with copies C^P (replica 0, site 2) and C^S (replica 1, site 3).

@@ -1,4 +1,4 @@
-"""Flux-HA under the deterministic simulator (DESIGN.md §5; SIGMOD 2004 §3-5, digest §4-5).
+"""Flux-HA under the deterministic simulator (docs/design.md §5; SIGMOD 2004 §3-5).
 
 Every test drives the real protocol cores (``SiteCore``, ``Ingress``, ``Egress``,
 ``Controller``) through ``sparkflux.sim.run.simulate`` on the tiny session workload (4 sites,

@@ -179,7 +179,8 @@ def test_a_reverse_that_reaches_the_survivor_after_its_snapshot(tiny_baseline: A
     and the consumer reversed to the new copy, which never had them. A consumer now reverses
     only to a copy whose ``psync`` it has had (``ConsumerSet.complete``), so it stops with
     the lost-partition error instead; with three replicas it reverses to the third copy.
-    Closing the gap for two replicas takes the paper's buffer transfer (README: known gaps).
+    Closing the gap for two replicas takes the paper's buffer transfer (docs/benchmarks.md:
+    Known gap).
     Since a site hands its local consumers their rows through its own FIFO link, the
     scheduling of every seed differs: seed 325 is the one of 1,000 that reaches the gap
     now (replica 0 of partition 4 moves to site 2, then its survivor, site 1, fails)."""

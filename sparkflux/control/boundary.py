@@ -273,7 +273,7 @@ class Boundary:
         """Input records admitted and not yet past the egress's progress. Not what admission
         bounds: an operator holds its output progress below its lowest open window, so this
         stays above a window's length in records until the window closes, which may need
-        more input (the README's flow control)."""
+        more input (docs/flow-control.md)."""
         return self.ingress.next_isn - 1 - self.egress.progress.sn
 
     def unacknowledged(self) -> int:

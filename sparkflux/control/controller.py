@@ -1,4 +1,4 @@
-"""The controller core: membership, failure detection and views (thesis §3.4, digest §3).
+"""The controller core: membership, failure detection and views (thesis §3.4).
 
 It gathers one registration per site slot, installs view 1, and starts the ingress once every
 site is connected. A site fails when its connection is lost or its heartbeat times out (a hung
@@ -9,7 +9,7 @@ to the ingress and egress (take-over). A failed site is never readmitted into it
 (a site learns it was excluded and stops: fail-stop, no zombies); a site process registering
 after view 1 (Spark's retry of a crashed task) becomes a stateless standby.
 
-Unified Flux (thesis ch. 5, digest §7) on top: the controller is in *recovery mode* while any
+Unified Flux (thesis ch. 5) on top: the controller is in *recovery mode* while any
 replica is missing (a failed site's, or a moved one not yet caught up) and in *load-balancing
 mode* otherwise. Recovery gives a failed slot to a standby (``--recovery standby``) or
 re-places its replicas on the surviving sites (``--recovery survivors``), one catch-up at a
@@ -455,7 +455,7 @@ class Controller:
                 f"more replicas (--replicas {replicas + 1} survives any {replicas} sites "
                 f"failing at once; it needs --sites >= {replicas + 1}).")
 
-    # -- recovery and moves (catch-up orchestration, digest §5.4, §7) ------------------------------
+    # -- recovery and moves (catch-up orchestration, thesis §3.3, ch. 5) -----------------------
     def _next_task(self) -> list[Action]:
         """Start the next piece of work if none is in progress: adopt a failed slot, then
         recovery moves, then load-balancing moves."""
@@ -908,10 +908,10 @@ def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
     move with a partition (a slowed site relieved of most of its partitions stays busy, and
     counting that part as movable would keep the policy moving copies off it). Otherwise U_j
     is the demand times the cost per row measured *on that site* (busy over rows), over its
-    capacity: a saturated site spends more CPU per row than its peers (README: "Statistics in
-    rounds"), and with the average cost it would look no busier than they while it holds the
-    rate down. A site that processed fewer than
-    ``MIN_COST_ROWS`` rows (a fresh standby) is charged the average cost."""
+    capacity: a saturated site spends more CPU per row than its peers (docs/availability.md:
+    "Statistics in rounds"), and with the average cost it would look no busier than they
+    while it holds the rate down. A site that processed fewer than ``MIN_COST_ROWS`` rows
+    (a fresh standby) is charged the average cost."""
     rows: dict[int, np.ndarray] = {}
     cap: dict[int, float] = {}
     busy: dict[int, float] = {}

@@ -1,5 +1,5 @@
-"""The load-balancing policy: hill climbing over mini-partitions (thesis §4.4, L4805-5030;
-unified Flux, ch. 5; digest §6-7).
+"""The load-balancing policy: hill climbing over mini-partitions (thesis §4.4;
+unified Flux, ch. 5).
 
 After a collection phase every live site j reports its utilisation U_j (busy time over the
 capacity it had) and T_j, the tuples it processed, with N_p per mini-partition. Sites are
@@ -35,13 +35,13 @@ from sparkflux.dataflow.placement import Domain, clash
 class PolicyConfig:
     # The thesis' ch. 5 value is 1.15, which lets a bottleneck stay 15% above its peers;
     # utilisation from demand is steady enough for 1.05 (and recently moved partitions stay
-    # put, so noise does not make them oscillate). README: "Hill climbing".
+    # put, so noise does not make them oscillate). docs/availability.md: "Hill climbing".
     th_imb: float = 1.05
     th_util: float = 0.925
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly
     # leaves its partition with one copy, so moving on noise alone is a risk with no gain;
     # and a site's scheduler passes have a fixed cost that does not leave with a partition,
-    # so a lower threshold moves copies that relieve nothing. README: "Hill climbing".
+    # so a lower threshold moves copies that relieve nothing. docs/availability.md: "Hill climbing".
     th_busy: float = 0.7
     # Not in the thesis: a move must lower the pair's maximum by at least this fraction of
     # the donor's U. With a fixed cost per site, moving partitions off a site that is busy
@@ -62,7 +62,7 @@ class PolicyConfig:
     # Not in the thesis: while the placement stays the same, a round's statistics run from
     # the oldest baseline of the last ``window_s`` seconds, not from its own (the phases
     # since the last move pooled): one short phase of a saturated site is too noisy to
-    # decide on, even twice in a row. README: "Statistics in rounds".
+    # decide on, even twice in a row. docs/availability.md: "Statistics in rounds".
     window_s: float = 2.0
     delta_min: float = 0.25  # seconds: the shortest collection phase
     delta_start: float = 1.0  # the first collection phase

@@ -1,6 +1,6 @@
-"""Replica placement: chained declustering over mini-partitions (thesis §3.1, digest §3), laid
+"""Replica placement: chained declustering over mini-partitions (thesis §3.1), laid
 over the cluster's failure domains, then whatever the moves of unified Flux made of it (thesis
-ch. 5, digest §7).
+ch. 5).
 
 Chained declustering puts replica ``r`` of mini-partition ``q`` (the same for every stage) on
 ring position ``(q + r) mod N``: the primary of partition k at position k, its copies at k+1,

@@ -1,6 +1,6 @@
 """Sources and sinks for real data: files landing in a directory, Spark DataFrames and
 tables, a Parquet table Spark can read while the dataflow writes it, and a function called
-per output batch. See README "Sources and sinks".
+per output batch. See docs/sources-and-sinks.md.
 
     from sparkflux.io import FileStreamSource, TableSink
 """

@@ -1,7 +1,7 @@
 """Batch helpers: empty batches, concatenation, SN ordering, prefix splits, derived SNs.
 
 Everything works on whole Arrow batches and numpy arrays: there is no per-tuple Python work
-here (DESIGN.md §6).
+here (docs/design.md §6).
 """
 
 from __future__ import annotations

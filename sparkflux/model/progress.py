@@ -1,4 +1,4 @@
-"""Progress markers (DESIGN.md §3; thesis L2919-2927).
+"""Progress markers (docs/design.md §3).
 
 A progress marker on a stream says "nothing with major SN <= ``sn`` will follow, and nothing
 with event time < ``wm`` will follow". Producers attach one to every data message and send

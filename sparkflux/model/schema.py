@@ -1,10 +1,10 @@
 """System columns carried by every tuple, and schema helpers.
 
 Every batch that crosses a process boundary is an Arrow record batch whose user columns are
-followed by the system columns below (DESIGN.md §3):
+followed by the system columns below (docs/design.md §3):
 
 - ``_sn``: the major sequence number. Ingress assigns dense, increasing input sequence numbers
-  (ISN); an operator output triggered by input SN ``x`` keeps major ``x`` (thesis L2879-2930).
+  (ISN); an operator output triggered by input SN ``x`` keeps major ``x``.
 - ``_snm``: the minor part. ``(x, k)`` numbers the outputs that one input triggered (1:many,
   joins, windows closing several groups); an operator that emits at most one output per input
   keeps the input's minor unchanged.

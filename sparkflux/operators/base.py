@@ -9,7 +9,7 @@ site owns (thesis ch. 4: "one operator instance per machine"). It sees batches, 
 - ``process(batch)`` takes a batch in ``(_sn, _snm)`` order carrying the system columns
   ``_sn``, ``_snm``, ``_t0`` and ``_part`` (the mini-partition the row was routed to) and
   returns the output batch, also in SN order and carrying the same system columns. The SN rules
-  of DESIGN.md §3: an operator that emits at most one output per input keeps the input's
+  of docs/design.md §3: an operator that emits at most one output per input keeps the input's
   ``(_sn, _snm)``; outputs ``k = 0, 1, ...`` triggered by one input get
   ``(_sn, child_minor(_snm, k))``. ``_t0`` and ``_part`` are those of the triggering input.
 - ``advance(frontier)`` is called after ``process`` with each mini-partition's input

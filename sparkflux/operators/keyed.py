@@ -68,7 +68,7 @@ def assemble(
     """A batch of ``schema``: the user ``columns``, then the system columns of ``source``.
 
     ``rows`` selects (and orders) the source rows each output row descends from; ``snm``
-    replaces their minor SN (for outputs numbered below one input, DESIGN.md §3).
+    replaces their minor SN (for outputs numbered below one input, docs/design.md §3).
     """
     idx = None if rows is None else pa.array(rows, type=pa.int64())
 

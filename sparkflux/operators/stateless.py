@@ -1,7 +1,7 @@
 """Stateless operators: Filter, Map and Project.
 
 Each output row is one input row (or none), so it keeps that row's ``_sn, _snm, _t0, _part``
-(the 1:1 rule of DESIGN.md §3). None of them keeps state, so they may run anywhere, also in
+(the 1:1 rule of docs/design.md §3). None of them keeps state, so they may run anywhere, also in
 the ingress before the first exchange.
 """
 

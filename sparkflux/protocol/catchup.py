@@ -1,4 +1,4 @@
-"""Catch-up of one partition replica as tables (thesis §3.3, Figs 3.12-3.15; digest §5.4).
+"""Catch-up of one partition replica as tables (thesis §3.3, Figs 3.12-3.15).
 
 Everything that moves a catch-up from one state to the next lives in this module: the
 survivor's machine (``SURVIVOR_TRANSITIONS``), the new replica's (``NEW_REPLICA_TRANSITIONS``)

@@ -1,6 +1,6 @@
 """FH-Cons: the input side of the consumer replicas one site hosts for one stage.
 
-For every hosted consumer replica (q, c) and every input stream p -> q (digest §4.4, §5.2):
+For every hosted consumer replica (q, c) and every input stream p -> q (SIGMOD §3; thesis §3.3):
 
 - ``sender[q, p]``: the producer replica c takes stream p -> q from: normally c itself (its
   *primary* producer, in the same dataflow copy); after that one fails, the next live copy
@@ -373,7 +373,7 @@ class ConsumerSet:
     def install(self, q: int, snap: ConsumerSnapshot, dead: np.ndarray) -> list[Outgoing]:
         """Install a snapshot as this site's replica of q and rejoin its input streams:
         the sender feeds it from above the snapshot's progress, the other producer replica
-        holds rows for it (the normal roles of digest §4.4, given the dead replicas)."""
+        holds rows for it (the normal roles of SIGMOD §3, given the dead replicas)."""
         i = int(self.index[q])
         c = int(self.replica[i])
         self.progress_sn[i] = snap.progress_sn

@@ -7,7 +7,7 @@ dicts and lists of those), so the wire can encode them with a schema and decode 
 running code (``runtime/codec.py``). The catch-up messages of ``messages.py`` travel the same
 way.
 
-Which connection carries what (DESIGN.md §1, README "two connections"): the site's control
+Which connection carries what (docs/design.md §1): the site's control
 connection carries ``OpenControl`` first, then the controller's ``Fail``, ``Avail``, ``Move``,
 ``Slow``, ``Kill``, ``Stop`` and ``cu-start`` out and ``Heartbeat``, ``Moved``, ``SiteError``
 and ``Unreachable`` back; the data connection carries ``Register`` first, then ``View``,

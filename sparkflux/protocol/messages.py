@@ -7,9 +7,9 @@ depends on that order (an acknowledgement sent before a ``reverse`` arrives befo
   lists, per stream ``p -> q`` the sender feeds on the receiving site, the producer replica
   ``r`` and the progress of that stream; rows carry ``_part`` = q and ``_src`` = p.
 - ``Ack``: cumulative acknowledgements "consumer replica (q, c) received stream p -> q up to
-  SN ``upto``", for producer replicas hosted on the receiving site (digest §4.1-4.4).
+  SN ``upto``", for producer replicas hosted on the receiving site (SIGMOD §3).
 - ``Reverse``: consumer replicas that lost their sender ask replica ``r`` of producer p to send
-  them stream p -> q from the first SN they have not acknowledged (digest §5.2); all the
+  them stream p -> q from the first SN they have not acknowledged (thesis §3.3); all the
   reversals one site asks of another travel in one message.
 """
 
@@ -67,7 +67,7 @@ class Reverse:
     floor: np.ndarray  # int64
 
 
-# -- catch-up (SIGMOD §3.3, §5.3; digest §5.3-5.4) -----------------------------------------------
+# -- catch-up (SIGMOD §3.3, §5.3) -----------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CuStart:
     """Controller -> a survivor replica of partition q (a complete copy the controller

@@ -1,6 +1,6 @@
 """FH-Prod: the output buffers of the producer replicas one site hosts for one exchange.
 
-The paper's buffer (SIGMOD Fig. 3, digest §4.2-4.4) at batch granularity, vectorized over
+The paper's buffer (SIGMOD Fig. 3) at batch granularity, vectorized over
 every producer replica ``p`` the site hosts, every consumer partition ``q`` and every consumer
 replica ``c``:
 

@@ -1,4 +1,4 @@
-"""Initial connection roles of every FH-Prod / FH-Cons (digest §4.4), from the layout, for K
+"""Initial connection roles of every FH-Prod / FH-Cons (SIGMOD §3), from the layout, for K
 replicas of every partition (K = 2 is the paper's process pair; K = 1 is ``--ha none``).
 
 - Ingress -> first stage: send to and wait for every replica (``del = {PROD, PRIM, SEC}``).
@@ -13,7 +13,7 @@ replicas of every partition (K = 2 is the paper's process pair; K = 1 is ``--ha 
   takes from replica 0 and acknowledges to the others.
 
 With one replica nobody waits, and only the first stage acknowledges: to the ingress, whose
-admission counts what every first-stage replica has acknowledged (flow control, README).
+admission counts what every first-stage replica has acknowledged (docs/flow-control.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Typed encoding of the wire's non-row messages: msgpack plus out-of-band binary buffers.
 
-Nothing received is unpickled or executed (DESIGN.md §7). A message is one of the registered
+Nothing received is unpickled or executed (docs/design.md §7). A message is one of the registered
 frozen dataclasses (control messages, catch-up messages); it is written as a msgpack array
 ``[tag, field values...]`` and read back only into the class registered under that tag, each
 field checked against its declared type. Some registered records travel only inside a message

@@ -135,7 +135,7 @@ class Host:
         # ``kill``, ``stop``, ``cu-start`` out; heartbeats, ``moved``, errors in), keyed by
         # its data connection, and back: a control frame to a slowed site must not wait
         # behind the input queued on its data connection, which it reads only as fast as it
-        # processes (README: "Two connections between the driver and each site").
+        # processes (docs/design-choices.md: "Two connections between the driver and each site").
         self.control_of: dict[Connection, Connection] = {}
         self.data_of: dict[Connection, Connection] = {}
         self._controls: dict[str, asyncio.Future[Connection]] = {}  # pairing token -> conn
@@ -183,7 +183,7 @@ class Host:
         self._source_reported = False  # a source's own wait reported (``_source_wait``)
         self.completed: list[tuple[float, int]] = []  # (time, egress progress): input done
         self.ingress_counts: list[int] = []
-        # Flow control and the watchdog (README: "Flow control"): what the ingress is doing,
+        # Flow control and the watchdog (docs/flow-control.md): what the ingress is doing,
         # what admission waits for when it is blocked ("window" or "pool"), and the stalls.
         self.input_state: InputState = "starting"
         self.blocked_by = ""
@@ -777,7 +777,7 @@ class Host:
                 pump.cancel()
 
     async def _wait_window(self) -> None:
-        """Admission (README: "Flow control"): the next batch waits while more than
+        """Admission (docs/flow-control.md): the next batch waits while more than
         ``--window`` admitted records are unacknowledged by a first-stage replica, and while
         the ingress's skew buffer pool is full (a site's connection cannot take more). Both
         wait only for sites to read their input, never for output: an operator may hold its

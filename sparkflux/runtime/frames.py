@@ -1,7 +1,7 @@
 """The wire format of a connection between two sites (or a site and the driver).
 
 Every frame is ``u32 length | u8 kind | body``, and every body has a schema: nothing received
-is unpickled or executed (DESIGN.md §7), and a body that does not parse is a protocol error
+is unpickled or executed (docs/design.md §7), and a body that does not parse is a protocol error
 that closes the connection (``FrameError``).
 
 - ``DATA``: ``i16 stage | i32 streams | i32 rows``, the stream entries as packed arrays

@@ -50,7 +50,7 @@ class Outbox:
             if not self.skew.can_hold(dest, rows):
                 # The pool is full: write it. At the driver admission waits while the pool
                 # is full; a site's peer that reads this slowly reads the driver's input as
-                # slowly, which holds admission back (README: "Flow control").
+                # slowly, which holds admission back (docs/flow-control.md).
                 blocked = False
                 for held in self.skew.release(dest):
                     conn.send(held)

@@ -162,7 +162,7 @@ class PacedBuffer:
 
         Admitting every few milliseconds would multiply the per-message cost (every admission
         fans out into data and acknowledgements to every site and both replicas); flushing on
-        size or a short timer keeps that cost bounded at any rate (DESIGN.md §6).
+        size or a short timer keeps that cost bounded at any rate (docs/design.md §6).
         """
         now = time.monotonic()
         due = self.held >= self.flush_rows or now - self._last_take >= self.flush_s

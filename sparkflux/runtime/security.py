@@ -2,7 +2,7 @@
 
 Every connection of a run (a site's data and control connections to the driver, the links
 between sites, the StateMover's connections) starts with a mutual challenge-response over
-this secret (``runtime/handshake.py``) before any frame is decoded (DESIGN.md §7). The driver
+this secret (``runtime/handshake.py``) before any frame is decoded (docs/design.md §7). The driver
 creates the secret, or takes the user's (``SPARKFLUX_SECRET`` or the Spark configuration key
 ``spark.sparkflux.secret``, for clusters that distribute secrets themselves), and hands it to
 the site tasks inside the Spark job, as it hands them the plan.

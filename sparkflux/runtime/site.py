@@ -74,7 +74,7 @@ GATHER_ROWS = 8192  # ... or until this many rows wait
 # Under --site-cpu: at least GATHER_S, and long enough that a pass is worth GATHER_CPU_S of
 # the site's CPU budget (GATHER_CPU_S / cap), or until GATHER_ROWS_CAPPED rows wait: a pass
 # has a fixed cost whatever it carries, and it must stay a small part of a capped site's
-# budget, or its utilisation measures overhead, not load (README: "Scheduling").
+# budget, or its utilisation measures overhead, not load (docs/availability.md: "Scheduling").
 GATHER_S = 0.05
 GATHER_CPU_S = 0.012
 GATHER_ROWS_CAPPED = 2 * 8192

@@ -6,7 +6,7 @@ body is read. Every transport failure (reset, EOF, a truncated or malformed fram
 the limit) surfaces as one ``ConnectionLost`` for the caller (distributed's
 ``CommClosedError`` habit): the protocol layer sees "peer lost", never a zoo of socket errors.
 Writes never block the event loop: ``send`` queues the frame (flow control is the ingress's
-admission, README "Flow control", and the skew buffer of ``outbox`` keeps data out of a blocked
+admission, docs/flow-control.md, and the skew buffer of ``outbox`` keeps data out of a blocked
 connection), so two sites that send to each other cannot deadlock on full socket buffers.
 """
 

@@ -1,7 +1,7 @@
 """Simulated links between nodes (sites and the driver) with a seeded scheduler.
 
 A link is a queue per ordered pair of nodes and channel, FIFO as TCP is per connection
-(DESIGN.md §4), except where the runtime itself reorders before the socket: on a data
+(docs/design.md §4), except where the runtime itself reorders before the socket: on a data
 connection, the frames that must keep their place among the rows (``Data``, ``retaining``,
 ``psync``: ``protocol/channels.py``) may wait in the sender's skew buffer while
 every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, ...) is written at

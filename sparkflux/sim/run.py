@@ -1,4 +1,4 @@
-"""One simulated run of a dataflow with Flux-HA, and the correctness contract (DESIGN.md §5).
+"""One simulated run of a dataflow with Flux-HA, and the correctness contract (docs/design.md §5).
 
 ``simulate(seed, ...)`` builds the real ``SiteCore``s, ``Ingress``, ``Egress`` and
 ``Controller`` for a plan and drives them with a seeded scheduler: the ingress admits input

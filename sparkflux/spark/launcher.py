@@ -1,4 +1,4 @@
-"""Launching sites as long-running Spark tasks (DESIGN.md §1).
+"""Launching sites as long-running Spark tasks (docs/design.md §1).
 
 The driver submits one Spark job of N tasks, ``parallelize(range(N), N)
 .mapPartitionsWithIndex(site_task)``, from a background thread; each task runs a site's event

@@ -215,8 +215,8 @@ def probe_python(spark: Any, timeout: float = PROBE_TIMEOUT_S) -> dict[str, str]
     deadline = time.monotonic() + timeout
     where = (f"the executors' Python ({sc.pythonExec!r}; set PYSPARK_PYTHON before the "
              f"session is created, or spark.pyspark.python, to a Python with sparkflux "
-             f"installed, or ship a packed environment with --archives: see the README, "
-             f"'Running on a cluster')")
+             f"installed, or ship a packed environment with --archives: see "
+             f"docs/pyspark.md, 'The code on other machines')")
     while thread.is_alive():
         thread.join(0.25)
         failed = failed_in_group(sc, group) or 0

@@ -4,7 +4,7 @@ Spark's retry of a crashed site task becomes a standby, and the sooner it regist
 sooner its slot is caught up and every partition has two copies again. Its start-up
 (importing pyarrow, pandas and the runtime: one to two CPU-seconds) runs at the sites'
 priority: started at a lower one it took two to three times as long to adopt its slot on a
-busy machine, with no gain in the survivors' latency (README, design choices).
+busy machine, with no gain in the survivors' latency (docs/design-choices.md).
 
 Everything up to the site's registration runs inside a ``StartGuard``: an error there (the plan
 that does not unpickle on this executor, a module it needs that is missing here, a server that
