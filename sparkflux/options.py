@@ -5,6 +5,7 @@ write instead, before anything starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sparkflux.operators.base import PlanError
@@ -171,39 +172,33 @@ def parse_process_kills(specs: list[str], sites: int, master: str | None
 def parse_adopted_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
     """``SITE@adopted+SECONDS`` options: kill the slot's next process that long after it
     adopts the slot (a standby killed right after its adoption)."""
-    out = []
-    for spec in specs:
-        if "@adopted+" not in spec:
-            continue
-        try:
-            site_s, delay_s = spec.split("@adopted+")
-            site, delay = int(site_s), float(delay_s)
-        except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@adopted+SECONDS, e.g. "
-                            f"--kill 1@adopted+0.2") from None
-        if not 0 <= site < sites or delay < 0:
-            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
-        out.append((site, delay))
-    return tuple(out)
+    return _site_after("@adopted+", "SECONDS", "1@adopted+0.2", float, specs, sites)
 
 
 def parse_input_kills(specs: list[str], sites: int) -> tuple[tuple[int, int], ...]:
     """``SITE@input+RECORDS`` options: kill the site once that many input records have been
     admitted (a fault timed by the run's progress, not the clock: the same moment of the
     run on a fast machine and a slow one)."""
+    return _site_after("@input+", "RECORDS", "1@input+100000", int, specs, sites)
+
+
+def _site_after(marker: str, what: str, example: str, kind: Callable[[str], Any],
+                specs: list[str], sites: int) -> tuple[tuple[int, Any], ...]:
+    """The ``--kill SITE{marker}{what}`` options among ``specs``, checked."""
     out = []
     for spec in specs:
-        if "@input+" not in spec:
+        if marker not in spec:
             continue
         try:
-            site_s, n_s = spec.split("@input+")
-            site, n = int(site_s), int(n_s)
+            site_s, value_s = spec.split(marker)
+            site, value = int(site_s), kind(value_s)
         except ValueError:
-            raise PlanError(f"--kill {spec!r}: write SITE@input+RECORDS, e.g. "
-                            f"--kill 1@input+100000") from None
-        if not 0 <= site < sites or n < 0:
-            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, records >= 0")
-        out.append((site, n))
+            raise PlanError(f"--kill {spec!r}: write SITE{marker}{what}, e.g. "
+                            f"--kill {example}") from None
+        if not 0 <= site < sites or value < 0:
+            raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, "
+                            f"{what.lower()} >= 0")
+        out.append((site, value))
     return tuple(out)
 
 
