@@ -191,7 +191,7 @@ def test_a_standby_adopts_the_failed_slot_and_every_member_is_told() -> None:
                                       registered=s) for s in range(SITES)}
     epoch = b.controller.epoch
     assert epoch == 1
-    want = np.zeros((PARTITIONS, 2), np.int64)
+    want = np.zeros((PARTITIONS, 3), np.int64)  # two copies and the free column
     want[b.controller.layout.table() == 1] = epoch  # slot 1's replicas: the new incarnation
     assert np.array_equal(m.epochs, want)
     assert np.array_equal(m.table, b.controller.layout.table())

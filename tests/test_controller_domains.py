@@ -19,10 +19,10 @@ from sparkflux.control.events import (
     Action,
     Adopt,
     CatchUp,
-    CatchUpDone,
     ConnectionClosed,
     InstallView,
     Move,
+    Moved,
     Recovered,
     Registered,
     SiteAddress,
@@ -32,7 +32,9 @@ from sparkflux.control.events import (
     Tick,
     View,
 )
-from sparkflux.dataflow.placement import Layout
+from sparkflux.dataflow.placement import NOWHERE, Layout
+
+from .control_helpers import finish
 
 SITES = 4
 EXECUTORS = ("a", "a", "b", "c")
@@ -67,7 +69,7 @@ def catch_up_all(c: Controller, actions: list[Action]) -> list[Action]:
             return out
         actions = []
         for a in cus:
-            actions += c.handle(CatchUpDone(stage=a.stage, q=a.q, r=a.r, nbytes=0, now=3.0))
+            actions += finish(c, a, now=3.0)
 
 
 def test_view_1_carries_the_ring_over_the_domains() -> None:
@@ -75,7 +77,7 @@ def test_view_1_carries_the_ring_over_the_domains() -> None:
     members = {s: addr(s, e) for s, e in enumerate(EXECUTORS)}
     assert install == [InstallView(view=View(number=1, members=members), ring=(0, 2, 1, 3))]
     assert c.layout is not None and c.layout.ring == (0, 2, 1, 3)
-    assert c.layout.table().tolist() == [[0, 2], [2, 1], [1, 3], [3, 0]] * 2
+    assert c.layout.table()[:, :2].tolist() == [[0, 2], [2, 1], [1, 3], [3, 0]] * 2
     assert c.placement["host_conflicts"] == c.placement["executor_conflicts"] == 0
     assert c.placement["ring"] == [0, 2, 1, 3] and c.placement["executors"] == 3
 
@@ -103,7 +105,9 @@ def test_one_jvm_is_no_warning(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_standby_in_a_shared_domain_is_moved_off_once_recovered() -> None:
     """Site 0 dies; Spark's retry lands in executor b, with site 2: partitions 0 and 4 (sites
     0 and 2) would die with b. Once its four replicas are folded in, they move to sites in
-    other executors (1, then 3: the fewest replicas), as unified Flux's moves."""
+    other executors (1, then 3: the fewest replicas), as unified Flux's moves, made before
+    they break: each new copy is built in the partition's free column (2) while the old one
+    runs, and the old one is retired once the new one is folded in everywhere."""
     c, _ = started()
     c.handle(ConnectionClosed(site=0, attempt=0, reason="EOF", now=1.0))
     new = addr(0, "b", attempt=1)
@@ -113,13 +117,21 @@ def test_a_standby_in_a_shared_domain_is_moved_off_once_recovered() -> None:
     first = c.handle(SiteReady(site=0, attempt=1))
     assert first == [CatchUp(stage=0, q=q, r=r, survivor=s, epoch=1)
                      for q, r, s in ((0, 0, 2), (3, 1, 3), (4, 0, 2), (7, 1, 3))]
-    assert catch_up_all(c, first) == [
-        Recovered(slot=0),
-        Move(q=0, r=0, src=0, dst=1, epoch=2, reason="domain", survivor=1),
-        Move(q=4, r=0, src=0, dst=3, epoch=3, reason="domain", survivor=1)]
+    builds = [Move(q=0, r=2, src=NOWHERE, dst=1, epoch=2, reason="domain", survivor=1),
+              Move(q=4, r=2, src=NOWHERE, dst=3, epoch=3, reason="domain", survivor=1)]
+    assert catch_up_all(c, first) == [Recovered(slot=0), *builds]
     assert c.layout is not None
+    assert c.layout.table()[[0, 4]].tolist() == [[0, 2, 1], [0, 2, 3]]  # three copies each
+    cus = c.handle(*[Moved(site=j, epoch=e, now=3.0) for e in (2, 3) for j in range(4)])
+    assert cus == [CatchUp(stage=0, q=q, r=2, survivor=2, epoch=e, retained=True)
+                   for q, e in ((0, 2), (4, 3))]
+    # the first build's fold-in retires its old copy; the group ends with the second's
+    assert catch_up_all(c, cus) == [
+        Move(q=0, r=0, src=0, dst=NOWHERE, epoch=4, reason="retire"),
+        Move(q=4, r=0, src=0, dst=NOWHERE, epoch=5, reason="retire")]
+    assert [m.short_s for m in c.moves] == [0.0, 0.0]  # never fewer than two complete copies
     for q in range(8):  # no partition has both copies in one executor any more
-        a, b = (c.domains[s].executor for s in c.layout.table()[q])
+        a, b = (c.domains[s].executor for s in c.layout.table()[q] if s != NOWHERE)
         assert a != b, (q, c.layout.table()[q])
 
 

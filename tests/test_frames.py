@@ -84,7 +84,7 @@ SNAPSHOT = PartitionSnapshot(
     ops=(None, {"code": i64(5, 6), "sub": i64(0, 0), "keys": TABLE,
                 "cols": {"n": i64(1, 2), "last": np.arange(6.0).reshape(2, 3)}},
          {"horizon": 9, "rows": TABLE, "side": i8(0, 1)}),
-    out_sn=12, out_wm=40,
+    out_sn=12, out_wm=40, held=BATCH,
 )
 EXAMPLES: list[Any] = [
     Data(3, Streams(i32(1, 2), i8(0, 1), i32(5, 5), i64(10, 20), i64(-1, 7)), BATCH),
@@ -112,6 +112,7 @@ EXAMPLES: list[Any] = [
                  in_sn=i64(7, 5), in_part=i64(3, -1), out_sn=i64(6, 1 << 62),
                  out_part=i64(3, -1), held=8192, pending=40),
     cm.Moved(epoch=9),
+    cm.Folded(stage=1, p=3, r=2, epoch=7),
     cm.SiteError(site=2, attempt=1, error="Traceback ..."),
     cm.Unreachable(site=0, peer=2, peer_attempt=1, reason="timed out"),
     cm.StartFailed(site=3, attempt=2, error_type="ModuleNotFoundError",

@@ -14,6 +14,7 @@ from sparkflux.control.events import (
     CatchUpDone,
     Collect,
     ConnectionClosed,
+    Folded,
     Move,
     Moved,
     Registered,
@@ -23,8 +24,10 @@ from sparkflux.control.events import (
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
-from sparkflux.dataflow.placement import Layout
+from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 from sparkflux.runtime.reports import move_report
+
+from .control_helpers import finish
 
 P = 8
 
@@ -158,7 +161,8 @@ def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
         acts = stats(c, rnd, now, [1.0, 0.35, 1.0, 1.0])
         assert now >= 3.0 or not [a for a in acts if isinstance(a, Move)]
     moves = [a for a in acts if isinstance(a, Move)]
-    assert moves and {m.src for m in moves} == {1} and {m.reason for m in moves} == {"balance"}
+    assert moves and {c.moving[m.epoch].src for m in moves} == {1}
+    assert {m.src for m in moves} == {NOWHERE} and {m.reason for m in moves} == {"balance"}
     assert max(Counter(m.dst for m in moves).values()) <= 2  # moves_per_receiver
     # the group waits for every live site to confirm every move, then catches up bottom-up
     cu: list = []
@@ -431,7 +435,7 @@ def test_a_move_starts_the_statistics_pool_afresh() -> None:
     while work:  # the catch-ups, stage by stage, until the group is done
         cu = work.pop(0)
         if isinstance(cu, CatchUp):
-            work += c.handle(CatchUpDone(stage=cu.stage, q=cu.q, r=cu.r, nbytes=1, now=s.now))
+            work += finish(c, cu, now=s.now, nbytes=1)
     assert not c.moving and c._balancing()
     s.advance(max(s.now, c.lb_at), slow)
     rnd, acts = _phase(c, s, rnd, slow)
@@ -440,25 +444,33 @@ def test_a_move_starts_the_statistics_pool_afresh() -> None:
 
 def test_a_finished_move_is_recorded_and_reported() -> None:
     """A move's record fills in as the sites confirm it and its stages are caught up; the
-    run's report lists it with these keys and values (the JSON of ``move_report``)."""
+    run's report lists it with these keys and values (the JSON of ``move_report``). Made
+    before it breaks: the new copy is built in the free column (2) from the other copy (1),
+    and the old one (0) retired once every party has folded the new one in."""
     c = started(balance=False)
     c.handle(Tick(now=1.0))
     (move,) = _moves(c.request_moves([(1, 0, 3)], reason="recovery"))  # site 1 -> 3
+    assert (move.r, move.src, move.dst) == (2, NOWHERE, 3)
     rec = c.moving[move.epoch]
-    assert (rec.q, rec.r, rec.src, rec.dst, rec.reason, rec.start, rec.left) == \
-        (1, 0, 1, 3, "recovery", 1.0, 2)
+    assert (rec.q, rec.r, rec.c, rec.src, rec.dst, rec.reason, rec.start, rec.left) == \
+        (1, 0, 2, 1, 3, "recovery", 1.0, 2)
     assert rec.survivor == 1 and rec.confirmed is None and rec.end is None
     cu: list = []
     for j in range(4):
         cu += c.handle(Moved(site=j, epoch=move.epoch, now=1.25))
-    assert rec.confirmed == 1.25 and [(a.stage, a.q, a.r) for a in cu] == [(0, 1, 0)]
-    cu = c.handle(CatchUpDone(stage=0, q=1, r=0, nbytes=100, now=1.5))
-    assert [(a.stage, a.q, a.r) for a in cu if isinstance(a, CatchUp)] == [(1, 1, 0)]
+    assert rec.confirmed == 1.25 and [(a.stage, a.q, a.r) for a in cu] == [(0, 1, 2)]
+    cu = finish(c, cu[0], now=1.5, nbytes=100)
+    assert [(a.stage, a.q, a.r) for a in cu if isinstance(a, CatchUp)] == [(1, 1, 2)]
     assert (rec.nbytes, rec.left, rec.end, c.moves) == (100, 1, None, [])
-    c.handle(CatchUpDone(stage=1, q=1, r=0, nbytes=23, now=2.0))
+    c.handle(CatchUpDone(stage=1, q=1, r=2, nbytes=23, now=2.0))
+    assert rec.end == 2.0 and rec.retired is None  # the egress has not folded it in yet
+    assert c.handle(Folded(site=DRIVER, stage=2, q=1, c=2, epoch=move.epoch, now=2.1)) == [
+        Move(q=1, r=0, src=1, dst=NOWHERE, epoch=move.epoch + 1, reason="retire")]
     assert c.moves == [rec] and not c.moving
-    assert (rec.nbytes, rec.left, rec.end) == (123, 0, 2.0)
+    assert (rec.nbytes, rec.left, rec.end, rec.retired, rec.short_s) == (123, 0, 2.0, 2.1, 0.0)
+    assert c.layout is not None and c.layout.table()[1].tolist() == [NOWHERE, 2, 3]
     host = SimpleNamespace(move_started={move.epoch: 105.25}, metrics=SimpleNamespace(start=100.0))
     assert json.dumps(move_report(host, rec)) == json.dumps(  # type: ignore[arg-type]
         {"partition": 1, "replica": 0, "from": 1, "to": 3, "reason": "recovery",
-         "bytes": 123, "started_at_s": 5.25, "duration": 1.0, "confirmed_s": 0.25})
+         "bytes": 123, "started_at_s": 5.25, "duration": 1.0, "confirmed_s": 0.25,
+         "built_in": 2, "short_of_copies_s": 0.0, "old_copy_retired_s": 1.1})

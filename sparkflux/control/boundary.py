@@ -48,6 +48,7 @@ from sparkflux.control.events import (
     ConnectionClosed,
     FailSites,
     Finished,
+    Folded,
     Heartbeat,
     InstallView,
     Move,
@@ -63,7 +64,7 @@ from sparkflux.control.events import (
     Tick,
 )
 from sparkflux.control.watchdog import SILENT_S, InputState, StageLow, Standing
-from sparkflux.dataflow.placement import Layout
+from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.dataflow.ports import encode_source, source_rows_schema
 from sparkflux.model.progress import Progress
@@ -146,7 +147,7 @@ class SiteFailed:
     error: str
 
 
-BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | Moved
+BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | Moved | Folded
                  | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves | SiteFailed)
 
 
@@ -164,6 +165,8 @@ def event_of(slot: int, attempt: int, member: bool, message: object, now: float
             return SiteReady(site=slot, attempt=attempt)
         case cm.Moved(epoch=epoch) if member:
             return Moved(site=slot, epoch=epoch, now=now)
+        case cm.Folded(stage=stage, p=p, r=r, epoch=epoch) if member:
+            return Folded(site=slot, stage=stage, q=p, c=r, epoch=epoch, now=now)
         case cm.Unreachable(peer=peer, peer_attempt=peer_attempt, reason=reason,
                             peer_registered=registered) if member:
             return Suspected(site=peer, attempt=peer_attempt, by=slot, reason=reason, now=now,
@@ -360,7 +363,10 @@ class Boundary:
             case PSync():
                 if msg.epoch != self.ingress.epochs[msg.p, msg.r]:
                     return []  # an earlier incarnation's fold-in (that process is gone)
-                return self._sends(self.egress.on_psync(msg))
+                out = self._sends(self.egress.on_psync(msg))
+                return out + self._controller(self.controller.handle(Folded(
+                    site=DRIVER, stage=msg.stage, q=msg.p, c=msg.r, epoch=msg.epoch,
+                    now=now)))
             case CuDone():
                 done = CaughtUp(stage=msg.stage, q=msg.q, r=msg.r,
                                 site=self.controller.catch_up_site(msg.q, msg.r),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from sparkflux.control.events import (
     Event,
     FailSites,
     Finished,
+    Folded,
     Heartbeat,
     InstallView,
     Move,
@@ -71,7 +72,15 @@ from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
 from sparkflux.control.rounds import step as round_step
-from sparkflux.dataflow.placement import Domain, Layout, choose_ring, clash, ring_conflicts
+from sparkflux.dataflow.placement import (
+    DRIVER,
+    NOWHERE,
+    Domain,
+    Layout,
+    choose_ring,
+    clash,
+    ring_conflicts,
+)
 
 log = logging.getLogger(__name__)
 RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved again yet
@@ -86,24 +95,50 @@ MOVE_GROUP = 8
 
 @dataclass(slots=True, kw_only=True)
 class MoveRecord:
-    """One move of replica r of partition q from site ``src`` to ``dst`` (thesis ch. 5), from
+    """One move of copy r of partition q from site ``src`` to ``dst`` (thesis ch. 5), from
     its start to the fold-in of its last stage: the controller's bookkeeping while it runs
     (``Controller.moving``) and the run's record once done (``Controller.moves``, reported by
     ``runtime/reports.move_report``). Mutable: confirmations and catch-ups fill it in.
-    Times are the controller's clock (``Controller.now``)."""
+    Times are the controller's clock (``Controller.now``).
+
+    Make before break: the new copy is built in column ``c``, q's free one, while copy r keeps
+    running; r is retired once c is folded in. A move whose source is already gone (recovery
+    onto the survivors) rebuilds the copy in its own column (``c == r``), nothing to retire."""
 
     q: int
     r: int
     src: int
     dst: int
     epoch: int  # the move's epoch: the new copy's incarnation
-    reason: str  # "balance" or "recovery"
+    reason: str  # "balance", "recovery" or "domain"
     start: float
-    survivor: int  # the replica of q the move named to rebuild the new copy from
+    survivor: int  # the copy of q the move named to rebuild the new copy from
     left: int  # stages still to be caught up
+    c: int = -1  # the column the new copy is built in (-1: r's own)
     nbytes: int = 0  # state moved by its catch-ups (``CuDone.nbytes``)
     confirmed: float | None = None  # every live site had applied it (``moved``)
     end: float | None = None  # its last stage folded in
+    retired: float | None = None  # the old copy was retired (make before break)
+    abandoned: str | None = None  # why the new copy was given up (a failure during the build)
+    # copies of q lost to failures while the move ran: the move is not what took them
+    lost_to_failures: int = 0
+    # seconds during which q had fewer complete copies than when the move started (at most
+    # --replicas), failures aside: what the move itself cost the partition's safety (0 for
+    # make before break)
+    baseline: int = 0
+    short_s: float = 0.0
+    short_since: float | None = None
+    # (party, consumer stage) that have folded the new copy in (``folded``): the old copy is
+    # retired once every live one has
+    folded: set[tuple[int, int]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.c < 0:
+            self.c = self.r
+
+    @property
+    def before_break(self) -> bool:
+        return self.c != self.r
 
 
 class Controller:
@@ -206,9 +241,39 @@ class Controller:
                     actions += self._catch_up_done(ev)
                 case Moved():
                     actions += self._moved(ev)
+                case Folded():
+                    actions += self._folded(ev)
                 case Stats():
                     actions += self._stats(ev)
+        if self.moving:
+            self._account_moves()
         return actions
+
+    def _account_moves(self) -> None:
+        """Each running move's time with fewer complete copies of its partition than
+        ``--replicas``, not counting copies failures took: what the move itself costs."""
+        assert self.layout is not None
+        for m in self.moving.values():
+            short = (self._complete_copies(m.q) + m.lost_to_failures
+                     < min(self.layout.replicas, m.baseline))
+            if short and m.short_since is None:
+                m.short_since = self.now
+            elif not short and m.short_since is not None:
+                m.short_s += self.now - m.short_since
+                m.short_since = None
+
+    def _complete_copies(self, q: int) -> int:
+        assert self.layout is not None
+        return sum(all(self._complete(s, q, c) for s in range(self.stages))
+                   for c in range(self.layout.columns))
+
+    def _close_move(self, m: MoveRecord) -> None:
+        """A move leaves ``moving``: its record is final."""
+        if m.end is None:
+            m.end = self.now
+        if m.short_since is not None:
+            m.short_s += self.now - m.short_since
+            m.short_since = None
 
     @property
     def registered(self) -> int:
@@ -381,7 +446,13 @@ class Controller:
                     sorted(members))
         actions: list[Action] = [FailSites(view=self.view, dead=tuple(sorted(self.dead)))]
         if self.layout is not None:
-            for q, r in self.layout.hosted(site).items():
+            hosted = self.layout.hosted(site)
+            for m in self.moving.values():  # a complete copy the failure, not the move, took
+                c = hosted.get(m.q)
+                if c is not None and all((s, m.q, c) not in self.incomplete
+                                         for s in range(self.stages)):
+                    m.lost_to_failures += 1
+            for q, r in hosted.items():
                 self.incomplete |= {(s, q, r) for s in range(self.stages)}
         lost = self._lost_partition(site)
         if lost is not None:
@@ -393,6 +464,7 @@ class Controller:
             self.awaiting.insert(0, site)
         else:
             self._abandon_moves_to(site)  # the partitions are recovered with the slot
+        actions += self._break_builds(site)
         if self.recovery == "survivors":
             self._plan_recovery(site)
         elif site not in self.awaiting and self.recovering != site:
@@ -422,9 +494,9 @@ class Controller:
         rebuilding: set[int] = set()  # live sites whose copy was not caught up yet
         for s in range(self.stages):
             for q in range(self.layout.partitions):
-                holders = [self.layout.site_of(q, r) for r in range(replicas)]
-                if any(j not in self.dead and (s, q, r) not in self.incomplete
-                       for r, j in enumerate(holders)):
+                holders = [self.layout.site_of(q, r) for r in range(self.layout.columns)
+                           if self.layout.site_of(q, r) != NOWHERE]
+                if any(self._complete(s, q, r) for r in range(self.layout.columns)):
                     continue
                 lost.setdefault(s, []).append(q)
                 failed |= {j for j in holders if j in self.dead}
@@ -558,8 +630,13 @@ class Controller:
 
     def _start_moves(self) -> list[Action]:
         """Start the next group of queued moves (different partitions, at most
-        ``MOVE_GROUP``): each fails one copy and re-places it (``move``); once every live site
-        has confirmed them all, the new copies are caught up from the other copies."""
+        ``MOVE_GROUP``); once every live site has confirmed them all (``moved``), the new
+        copies are caught up.
+
+        Make before break: a move of a live copy builds the new one in the partition's free
+        column (``move`` from ``NOWHERE``) from one of the other copies, while the old copy
+        keeps running; ``_catch_up_done`` retires the old one once the new one is folded in.
+        A copy whose site failed (recovery onto the survivors) is rebuilt in its own column."""
         assert self.layout is not None
         actions: list[Action] = []
         taken: set[int] = set()
@@ -569,30 +646,37 @@ class Controller:
                 break  # its other copy is the survivor of a move in this group
             self.pending_moves.pop(0)
             src = self.layout.site_of(q, r)
-            if dst in self.dead or dst in self.layout.others(q, r) or src == dst:
+            if (src == NOWHERE or dst in self.dead or dst in self.layout.others(q, r)
+                    or src == dst):
                 continue
-            survivor = self._survivor(q, r, range(self.stages))
+            c = r
+            if src not in self.dead and self.layout.free(q) is not None:
+                c = self.layout.free(q)  # type: ignore[assignment]
+            survivor = self._survivor(q, c, range(self.stages), avoid=r)
             if survivor is None:
                 continue  # no complete copy to rebuild it from (the failure is reported)
             taken.add(q)
+            baseline = self._complete_copies(q)
             self.epoch += 1
-            self.layout.move(q, r, dst)
-            self.incomplete |= {(s, q, r) for s in range(self.stages)}
-            self.moving[self.epoch] = MoveRecord(q=q, r=r, src=src, dst=dst, epoch=self.epoch,
-                                                 reason=reason, start=self.now,
-                                                 survivor=survivor, left=self.stages)
+            self.layout.move(q, c, dst)
+            self.incomplete |= {(s, q, c) for s in range(self.stages)}
+            self.moving[self.epoch] = MoveRecord(q=q, r=r, c=c, src=src, dst=dst,
+                                                 epoch=self.epoch, reason=reason,
+                                                 start=self.now, survivor=survivor,
+                                                 left=self.stages, baseline=baseline)
             self._unconfirmed |= {(j, self.epoch) for j in self._live()}
-            self.queue += [(s, q, r) for s in range(self.stages)]
-            log.info("move %d: replica %d of partition %d, site %d -> %d (%s)", self.epoch, r,
-                     q, src, dst, reason)
-            actions.append(Move(q=q, r=r, src=src, dst=dst, epoch=self.epoch, reason=reason,
-                                survivor=survivor))
+            self.queue += [(s, q, c) for s in range(self.stages)]
+            log.info("move %d: replica %d of partition %d, site %d -> %d (%s%s)", self.epoch, r,
+                     q, src, dst, reason, ", make before break" if c != r else "")
+            actions.append(Move(q=q, r=c, src=src if c == r else NOWHERE, dst=dst,
+                                epoch=self.epoch, reason=reason, survivor=survivor))
         self.queue.sort()  # bottom-up over the whole group
         self._catching_up = False
         return actions
 
-    def _move_of(self, q: int, r: int) -> MoveRecord | None:
-        return next((m for m in self.moving.values() if m.q == q and m.r == r), None)
+    def _move_of(self, q: int, c: int) -> MoveRecord | None:
+        """The running move that builds copy c of q."""
+        return next((m for m in self.moving.values() if m.q == q and m.c == c), None)
 
     def catch_up_site(self, q: int, r: int) -> int | None:
         """The site a catch-up of replica r of q fills: a move's destination, or the slot
@@ -601,16 +685,60 @@ class Controller:
         return m.dst if m is not None else self.recovering
 
     def _abandon_moves_to(self, site: int) -> None:
-        """A move's destination failed: its copy is now one of that site's failed replicas
-        (recovered with the slot); the group's other moves go on."""
-        for epoch, m in list(self.moving.items()):
-            if m.dst != site:
+        """A move's destination failed: a copy rebuilt in its own column is now one of that
+        site's failed replicas (recovered with the slot); the group's other moves go on.
+        (A make-before-break build is given up by ``_break_builds``.)"""
+        for m in list(self.moving.values()):
+            if m.dst == site and m.end is None and (not m.before_break
+                                                    or m.retired is not None):
+                self._drop_move(m, f"its destination, site {site}, failed")
+
+    def _drop_move(self, m: MoveRecord, why: str) -> None:
+        del self.moving[m.epoch]
+        key = (m.q, m.c)
+        self.queue = [x for x in self.queue if x[1:] != key]
+        self.in_flight = {x for x in self.in_flight if x[1:] != key}
+        self._unconfirmed = {x for x in self._unconfirmed if x[1] != m.epoch}
+        m.abandoned = why
+        self._close_move(m)
+        self.moves.append(m)
+
+    def _break_builds(self, site: int) -> list[Action]:
+        """``site`` failed during make-before-break moves. The old copy's site: retire that
+        copy now (it is gone; the slot's recovery must not rebuild it) and let the build go
+        on. The destination, or a site the new copy is being built from, while the old copy
+        lives: give the build up and retire its partial copy (its transfer can never
+        complete); the old copy stays, so the partition keeps every copy the failure left it.
+        (With the old copy gone too, the build goes on, or ``_abandon_moves_to`` leaves the
+        new copy to the destination slot's recovery.)"""
+        assert self.layout is not None
+        actions: list[Action] = []
+        for m in list(self.moving.values()):
+            if not m.before_break or m.retired is not None:
                 continue
-            del self.moving[epoch]
-            key = (m.q, m.r)
-            self.queue = [x for x in self.queue if x[1:] != key]
-            self.in_flight = {x for x in self.in_flight if x[1:] != key}
-            self._unconfirmed = {x for x in self._unconfirmed if x[1] != epoch}
+            builders = {self.layout.site_of(m.q, m.survivor),
+                        *(self._survivor_of.get(k) for k in self.in_flight
+                          if k[1:] == (m.q, m.c))}
+            if m.src == site:
+                actions += self._retire(m.q, m.r, m.src, "its site failed during the move")
+                m.retired = self.now
+            elif site == m.dst or site in builders:
+                why = (f"its destination, site {site}, failed" if site == m.dst else
+                       f"site {site}, which it was being built from, failed")
+                log.warning("move %d of partition %d given up: %s", m.epoch, m.q, why)
+                self._drop_move(m, why)
+                actions += self._retire(m.q, m.c, m.dst, "its build was given up")
+        return actions
+
+    def _retire(self, q: int, c: int, site: int, why: str) -> list[Action]:
+        """Copy c of q leaves the placement (its column becomes q's free one): every site,
+        the ingress and the egress take over from it, its site drops it."""
+        assert self.layout is not None
+        self.epoch += 1
+        self.layout.move(q, c, NOWHERE)
+        self.incomplete -= {(s, q, c) for s in range(self.stages)}
+        log.info("copy %d of partition %d on site %d retired (%s)", c, q, site, why)
+        return [Move(q=q, r=c, src=site, dst=NOWHERE, epoch=self.epoch, reason="retire")]
 
     def _moved(self, ev: Moved) -> list[Action]:
         if ev.epoch not in self.moving:
@@ -637,21 +765,23 @@ class Controller:
         replicas start only once every replica of the stages below is folded in (a new
         consumer replica reads from its own dataflow copy's producers)."""
         assert self.layout is not None
+        breaks = self._retire_folded()
         if not self.queue and not self.in_flight:
+            if any(m.before_break and m.retired is None for m in self.moving.values()):
+                return breaks  # an old copy waits for its new one's fold-in everywhere
             if self.recovering is None:  # the move group is done (or was abandoned)
                 for m in sorted(self.moving.values(), key=lambda m: m.epoch):
-                    if m.end is None:
-                        m.end = self.now
+                    self._close_move(m)
                     self.moves.append(m)
                 self.moving, self._catching_up = {}, False
-                return self._next_task()
+                return breaks + self._next_task()
             assert self.recovering is not None
             slot = self.recovering
             log.warning("site %d recovered: every replica caught up and folded in", slot)
             self.recovering, self.adopted = None, None
             self.pending_moves += self._relayout(slot)
             return [Recovered(slot=slot), *self._next_task()]
-        actions: list[Action] = []
+        actions: list[Action] = breaks
         while self.queue and len(self.in_flight) < CATCH_UP_PARALLEL:
             s, q, r = self.queue[0]
             if self.in_flight and min(x[0] for x in self.in_flight) < s:
@@ -664,7 +794,7 @@ class Controller:
             retained = m is not None and self._complete(s, q, m.survivor)
             survivor = m.survivor if retained else self._survivor(q, r, (s,))
             if survivor is None:  # nothing left to copy from: ``_lost_partition`` said so
-                survivor = (r + 1) % self.layout.replicas
+                survivor = self.layout.next_copy(q, r)
             site = self.layout.site_of(q, survivor)
             self._survivor_of[(s, q, r)] = site
             actions.append(CatchUp(stage=s, q=q, r=r, survivor=site,
@@ -672,21 +802,46 @@ class Controller:
                                    retained=retained))
         return actions
 
+    def _folded(self, ev: Folded) -> list[Action]:
+        m = self.moving.get(ev.epoch)
+        if m is None or not m.before_break or (ev.q, ev.c) != (m.q, m.c):
+            return []  # a recovery's fold-in, or a move's that ended
+        self.now = max(self.now, ev.now)
+        m.folded.add((ev.site, ev.stage))
+        return self._next_catch_up() if self._catching_up else []
+
+    def _retire_folded(self) -> list[Action]:
+        """Break: retire the old copy of every move whose new copy is caught up in every
+        stage and folded in by every live party (each site for the consumer stages it
+        hosts roles of, the egress for the last): no take-over can need the old one now."""
+        actions: list[Action] = []
+        live = self._live()
+        need = {(j, s) for j in live for s in range(1, self.stages)} | {(DRIVER, self.stages)}
+        for m in sorted(self.moving.values(), key=lambda m: m.epoch):
+            if (m.before_break and m.retired is None and m.left == 0
+                    and need <= m.folded):
+                actions += self._retire(m.q, m.r, m.src, f"move {m.epoch} is complete")
+                m.retired = self.now
+        return actions
+
     def _complete(self, stage: int, q: int, c: int) -> bool:
         """Replica c of partition q of ``stage`` is live and caught up."""
         assert self.layout is not None
-        return (self.layout.site_of(q, c) not in self.dead
+        site = self.layout.site_of(q, c)
+        return (site != NOWHERE and site not in self.dead
                 and (stage, q, c) not in self.incomplete)
 
-    def _survivor(self, q: int, r: int, stages: Sequence[int]) -> int | None:
-        """The replica to catch replica r of q up from: the first after r (for two replicas,
-        the other one) that is live and complete in ``stages``."""
+    def _survivor(self, q: int, r: int, stages: Sequence[int], avoid: int = -1
+                  ) -> int | None:
+        """The copy to catch copy r of q up from: the first after r (for two replicas, the
+        other one) that is live and complete in ``stages``; ``avoid`` (the copy a move
+        retires, on the site it relieves) only if no other is."""
         assert self.layout is not None
-        k = self.layout.replicas
-        for c in ((r + i) % k for i in range(1, k)):
-            if all(self._complete(s, q, c) for s in stages):
-                return c
-        return None
+        k = self.layout.columns
+        ok = [c for c in ((r + i) % k for i in range(1, k))
+              if all(self._complete(s, q, c) for s in stages)]
+        ok.sort(key=lambda c: c == avoid)
+        return ok[0] if ok else None
 
     def _orphaned(self, site: int) -> list[Action]:
         """Catch-ups whose survivor was ``site``: their new replicas may hold part of a
@@ -715,6 +870,7 @@ class Controller:
         self.incomplete.discard((ev.stage, ev.q, ev.r))
         m = self._move_of(ev.q, ev.r)
         site = m.dst if m is not None else self.recovering
+        actions: list[Action] = []
         if m is not None:
             m.nbytes += ev.nbytes
             m.left -= 1
@@ -722,7 +878,7 @@ class Controller:
                 m.end = self.now
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
                                 "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
-        return self._next_catch_up()
+        return actions + self._next_catch_up()
 
     # -- load balancing (thesis §4.4, ch. 5) -------------------------------------------------------
     def _balancing(self) -> bool:

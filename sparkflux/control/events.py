@@ -190,6 +190,19 @@ class Moved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Folded:
+    """A party (a site, or ``DRIVER``: the egress) has folded in copy c of partition q for
+    its consumers of ``stage`` (it got the ``psync`` of incarnation ``epoch``)."""
+
+    site: int
+    stage: int
+    q: int
+    c: int
+    epoch: int
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Stats:
     """A site's cumulative load counters, in reply to ``Collect(round)`` (thesis ch. 4's
     statistics: busy time against capacity for U_j, tuples processed per mini-partition)."""
@@ -229,6 +242,6 @@ class Collect:
 
 
 Event = (Registered | SiteReady | Heartbeat | ConnectionClosed | Suspected | Tick | Finished
-         | CatchUpDone | Moved | Stats)
+         | CatchUpDone | Moved | Folded | Stats)
 Action = (InstallView | StartIngress | StopSite | FailSites | Standby | Adopt | CatchUp
           | Recovered | Abort | Move | Collect)

@@ -25,6 +25,12 @@ a slot later gets the whole table as moves have left it (``Adopt``). A move (loa
 recovery onto the surviving sites, or the re-layout after a standby in a bad domain adopted a
 slot) re-places one replica; every party keeps its own copy of the table and changes it when
 it handles the move, in its own message order. The driver (ingress and egress) is ``DRIVER``.
+
+Make before break (docs/design.md): with K >= 2 replicas the table has K + 1 columns, one of
+them ``NOWHERE`` for every partition: a copy that does not exist, dead from the start for
+every party. A move builds the new copy in that free column by catch-up while the K old copies
+keep running, then retires the old one (its column becomes the free one): a partition never
+has fewer than K complete copies because of a move.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import numpy as np
 from sparkflux.operators.base import PlanError
 
 DRIVER = -1
+NOWHERE = -2  # a table entry for a copy that does not exist (a partition's free column)
 EXACT_SITES = 7  # up to this many sites choose_ring tries every ring (6! of them)
 
 
@@ -234,10 +241,14 @@ def _improve(ring: list[int], domains: Sequence[Domain], replicas: int) -> list[
 
 
 class Layout:
-    """Where every replica of every mini-partition lives (``site[q, r]``, mutable by moves)."""
+    """Where every copy of every mini-partition lives (``site[q, c]``, mutable by moves).
+
+    ``replicas`` copies of each partition live; ``spare`` more columns (one by default with
+    two or more replicas, none with one) hold ``NOWHERE`` until a move builds a new copy there
+    (make before break). ``columns`` = replicas + spare is the width of every role array."""
 
     def __init__(self, sites: int, partitions: int, replicas: int,
-                 ring: Sequence[int] | None = None) -> None:
+                 ring: Sequence[int] | None = None, spare: int | None = None) -> None:
         if replicas < 1:
             raise PlanError(f"replicas must be at least 1 (got {replicas})")
         if sites < replicas:
@@ -246,14 +257,16 @@ class Layout:
         self.sites = sites
         self.partitions = partitions
         self.replicas = replicas
-        self._site = np.zeros((partitions, replicas), dtype=np.int32)
+        self.spare = (1 if replicas > 1 else 0) if spare is None else spare
+        self.columns = replicas + self.spare
+        self._site = np.full((partitions, self.columns), NOWHERE, dtype=np.int32)
         self.ring: tuple[int, ...] = ()
         self.set_ring(range(sites) if ring is None else ring)
 
     def set_ring(self, ring: Sequence[int]) -> None:
-        """Chained declustering over ``ring``: replica r of q on site ``ring[(q + r) mod N]``.
-        In place, so that role arrays holding the table see it; only before any data flows
-        (view 1), when no move has changed the table yet."""
+        """Chained declustering over ``ring``: replica r of q on site ``ring[(q + r) mod N]``,
+        the spare columns ``NOWHERE``. In place, so that role arrays holding the table see it;
+        only before any data flows (view 1), when no move has changed the table yet."""
         ring = tuple(int(s) for s in ring)
         if sorted(ring) != list(range(self.sites)):
             raise PlanError(f"a ring must order every site slot 0..{self.sites - 1} once "
@@ -261,10 +274,11 @@ class Layout:
         self.ring = ring
         q = np.arange(self.partitions)[:, None]
         r = np.arange(self.replicas)[None, :]
-        self._site[...] = np.asarray(ring, dtype=np.int32)[(q + r) % self.sites]
+        self._site[:, :self.replicas] = np.asarray(ring, dtype=np.int32)[(q + r) % self.sites]
+        self._site[:, self.replicas:] = NOWHERE
 
     def copy(self) -> Layout:
-        out = Layout(self.sites, self.partitions, self.replicas, self.ring)
+        out = Layout(self.sites, self.partitions, self.replicas, self.ring, self.spare)
         out._site[...] = self._site
         return out
 
@@ -288,12 +302,31 @@ class Layout:
         return mask
 
     def others(self, part: int, replica: int) -> list[int]:
-        """The sites of the partition's other replicas."""
-        return [int(s) for r, s in enumerate(self._site[part]) if r != replica]
+        """The sites of the partition's other copies (not ``NOWHERE``)."""
+        return [int(s) for r, s in enumerate(self._site[part]) if r != replica and s != NOWHERE]
+
+    def free(self, part: int) -> int | None:
+        """A column of ``part`` that holds no copy (where a move builds the new one)."""
+        cols = np.flatnonzero(self._site[part] == NOWHERE)
+        return int(cols[0]) if cols.size else None
+
+    def next_copy(self, part: int, replica: int) -> int:
+        """The first column after ``replica`` that holds a copy of ``part`` (the default
+        survivor a catch-up copies from)."""
+        for k in range(1, self.columns):
+            c = (replica + k) % self.columns
+            if self._site[part, c] != NOWHERE:
+                return c
+        raise PlanError(f"partition {part} has no copy but column {replica}")
+
+    def dead(self, dead_sites: Iterable[int]) -> np.ndarray:
+        """``[P, C]``: the copies that are gone: on a failed site, or ``NOWHERE``."""
+        return np.isin(self._site, [*dead_sites, NOWHERE])
 
     def move(self, part: int, replica: int, site: int) -> None:
-        """Re-place one replica; the others must live elsewhere (never two on one site)."""
-        if site in self.others(part, replica):
+        """Re-place one copy (``NOWHERE``: retire it); the others must live elsewhere (never
+        two on one site)."""
+        if site != NOWHERE and site in self.others(part, replica):
             raise PlanError(f"partition {part}: two replicas would be on site {site}")
         self._site[part, replica] = site
 

@@ -12,8 +12,9 @@ The rules (thesis §3.2-3.3, our names):
    to the driver: ``LINK`` (the ingress's input, the egress's output and their
    acknowledgements, and the set-up: ``register``, ``view``, ``standby``, ``adopt``,
    ``ready``) and ``CONTROL`` (the controller's ``fail``, ``move``, ``avail``, ``cu-start``,
-   ``slow``, ``kill``, ``stop``; the site's heartbeats, ``moved``, ``unreachable`` and error
-   reports), which nothing on the data connection can delay. Nothing orders two connections.
+   ``slow``, ``kill``, ``stop``; the site's heartbeats, ``moved``, ``folded``, ``unreachable``
+   and error reports), which nothing on the data connection can delay. Nothing orders two
+   connections.
 2. On a ``LINK``, ``ORDERED`` frames (``Data``; ``retaining``: the survivor's snapshot counts
    on every row sent before it; ``psync``: the consumers' fold-in counts on the same;
    ``cu-done``: the controller counts a copy as back only once the egress, on the same
@@ -77,6 +78,7 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     cm.OpenControl: (Channel.CONTROL, False),
     cm.Heartbeat: (Channel.CONTROL, False),
     cm.Moved: (Channel.CONTROL, False),
+    cm.Folded: (Channel.CONTROL, False),
     cm.SiteError: (Channel.CONTROL, False),
     cm.Unreachable: (Channel.CONTROL, False),
     cm.Avail: (Channel.CONTROL, False),

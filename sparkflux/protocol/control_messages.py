@@ -101,6 +101,19 @@ class Moved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Folded:
+    """The site has the ``psync`` of copy r of producer partition p (incarnation ``epoch``)
+    for its consumers of ``stage``: it counts that copy as complete from now on. A move
+    retires its old copy only once every party has folded the new one in (make before
+    break: until then a take-over may still need the old one)."""
+
+    stage: int
+    p: int
+    r: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SiteError:
     """The site stopped on an error (fail-stop); ``error`` is its traceback."""
 
@@ -240,9 +253,9 @@ class Stop:
 
 ControlMessage = (OpenControl | Register | Ready | Heartbeat | Moved | SiteError | Unreachable
                   | View | Standby | Adopt | Avail | Fail | Move | Slow | Kill | Stop
-                  | StartFailed)
+                  | StartFailed | Folded)
 
 CONTROL_TYPES = (OpenControl, Register, Ready, Heartbeat, Moved, SiteError, Unreachable, View,
-                 Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop, StartFailed)
+                 Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop, StartFailed, Folded)
 # Control frames a site handles before it has its core (see ``runtime.site.Site``).
 UNGATED = (Stop, Kill, Slow, Standby)

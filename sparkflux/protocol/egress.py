@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
 from sparkflux.dataflow.placement import Layout
@@ -61,7 +60,7 @@ class Egress:
         return self.cons.on_psync(msg)
 
     def on_fail(self, dead_sites: set[int]) -> list[Outgoing]:
-        return self.cons.on_fail(np.isin(self.layout.table(), list(dead_sites)))
+        return self.cons.on_fail(self.layout.dead(dead_sites))
 
     def on_move(self, q: int, r: int, dst: int) -> list[Outgoing]:
         """Replica r of last-stage partition q moves to ``dst``: take over from it (``reverse``

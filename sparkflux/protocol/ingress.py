@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.dataflow.placement import Layout
+from sparkflux.dataflow.placement import NOWHERE, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, Progress
 from sparkflux.model.schema import PART, SN, SNM, T0
@@ -40,7 +40,7 @@ class Ingress:
         self.buffer = ProducerBuffer(0, {0: 0}, site, send, wait, self.wire)
         self.next_isn = 0
         self.records = 0  # records admitted (chunks, when a record takes several ISNs)
-        self.epochs = np.zeros((layout.partitions, layout.replicas), dtype=np.int64)
+        self.epochs = np.zeros((layout.partitions, layout.columns), dtype=np.int64)
         self.watermark = NO_WATERMARK
         self.ended = False
 
@@ -106,18 +106,19 @@ class Ingress:
         """Replica r of first-stage partition q moves to ``dst`` (see ``SiteCore._on_move``):
         ``ack_all`` for its old incarnation, and retain for the new one at once (its
         ``retaining`` goes to the survivor, after the rows sent to it so far); the new one is
-        fed once catch-up rejoins it."""
+        fed once catch-up rejoins it. A move that retires a copy (``dst`` ``NOWHERE``) builds
+        nothing, so nothing is retained."""
         self.buffer.on_fail(self.layout.only(q, r))
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
-        if self.layout.replicas < 2:
+        if self.layout.replicas < 2 or dst == NOWHERE:
             return []
         self.on_retain(q, r, epoch)
-        sr = survivor if survivor >= 0 else (r + 1) % self.layout.replicas
+        sr = survivor if survivor >= 0 else self.layout.next_copy(q, r)
         return [Outgoing(self.layout.site_of(q, sr), Retaining(0, q, r, epoch))]
 
     def on_fail(self, dead_sites: set[int]) -> None:
-        self.buffer.on_fail(np.isin(self.layout.table(), list(dead_sites)))
+        self.buffer.on_fail(self.layout.dead(dead_sites))
 
     def on_avail(self, site: int, epoch: int = 0) -> None:
         """A standby took over site ``site``: its replicas come back one by one (retain)."""

@@ -123,7 +123,10 @@ class ConsumerSnapshot:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionSnapshot:
     """Partition q of one stage as the survivor takes it for a catch-up (the paper's
-    ``getState``): its FH-Cons state, its operators' state and its FH-Prod progress.
+    ``getState``): its FH-Cons state, its operators' state, its FH-Prod progress and the
+    rows its FH-Prod buffer holds (the buffer moves with the state, as in the paper: a
+    consumer that reverses to the new copy later may lack rows the survivor produced before
+    the snapshot, and only the buffer has them once the survivor is gone).
 
     ``ops`` holds what each operator's ``get_partition_state`` returned, in plan order; the
     codec carries it as plain values (numpy arrays of numbers and Arrow tables out of band)
@@ -133,6 +136,7 @@ class PartitionSnapshot:
     ops: tuple[Any, ...]
     out_sn: int  # FH-Prod: the partition's output progress (SN) ...
     out_wm: int  # ... and watermark
+    held: pa.RecordBatch | None = None  # FH-Prod: the buffered rows of partition q
 
 
 @dataclass(frozen=True, slots=True)

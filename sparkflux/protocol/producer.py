@@ -198,9 +198,19 @@ class ProducerBuffer:
         if not rev.p.size:
             return []
         pi = self.index[rev.p]
-        if (pi < 0).any() or (self.replica[pi] != rev.r).any():
+        if (pi < 0).any():
             raise ProtocolError(f"reverse for stage {self.stage} reached the wrong replica: "
                                 f"asked {list(zip(rev.p.tolist(), rev.r.tolist(), strict=True))}")
+        # A reverse to a copy that has left this site since (retired, or its partition now
+        # lives here in another column) is stale: the consumer reverses again when it learns
+        # of the retirement, which every site does before any later move.
+        mine = self.hosted[pi] & (self.replica[pi] == rev.r)
+        if not mine.all():
+            rev = replace(rev, **{f: getattr(rev, f)[mine] for f in rev.__dataclass_fields__
+                                  if f != "stage"})
+            pi = pi[mine]
+            if not rev.p.size:
+                return []
         c = rev.c.astype(np.intp)
         rev_c = np.full(self.send.shape[:2], -1, dtype=np.intp)  # [Pn, Q]
         rev_c[pi, rev.q] = c
@@ -282,16 +292,53 @@ class ProducerBuffer:
         self.evict()
         return out
 
-    def install(self, p: int, progress_sn: int, progress_wm: int, alive: np.ndarray) -> None:
-        """A new replica of producer p (catch-up): it has sent nothing; it holds every row it
-        produces for every live consumer replica until that one's fold-in sets the roles."""
+    def held(self, p: int) -> pa.RecordBatch | None:
+        """The rows of producer p's replica here that the buffer still holds (SN order per
+        stream): what moves with its state in a catch-up."""
         i = self.pi(p)
+        parts = []
+        for b, (bpi, _, _) in zip(self.buffer, self._streams, strict=True):
+            if (bpi == i).any():
+                mine = self.index[b.column(SRC).to_numpy()] == i
+                parts.append(b.filter(pa.array(mine)))
+        return concat(parts, self.schema) if parts else None
+
+    def install(self, p: int, progress_sn: int, progress_wm: int, alive: np.ndarray,
+                held: pa.RecordBatch | None = None) -> None:
+        """A new replica of producer p (catch-up): it has sent nothing; it holds every row it
+        produces, and the survivor's buffered rows (``held``), for every live consumer replica
+        until that one's fold-in sets the roles. Rows an earlier incarnation of p left here
+        are dropped first: a ``reverse`` must find each row of p once."""
+        i = self.pi(p)
+        self._purge(i)
+        if held is not None and held.num_rows:
+            pi, q, sn = self._keys(held)
+            self.buffer.append(held)
+            self._streams.append(_highest(pi, q, sn, self.send.shape[1]))
         self.hosted[i] = True
         self.progress_sn[i] = max(self.progress_sn[i], progress_sn)
         self.progress_wm[i] = max(self.progress_wm[i], progress_wm)
         self.send[i] = False
         self.wait[i] = alive
         self.acked[i] = NO_PROGRESS
+
+    def _purge(self, i: int) -> None:
+        """Remove producer index i's rows from the buffer."""
+        if not any((bpi == i).any() for bpi, _, _ in self._streams):
+            return
+        buffer, streams = deque(), deque()
+        for b in self.buffer:
+            keep = self.index[b.column(SRC).to_numpy()] != i
+            if keep.all():
+                rows = b
+            elif keep.any():
+                rows = b.filter(pa.array(keep))
+            else:
+                continue
+            pi, q, sn = self._keys(rows)
+            buffer.append(rows)
+            streams.append(_highest(pi, q, sn, self.send.shape[1]))
+        self.buffer, self._streams = buffer, streams
 
     def drop(self, p: int) -> None:
         """Forget producer p's replica here (it was moved away): send nothing, hold nothing,

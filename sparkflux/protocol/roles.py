@@ -12,6 +12,9 @@ replicas of every partition (K = 2 is the paper's process pair; K = 1 is ``--ha 
   (p, r), r != c; first-stage consumers take from and acknowledge to the ingress; the egress
   takes from replica 0 and acknowledges to the others.
 
+A column that holds no copy (``NOWHERE``: the free column moves build in, ``placement.py``)
+is dead from the start: nobody sends to it, waits for it or acknowledges to it.
+
 With one replica nobody waits, and only the first stage acknowledges: to the ingress, whose
 admission counts what every first-stage replica has acknowledged (docs/flow-control.md).
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 
 
 def producer_roles(layout: Layout, producers: dict[int, int], to_egress: bool
@@ -32,17 +35,18 @@ def producer_roles(layout: Layout, producers: dict[int, int], to_egress: bool
         send = (rep == 0)[:, None, None]
         wait = (rep != 0)[:, None, None]
         return site, send, wait
-    c = np.arange(layout.replicas)[None, None, :]
+    c = np.arange(layout.columns)[None, None, :]
     r = rep[:, None, None]
-    send = np.broadcast_to(c == r, (rep.size, layout.partitions, layout.replicas))
-    wait = np.broadcast_to(c != r, send.shape)
+    there = (layout.table() != NOWHERE)[None, :, :]
+    send = np.broadcast_to((c == r) & there, (rep.size, layout.partitions, layout.columns))
+    wait = np.broadcast_to((c != r) & there, send.shape)
     return layout.table(), send, wait
 
 
 def ingress_roles(layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    shape = (1, layout.partitions, layout.replicas)
-    send = np.ones(shape, dtype=bool)
-    wait = np.full(shape, layout.replicas > 1)
+    there = (layout.table() != NOWHERE)[None, :, :]
+    send = there.copy()
+    wait = there & (layout.replicas > 1)
     return layout.table(), send, wait
 
 
@@ -58,12 +62,13 @@ def consumer_roles(layout: Layout, consumers: dict[int, int], first_stage: bool
         ack_to = np.ones((rep.size, 1, 1), dtype=bool)
         return site, sender, ack_to
     sender = np.repeat(rep[:, None], layout.partitions, axis=1)
-    ack_to = sender[:, :, None] != np.arange(layout.replicas)[None, None, :]
+    ack_to = ((sender[:, :, None] != np.arange(layout.columns)[None, None, :])
+              & (layout.table() != NOWHERE)[None, :, :])
     return layout.table(), sender, ack_to
 
 
 def egress_roles(layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     sender = np.zeros((1, layout.partitions), dtype=np.int8)
-    ack_to = np.broadcast_to(np.arange(layout.replicas) != 0,
-                             (1, layout.partitions, layout.replicas)).copy()
+    ack_to = ((np.arange(layout.columns) != 0)[None, None, :]
+              & (layout.table() != NOWHERE)[None, :, :])
     return layout.table(), sender, ack_to

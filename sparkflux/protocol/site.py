@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.progress import END_OF_STREAM, Frontier
 from sparkflux.model.schema import PART
@@ -110,7 +110,7 @@ class SiteCore:
         self.catchups = CatchUps()
         # The epoch (the paper's version number) of every replica's current incarnation: set
         # when a standby adopts its site slot or a move re-places it.
-        self.epochs = np.zeros((P, layout.replicas), dtype=np.int64)
+        self.epochs = np.zeros((P, layout.columns), dtype=np.int64)
         self.state_bytes = 0
         self.processed = np.zeros(P, dtype=np.int64)  # rows processed per partition (stats)
 
@@ -211,7 +211,9 @@ class SiteCore:
         if isinstance(msg, PSync):
             if msg.epoch != self.epochs[msg.p, msg.r]:
                 return []  # an earlier incarnation's fold-in (that process is gone)
-            return self.cons[msg.stage].on_psync(msg)
+            return [*self.cons[msg.stage].on_psync(msg),
+                    Outgoing(DRIVER, cm.Folded(stage=msg.stage, p=msg.p, r=msg.r,
+                                               epoch=msg.epoch))]
         if isinstance(msg, Rejoin):
             return self.prods[msg.stage - 1].on_rejoin(msg, src)
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
@@ -228,7 +230,7 @@ class SiteCore:
         abandoned and the copy re-placed since) is stale and ignored, and so is one for a
         copy whose site failed since (``fail`` came first)."""
         if (msg.epoch != self.epochs[msg.q, msg.r]
-                or self.layout.site_of(msg.q, msg.r) in self.dead_sites):
+                or self.layout.site_of(msg.q, msg.r) in {*self.dead_sites, NOWHERE}):
             return []
         return self._carry_out(self.catchups.cu_start(
             msg.stage, msg.q, msg.r, msg.epoch, self._producer_sites(msg.stage), msg.retained))
@@ -276,6 +278,7 @@ class SiteCore:
             ops=tuple(op.get_partition_state(q) for op in self.plan.stages[stage].operators),
             out_sn=int(self.prods[stage].progress_sn[pi]),
             out_wm=int(self.prods[stage].progress_wm[pi]),
+            held=self.prods[stage].held(q),
         )
         return Outgoing(self.layout.site_of(q, a.r), State(stage, q, a.r, snap, a.epoch))
 
@@ -307,12 +310,12 @@ class SiteCore:
         n_cons = 1 if s == len(self.plan.stages) - 1 else self.layout.partitions
         alive = ~self._dead_replicas()[:n_cons] if s < len(self.plan.stages) - 1 else \
             np.ones((1, 1), dtype=bool)
-        self.prods[s].install(q, snap.out_sn, snap.out_wm, alive)
+        self.prods[s].install(q, snap.out_sn, snap.out_wm, alive, snap.held)
         # ``installed`` goes back to the survivor that sent the state (the StateMover's peer)
         return out + [Outgoing(survivor, Installed(s, q, msg.r, msg.epoch))] + self._drive(s)
 
     def _dead_replicas(self) -> np.ndarray:
-        return np.isin(self.layout.table(), list(self.dead_sites))
+        return self.layout.dead(self.dead_sites)
 
     def _on_avail(self, site: int, epoch: int = 0) -> None:
         """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
@@ -323,11 +326,15 @@ class SiteCore:
 
     def _on_move(self, q: int, r: int, dst: int, epoch: int, survivor: int = -1
                  ) -> list[Outgoing]:
-        """Unified Flux's move (thesis ch. 5): replica r of partition q (every stage) fails
-        where it is and is re-placed on site ``dst``, where catch-up will rebuild it from the
-        other replica. Here: the source site drops its copy; every site takes over from it
-        (``reverse`` to the other replica, ``ack_all`` for it); the destination hosts an
-        empty replica; everybody's table says ``dst`` from now on."""
+        """Unified Flux's move (thesis ch. 5) of copy r of partition q (every stage) to site
+        ``dst``, where catch-up builds it from copy ``survivor``. Here: the source site
+        drops its copy; every site takes over from it (``reverse`` to another copy,
+        ``ack_all`` for it); the destination hosts an empty copy; everybody's table says
+        ``dst`` from now on.
+
+        Make before break is two of these: the new copy is built in a free column (the
+        source is ``NOWHERE``: nothing is dropped, nobody takes over), and once it is folded
+        in, the old copy is retired (the destination is ``NOWHERE``: nothing is built)."""
         if self.stopped:
             return []
         src = self.layout.site_of(q, r)
@@ -337,7 +344,7 @@ class SiteCore:
                 self.prods[s].drop(q)
                 for op in stage.operators:
                     op.drop_partition(q)
-        out = self._take_over(self.layout.only(q, r))
+        out = self._take_over(self.layout.only(q, r)) if src != NOWHERE else []
         self.layout.move(q, r, dst)
         self.epochs[q, r] = epoch
         self._rebuilding(self.layout.only(q, r))
@@ -352,8 +359,8 @@ class SiteCore:
         # thesis: the overloaded site, usually one of them, is never on a move's critical
         # path). On the data channel, ``retaining`` follows everything sent to the survivor
         # before it, as the reply to a ``retain`` would.
-        if self.layout.replicas > 1:
-            sr = survivor if survivor >= 0 else (r + 1) % self.layout.replicas
+        if self.layout.replicas > 1 and dst != NOWHERE:
+            sr = survivor if survivor >= 0 else self.layout.next_copy(q, r)
             at = self.layout.site_of(q, sr)
             if at not in self.dead_sites:
                 out += [self._retain(s, q, r, epoch, at)
@@ -373,7 +380,7 @@ class SiteCore:
         targets = {key: self.layout.site_of(key[1], cu.r)
                    for key, cu in self.catchups.running.items()}
         out_cu = self._carry_out(self.catchups.failed(new, targets))
-        dead = np.isin(self.layout.table(), list(self.dead_sites))  # [P, R]
+        dead = self.layout.dead(self.dead_sites)  # [P, C]
         return self._local(self._take_over(dead) + out_cu)
 
     def _take_over(self, dead: np.ndarray) -> list[Outgoing]:

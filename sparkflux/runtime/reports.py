@@ -95,12 +95,21 @@ def move_report(host: Host, mv: MoveRecord) -> dict[str, Any]:
     start = host.move_started.get(mv.epoch, 0.0)
     t0 = host.metrics.start or start
     confirmed = mv.confirmed if mv.confirmed is not None else mv.end
-    return {"partition": mv.q, "replica": mv.r, "from": mv.src, "to": mv.dst,
-            "reason": mv.reason, "bytes": mv.nbytes,
-            "started_at_s": round(start - t0, 3),
-            "duration": round(mv.end - mv.start, 4),
-            # until every live site had applied it (``moved``); catch-up follows
-            "confirmed_s": round(confirmed - mv.start, 4)}
+    out = {"partition": mv.q, "replica": mv.r, "from": mv.src, "to": mv.dst,
+           "reason": mv.reason, "bytes": mv.nbytes,
+           "started_at_s": round(start - t0, 3),
+           "duration": round(mv.end - mv.start, 4),
+           # until every live site had applied it (``moved``); catch-up follows
+           "confirmed_s": round(confirmed - mv.start, 4),
+           # make before break: the column the new copy was built in (its own: rebuilt after
+           # its site failed), and the time the partition had fewer complete copies than
+           # --replicas because of the move (failures aside)
+           "built_in": mv.c, "short_of_copies_s": round(mv.short_s, 4)}
+    if mv.retired is not None:
+        out["old_copy_retired_s"] = round(mv.retired - mv.start, 4)
+    if mv.abandoned is not None:
+        out["abandoned"] = mv.abandoned
+    return out
 
 def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
     """One partition's catch-up: state moved, how long it took, the output gap meanwhile."""

@@ -54,7 +54,7 @@ from sparkflux.control.events import (
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig
-from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import digest_of
 from sparkflux.model.validate import validate
@@ -94,7 +94,7 @@ class FailurePlan:
     standbys: tuple[int, ...] = ()  # steps at which a standby process registers
     # (site slot, delay): crash it ``delay`` steps after the first recovery completes
     after_recovery: tuple[tuple[int, int], ...] = ()
-    # (step, partition, destination site): ask the controller to move replica 0 of the
+    # (step, partition, destination site): ask the controller to move the first copy of the
     # partition there (or replica 1, if replica 0 is already on that site)
     moves: tuple[tuple[int, int, int], ...] = ()
     # (site, after move number): crash the site once that many moves have completed
@@ -151,6 +151,9 @@ class SimResult:
     replicas_live: dict[tuple[int, int], int] = field(default_factory=dict)
     moves: list[tuple[int, int, int, int]] = field(default_factory=list)  # q, r, from, to
     outputs: list[pa.Table] = field(default_factory=list)  # every sink's (``output``: the first)
+    # per crash during a move: (the crashed site's role in it, the move's phase then)
+    crash_points: list[tuple[str, str]] = field(default_factory=list)
+    short_s: list[float] = field(default_factory=list)  # per move: ``MoveRecord.short_s``
 
 
 def simulate(plan: PhysicalPlan, batches: list, seed: int,
@@ -230,6 +233,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     crash_after_moves = dict((n, site) for site, n in failures.after_moves)
     out: list[list[pa.RecordBatch]] = [[] for _ in plan.sinks]  # per sink
     crashed: list[int] = []
+    crash_points: list[tuple[str, str]] = []
     pending_detect: list[tuple[int, int, int]] = []  # (step it is noticed, site, attempt)
     crash_at: dict[int, list[int]] = {}
     for site, at in failures.crashes:
@@ -386,6 +390,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             step += 1
             for site in crash_at.get(step, []):
                 if site not in crashed_now:
+                    crash_points += _move_points(controller, site)
                     hung.pop(site, None)  # a hung process can crash too
                     gone(site)
                     net.drop_some_from(site)
@@ -407,8 +412,11 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             if step in move_at:
                 lay = controller.layout
                 assert lay is not None
+                # the partition's first copy that is not on the destination already
                 carry_out(core.handle(RequestMoves(moves=tuple(
-                    (q, 0 if lay.site_of(q, 0) != dst else 1, dst) for q, dst in move_at[step]))))
+                    (q, next(c for c in range(lay.columns)
+                             if lay.site_of(q, c) not in (dst, NOWHERE)), dst)
+                    for q, dst in move_at[step]))))
             if settled():
                 for name, delay in settled_crashes:
                     crash_at.setdefault(step + delay, []).extend(
@@ -533,7 +541,24 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
               for k, rows in enumerate(out)]
     return SimResult(seed, tables[0], core.egress.ended, leftover, crashed, step, net.delivered,
                      core.ingress.next_isn, recovered, live_replicas,
-                     [(m.q, m.r, m.src, m.dst) for m in controller.moves], tables)
+                     [(m.q, m.r, m.src, m.dst) for m in controller.moves], tables,
+                     crash_points, [m.short_s for m in controller.moves])
+
+
+def _move_points(controller: Any, site: int) -> list[tuple[str, str]]:
+    """Where a crash of ``site`` lands in each running move: its role (the old copy's
+    site, the destination, the site the new copy is built from, or a bystander) and the
+    move's phase (every site applying it, the new copy being built, waiting for every party
+    to fold it in, the old copy retired)."""
+    out = []
+    for m in controller.moving.values():
+        built_from = controller.layout.site_of(m.q, m.survivor)
+        role = ("source" if site == m.src else "destination" if site == m.dst
+                else "built from" if site == built_from else "bystander")
+        phase = ("applying" if m.confirmed is None else "building" if m.end is None
+                 else "folding" if m.retired is None else "retired")
+        out.append((role, phase))
+    return out
 
 
 def _overtakes(msg: Any) -> bool:
