@@ -116,11 +116,12 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
                         "slot); SITE@recovered+SECONDS: that long after the first recovery "
                         "completes; SITE@adopted+SECONDS: that long after the slot's next "
                         "process adopts it; SITE@input+RECORDS: once that many input records "
-                        "are admitted. On a standalone cluster on this machine (a test "
-                        "tool): python:SITE@SECONDS, executor:SITE@SECONDS or "
-                        "worker:SITE@SECONDS SIGKILL the site's Python worker, its executor "
-                        "JVM or the Worker daemon that launched it (SITE 'most': the one "
-                        "hosting the most sites)")
+                        "are admitted; ROLE@move+SECONDS: that long after the first move "
+                        "starts, ROLE source, destination, from or a site. On a standalone "
+                        "cluster on this machine (a test tool): python:SITE@SECONDS, "
+                        "executor:SITE@SECONDS or worker:SITE@SECONDS SIGKILL the site's "
+                        "Python worker, its executor JVM or the Worker daemon that launched "
+                        "it (SITE 'most': the one hosting the most sites)")
     p.add_argument("--cut", action="append", default=[], metavar="SITE@SECONDS=DURATION",
                    help="drop the packets of a site's links to its peers for DURATION seconds "
                         "(iptables on the loopback interface, a same-machine test tool; the "

@@ -63,7 +63,7 @@ def run_config(**options: Any) -> RunConfig:
         ingress_buffer=o["ingress_buffer"], window=window_option(o["window"]),
         stall_timeout=stall_timeout(o["stall_timeout"]),
         kills=parse_kills(kills, sites), adopted_kills=parse_adopted_kills(kills, sites),
-        input_kills=parse_input_kills(kills, sites),
+        input_kills=parse_input_kills(kills, sites), move_kills=parse_move_kills(kills, sites),
         process_kills=parse_process_kills(kills, sites, o["master"]),
         hangs=parse_hangs(list(o["hang"]), sites), tls=bool(o["tls"]),
         cuts=parse_cuts(list(o["cut"]), list(o["isolate"]), sites),
@@ -111,8 +111,9 @@ def parse_kills(specs: list[str], sites: int) -> tuple[tuple[int, float], ...]:
     it comes back with a negative time: -(1 + SECONDS)."""
     out = []
     for spec in specs:
-        if "@adopted+" in spec or "@input+" in spec or ":" in spec:
-            continue  # parse_adopted_kills, parse_input_kills, parse_process_kills
+        if "@adopted+" in spec or "@input+" in spec or "@move+" in spec or ":" in spec:
+            continue  # parse_adopted_kills, parse_input_kills, parse_move_kills,
+            # parse_process_kills
         try:
             site_s, at_s = spec.split("@")
             site = int(site_s)
@@ -180,6 +181,34 @@ def parse_input_kills(specs: list[str], sites: int) -> tuple[tuple[int, int], ..
     admitted (a fault timed by the run's progress, not the clock: the same moment of the
     run on a fast machine and a slow one)."""
     return _site_after("@input+", "RECORDS", "1@input+100000", int, specs, sites)
+
+
+MOVE_ROLES = ("source", "destination", "from", "bystander")
+
+
+def parse_move_kills(specs: list[str], sites: int) -> tuple[tuple[str, float], ...]:
+    """``ROLE@move+SECONDS`` options: kill a site that long after the run's first move starts
+    (a failure timed inside a move, the moment make before break is for). ROLE is the move's
+    ``source`` (the old copy's site), ``destination``, ``from`` (the site the new copy is
+    built from), ``bystander`` (the lowest live site that is none of them) or a site
+    number."""
+    out = []
+    for spec in specs:
+        if "@move+" not in spec:
+            continue
+        role, _, value_s = spec.partition("@move+")
+        try:
+            delay = float(value_s)
+            if role not in MOVE_ROLES and not 0 <= int(role) < sites:
+                raise ValueError
+        except ValueError:
+            raise PlanError(f"--kill {spec!r}: write ROLE@move+SECONDS, ROLE one of "
+                            f"{', '.join(MOVE_ROLES)} or a site in 0..{sites - 1}, e.g. "
+                            f"--kill from@move+0.5") from None
+        if delay < 0:
+            raise PlanError(f"--kill {spec!r}: seconds >= 0")
+        out.append((role, delay))
+    return tuple(out)
 
 
 def _site_after(marker: str, what: str, example: str, kind: Callable[[str], Any],

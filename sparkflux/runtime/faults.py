@@ -38,6 +38,7 @@ class Faults:
         self.hangs: list[dict[str, Any]] = []  # --hang, as injected
         self._on_adopt: dict[int, list[float]] = {}  # slot -> kill delays after its adoption
         self._on_input: list[tuple[int, int]] = []  # (records admitted, site) to kill at
+        self._move_armed = False  # the first move's kills are scheduled
 
     def _since_start(self, delay: float = 0.0) -> float:
         return time.time() + delay - (self.host.metrics.start or time.time())
@@ -81,6 +82,28 @@ class Faults:
         for delay in self._on_adopt.pop(slot, []):
             log.warning("site %d was adopted: killing it in %.2fs as asked", slot, delay)
             loop.call_later(delay, self.kill, slot, self._since_start(delay))
+
+    def moving(self, src: int, dst: int, built_from: int) -> None:
+        """The run's first move started (its old copy on ``src``, the new one built on
+        ``dst`` from ``built_from``): ``--kill ROLE@move+SECONDS`` kills are due."""
+        if self._move_armed:
+            return
+        self._move_armed = True
+        loop = asyncio.get_running_loop()
+        roles = {"source": src, "destination": dst, "from": built_from}
+        others = sorted(set(self.host.controller.view.members) - self.host.dead
+                        - set(roles.values()))
+        if others:
+            roles["bystander"] = others[0]
+        for role, delay in self.host.cfg.move_kills:
+            if role == "bystander" and role not in roles:
+                log.warning("--kill bystander@move+%.2f: every live site takes part in the "
+                            "move; nobody killed", delay)
+                continue
+            site = roles[role] if role in roles else int(role)
+            log.warning("a move started (site %d -> %d, built from %d): killing site %d (%s) "
+                        "in %.2fs as asked", src, dst, built_from, site, role, delay)
+            loop.call_later(delay, self.kill, site, self._since_start(delay))
 
     def kill(self, site: int, after: float) -> None:
         """Crash a site's process with SIGKILL. A slot with no live process at that moment

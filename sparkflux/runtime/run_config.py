@@ -56,6 +56,10 @@ class RunConfig:
     adopted_kills: tuple[tuple[int, float], ...] = ()
     # kills once that many input records are admitted: (site, records)
     input_kills: tuple[tuple[int, int], ...] = ()
+    # kills timed inside the first move: (role, seconds after it starts); role ``source``
+    # (the old copy's site), ``destination``, ``from`` (the site the new copy is built from),
+    # ``bystander`` or a site number
+    move_kills: tuple[tuple[str, float], ...] = ()
     # --kill LEVEL:SITE@SECONDS (a standalone cluster on this machine): (level, site, seconds),
     # level python/executor/worker (``runtime/proctree.py``), site MOST_SITES for ``most``
     process_kills: tuple[tuple[str, int, float], ...] = ()
