@@ -161,11 +161,12 @@ class Host:
         self.done = threading.Event()
         self.ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._start_ingress: asyncio.Event | None = None
+        # The loop's events (made on it, in ``_main``): the core started the ingress; ...
+        self.start_ingress: asyncio.Event | None = None
         # Set whenever the core has handled an event: an acknowledgement, a failure's
         # ``ack_all`` or a rejoin may have made room in the admission window.
-        self._heard: asyncio.Event | None = None
-        self._finished: asyncio.Event | None = None
+        self.heard: asyncio.Event | None = None
+        self.finished: asyncio.Event | None = None  # ... and the run has ended
         self.faults = Faults(self)  # --kill, --hang, --slow
         # Site tasks that fail before they register: when their failures repeat, the run stops
         # with the error (``control/start_failures.py``).
@@ -221,9 +222,9 @@ class Host:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._start_ingress = asyncio.Event()
-        self._heard = asyncio.Event()
-        self._finished = asyncio.Event()
+        self.start_ingress = asyncio.Event()
+        self.heard = asyncio.Event()
+        self.finished = asyncio.Event()
         server = await start_server(self._accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
         for k, (out, digest) in enumerate(zip(self.sinks, self.digests, strict=True)):
@@ -236,13 +237,13 @@ class Host:
         flusher = asyncio.create_task(self._flusher())
         feeder = asyncio.create_task(self._feed())
         try:
-            await self._finished.wait()
+            await self.finished.wait()
         finally:
             feeder.cancel()
             ticker.cancel()
             flusher.cancel()
             for conn in [*self.conns.values(), *self.standbys]:
-                for c in self._stop_process(conn, cm.Stop(reason="run finished")):
+                for c in self.stop_process(conn, cm.Stop(reason="run finished")):
                     try:
                         await asyncio.wait_for(c.drain(), 5.0)
                     except (TimeoutError, ConnectionLost):
@@ -260,7 +261,7 @@ class Host:
 
     def stop(self, reason: str) -> None:
         """Abort from another thread (e.g. the Spark job died)."""
-        self._call_soon(self._abort, reason)
+        self._call_soon(self.abort, reason)
 
     def end_input(self) -> None:
         """From another thread (``FluxQuery.stop``): every source ends at its next batch
@@ -307,7 +308,7 @@ class Host:
         if not self.controller.started:  # later, failed attempts are also the killed sites
             verdict = self.start_watch.tasks_failed(failed)
             if verdict is not None:
-                self._abort(verdict)
+                self.abort(verdict)
 
     def _start_failed(self, conn: Connection, claim: Claim, msg: Any) -> None:
         """A site task's report that it failed before it registered (its connection's only
@@ -324,7 +325,7 @@ class Host:
                         msg.attempt, msg.traceback)
         verdict = self.start_watch.reported(msg)
         if verdict is not None:
-            self._abort(verdict)
+            self.abort(verdict)
 
     # -- control plane -----------------------------------------------------------------------
     def _control_conn(self, token: str) -> asyncio.Future[Connection]:
@@ -405,7 +406,7 @@ class Host:
         actions = self.core.handle(Registered(address=addr, now=time.monotonic()))
         if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
                for a in actions):
-            self._stop_process(conn, cm.Stop(excluded=True, reason="not a member of the view"))
+            self.stop_process(conn, cm.Stop(excluded=True, reason="not a member of the view"))
             conn.close()
             ctl.close()
             self._registered[token].set()  # its reader stops: the data side never registered
@@ -420,7 +421,7 @@ class Host:
             self.conns[addr.site] = conn
         self._carry_out(actions)
         try:
-            await self._pump(conn)
+            await self.pump(conn)
         except asyncio.CancelledError:
             conn.close()  # the run is over; the loop is shutting down
 
@@ -440,13 +441,13 @@ class Host:
             if self.data_of.get(conn) not in self.identity:
                 conn.close()  # excluded at registration
                 return
-            await self._pump(conn)
+            await self.pump(conn)
         except asyncio.CancelledError:
             conn.close()  # the run is over (possibly before this site registered)
 
     def over(self) -> bool:
         """The run has ended (or has not started its loop)."""
-        return self._finished is None or self._finished.is_set()
+        return self.finished is None or self.finished.is_set()
 
     def control_conn(self, slot: int) -> Connection | None:
         """The control connection of the process in ``slot``."""
@@ -464,7 +465,7 @@ class Host:
             except ConnectionLost:
                 pass
 
-    def _stop_process(self, data: Connection, message: cm.Stop) -> list[Connection]:
+    def stop_process(self, data: Connection, message: cm.Stop) -> list[Connection]:
         """``stop`` on both of a process's connections, so that whichever the site reads
         first, it reads ``stop`` before that connection's end (not "lost the driver")."""
         sent = []
@@ -476,7 +477,7 @@ class Host:
                 pass
         return sent
 
-    async def _pump(self, conn: Connection) -> None:
+    async def pump(self, conn: Connection) -> None:
         """Frames from one of a site process's two connections; its identity (slot,
         attempt) may change when a standby adopts a slot."""
         data = self.data_of.get(conn, conn)
@@ -538,7 +539,7 @@ class Host:
                             "seconds": round(stall.seconds, 3), "stopped": stall.stop,
                             "message": message})
         if stall.stop:
-            self._abort(message)
+            self.abort(message)
         else:
             log.warning("%s", message)
             self.stats.phase = f"stalled for {stall.seconds:.0f} s"
@@ -593,8 +594,8 @@ class Host:
                         self.site_start_s = time.time() - self.launched_at
                         self._measure_standby_wait()
                 case StartIngress():
-                    assert self._start_ingress is not None
-                    self._start_ingress.set()
+                    assert self.start_ingress is not None
+                    self.start_ingress.set()
                 case FailSites(dead=dead):
                     self._failed(set(dead))
                 case AdoptProcess():
@@ -619,20 +620,20 @@ class Host:
                 case StopSite(site=site, reason=reason):
                     conn = self.conns.get(site)
                     if conn is not None:
-                        self._stop_process(conn, cm.Stop(excluded=True, reason=reason))
+                        self.stop_process(conn, cm.Stop(excluded=True, reason=reason))
                 case Abort(reason=reason):
-                    self._abort(reason)
+                    self.abort(reason)
                 case OutputEnded():
                     self.metrics.end = time.time()
                     self.cpu_end = time.process_time()
                     self.stats.phase = "finished"
-                    assert self._finished is not None
-                    self._finished.set()
+                    assert self.finished is not None
+                    self.finished.set()
                 case _:
                     pass  # Standby, Adopt: the registration and AdoptProcess do their part
         self._watch_safety()
-        assert self._heard is not None
-        self._heard.set()
+        assert self.heard is not None
+        self.heard.set()
 
     def _watch_safety(self) -> None:
         """When the dataflow lost and regained ``--replicas`` complete copies of every
@@ -686,12 +687,14 @@ class Host:
             conn.close()
             self.control_of.get(conn, conn).close()
 
-    def _abort(self, reason: str) -> None:
+    def abort(self, reason: str) -> None:
+        """End the run, failed with ``reason`` (unless it failed already, or its output
+        ended: a late abort changes nothing)."""
         if self.failure is None and not self.egress.ended:
             self.failure = reason
             self.stats.phase = "failed"
-        assert self._finished is not None
-        self._finished.set()
+        assert self.finished is not None
+        self.finished.set()
 
     # -- data plane --------------------------------------------------------------------------
     def _deliver(self, d: Deliver) -> None:
@@ -701,9 +704,9 @@ class Host:
                 try:
                     self.sinks[k].write(rows)
                 except Exception:  # noqa: BLE001 - a sink that fails stops the run, never hangs it
-                    self._abort(f"sink {self.plan.sinks[k].name!r} "
-                                f"({type(self.sinks[k]).__name__}) failed:\n"
-                                f"{traceback.format_exc()}")
+                    self.abort(f"sink {self.plan.sinks[k].name!r} "
+                               f"({type(self.sinks[k]).__name__}) failed:\n"
+                               f"{traceback.format_exc()}")
                     return
                 self.digests[k].update(rows)
                 self.rows_digests[k].update(rows)
@@ -713,8 +716,8 @@ class Host:
         self.completed.append((now, d.progress.sn))
 
     async def _feed(self) -> None:
-        assert self._start_ingress is not None
-        await self._start_ingress.wait()
+        assert self.start_ingress is not None
+        await self.start_ingress.wait()
         self.input_state = "admitting"
         self.stats.phase = "running"
         start = time.time()
@@ -769,9 +772,9 @@ class Host:
             self._carry_out(self.core.handle(InputEnd()))
             self.input_state = "ended"
         except ConnectionLost as e:
-            self._abort(str(e))
+            self.abort(str(e))
         except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
-            self._abort(f"the ingress failed:\n{traceback.format_exc()}")
+            self.abort(f"the ingress failed:\n{traceback.format_exc()}")
         finally:
             if pump is not None:
                 pump.cancel()
@@ -783,12 +786,12 @@ class Host:
         wait only for sites to read their input, never for output: an operator may hold its
         output progress back until more input comes (a window that must reach its end), so
         admission that waited for the output could wait forever."""
-        assert self._heard is not None
+        assert self.heard is not None
         self.unacked_max = max(self.unacked_max, self.core.unacknowledged())
         while self.core.unacknowledged() > self.cfg.window:
             self.input_state, self.blocked_by = "blocked", "window"
-            self._heard.clear()
-            await self._heard.wait()
+            self.heard.clear()
+            await self.heard.wait()
         while self.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
             self.input_state, self.blocked_by = "blocked", "pool"
             await asyncio.sleep(0.002)
