@@ -84,9 +84,11 @@ from sparkflux.runtime.run_config import LiveStats, RunConfig
 from sparkflux.runtime.security import make_security
 from sparkflux.runtime.sinks import DeadLetters, NullSink, Sink
 from sparkflux.runtime.site import schemas_of
+from sparkflux.runtime.site_load import site_load
 from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start_server
 
 log = logging.getLogger(__name__)
+__all__ = ["INGRESS_POOL_ROWS", "Host", "site_load"]  # what other modules import from here
 T = TypeVar("T")
 INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
 
@@ -816,17 +818,3 @@ class Host:
                 if kind not in self.dead_reasons:
                     self.dead_reasons[kind] = [0, r.reason]
                 self.dead_reasons[kind][0] += 1
-
-
-def site_load(beat: cm.Heartbeat, last: dict[str, float]) -> dict[str, float]:
-    """A site's counters at its last heartbeat (``site_load`` in the metrics), with the rows
-    it holds and the most it has held so far: in FH-Prod buffers (``buffered``), in its skew
-    buffer for connections that cannot take them (``held``), received and waiting for the
-    merge (``pending``)."""
-    out: dict[str, float] = {"busy_s": round(beat.busy_s, 3), "passes": beat.passes,
-                             "cpu_s": round(beat.cpu_s, 3)}
-    for name, rows in (("buffered", beat.buffered), ("held", beat.held),
-                       ("pending", beat.pending)):
-        out[f"{name}_rows"] = rows
-        out[f"{name}_rows_max"] = max(rows, int(last.get(f"{name}_rows_max", 0)))
-    return out
