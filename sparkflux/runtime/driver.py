@@ -51,17 +51,12 @@ from sparkflux.control.events import (
     Standby,
     StartIngress,
     StopSite,
-    Tick,
 )
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import (
     InputState,
-    Resumed,
-    Stall,
-    Watchdog,
-    describe,
     pool_reason,
     window_reason,
 )
@@ -75,6 +70,7 @@ from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
 from sparkflux.protocol.messages import CuStart, Outgoing
 from sparkflux.runtime import handshake
+from sparkflux.runtime.driver_watch import Watch
 from sparkflux.runtime.faults import Faults
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.metrics import EgressMetrics
@@ -178,7 +174,6 @@ class Host:
         # (from, to): spans with a partition short of its copies (a failure until its
         # catch-ups end): the metrics' time back to fault tolerance
         self.unsafe: list[tuple[float, float]] = []
-        self._unsafe_since: float | None = None
         self.ingress_times: list[float] = []
         self._mono_start = 0.0
         # the driver process's CPU seconds when input started and when the output ended
@@ -191,7 +186,6 @@ class Host:
         self.input_state: InputState = "starting"
         self.blocked_by = ""
         self.unacked_max = 0  # the most admitted records unacknowledged at an admission
-        self.watchdog = Watchdog(cfg.stall_timeout)
         self.stalls: list[dict[str, Any]] = []
         self._source: SourceFeed | None = None
         # When the sites' job was submitted, and how long until every site registered: what
@@ -200,6 +194,7 @@ class Host:
         self.site_start_s: float | None = None
         self.executor_start_s: float | None = None  # a new cluster application's, if timed
         self._ending = False  # end_input: the sources end at their next batch boundary
+        self.watch = Watch(self)  # the core's clock, the watchdog, the spans short of copies
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
     @property
@@ -235,7 +230,7 @@ class Host:
             digest.update(nothing)
             self.rows_digests[k].update(nothing)
         self.ready.set()
-        ticker = asyncio.create_task(self._ticker())
+        ticker = asyncio.create_task(self.watch.ticker())
         flusher = asyncio.create_task(self._flusher())
         feeder = asyncio.create_task(self._feed())
         try:
@@ -514,38 +509,6 @@ class Host:
             await asyncio.sleep(0.005)
             self.outbox.flush()
 
-    async def _ticker(self) -> None:
-        while True:
-            await asyncio.sleep(0.05)
-            now = time.monotonic()
-            self._carry_out(self.core.handle(Tick(now=now)))
-            if self.input_state != "starting" and not self.over():
-                self._watch(now)
-
-    def _watch(self, now: float) -> None:
-        """Feed the watchdog; report a stall with what it waits for, or stop the run."""
-        admitted, out = self.ingress.next_isn, self.egress.progress.sn
-        seen = self.watchdog.observe(
-            now, (admitted, out, self.egress.delivered), self.input_state,
-            owed=not (self.input_state == "idle" and out >= admitted - 1))
-        if isinstance(seen, Stall):
-            self._stalled(seen, now)
-        elif isinstance(seen, Resumed):
-            log.warning("the run progresses again, after %.0f s", seen.seconds)
-            self.stats.phase = "running"
-
-    def _stalled(self, stall: Stall, now: float) -> None:
-        standing = self.core.standing(self.input_state, self._admission(), now)
-        message = describe(stall, standing, self.cfg.stall_timeout)
-        self.stalls.append({"at_s": round(now - self._mono_start, 3),
-                            "seconds": round(stall.seconds, 3), "stopped": stall.stop,
-                            "message": message})
-        if stall.stop:
-            self.abort(message)
-        else:
-            log.warning("%s", message)
-            self.stats.phase = f"stalled for {stall.seconds:.0f} s"
-
     def _source_wait(self, source: SourceFeed, since: float) -> None:
         """An idle source is no stall, unless it waits for work of its own (a Spark job):
         that is reported once the wait outlasts ``--stall-timeout``."""
@@ -633,20 +596,9 @@ class Host:
                     self.finished.set()
                 case _:
                     pass  # Standby, Adopt: the registration and AdoptProcess do their part
-        self._watch_safety()
+        self.watch.safety()
         assert self.heard is not None
         self.heard.set()
-
-    def _watch_safety(self) -> None:
-        """When the dataflow lost and regained ``--replicas`` complete copies of every
-        partition (``unsafe``: from the first failure to the last catch-up or re-placement
-        after it), for the metrics' time to fault tolerance."""
-        incomplete = bool(self.controller.incomplete) and not self.over()
-        if incomplete and self._unsafe_since is None:
-            self._unsafe_since = time.time()
-        elif not incomplete and self._unsafe_since is not None:
-            self.unsafe.append((self._unsafe_since, time.time()))
-            self._unsafe_since = None
 
     def _adopt(self, a: AdoptProcess) -> None:
         """``avail``: the standby process becomes site ``slot`` (the core tells the
