@@ -24,32 +24,17 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from sparkflux.control.boundary import (
-    AdoptProcess,
-    BoundaryAction,
-    CaughtUp,
-    Deliver,
     Input,
     InputEnd,
-    OutputEnded,
-    Rejects,
-    SendView,
-    Tell,
     boundary_for,
     event_of,
 )
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
-    Abort,
-    CatchUp,
     ConnectionClosed,
-    FailSites,
-    InstallView,
-    Move,
-    Recovered,
     Registered,
     SiteAddress,
     Standby,
-    StartIngress,
     StopSite,
 )
 from sparkflux.control.policy import PolicyConfig
@@ -64,12 +49,12 @@ from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
 from sparkflux.model.rows_digest import RowsDigest
-from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
-from sparkflux.protocol.messages import CuStart, Outgoing
+from sparkflux.protocol.messages import CuStart
 from sparkflux.runtime import handshake
+from sparkflux.runtime.driver_actions import Actions
 from sparkflux.runtime.driver_watch import Watch
 from sparkflux.runtime.faults import Faults
 from sparkflux.runtime.handshake import Claim, Gate
@@ -115,7 +100,7 @@ class Host:
         self.dead_letters = dead_letters
         self.replicas = cfg.replicas if cfg.ha == "flux" else 1
         # The sans-I/O core of the driver side: everything the host does is carry out its
-        # actions (``_carry_out``) and feed it events.
+        # actions (``Actions.carry_out``) and feed it events.
         self.core = boundary_for(plan, self.replicas, {
             "heartbeat_timeout": cfg.heartbeat_timeout, "recovery": cfg.recovery,
             "balance": cfg.balance, "standby_wait": standby_wait(cfg.standby_wait),
@@ -146,7 +131,6 @@ class Host:
         self.schema_of = schemas_of(plan)
         self.standbys: list[Connection] = []
         self.identity: dict[Connection, tuple[int, int, int]] = {}  # slot, attempt, pid
-        self._catch_up_started: dict[tuple[int, int], float] = {}
         self.catch_ups: list[dict[str, Any]] = []
         self.recovered: list[dict[str, Any]] = []
         self.adoptions: list[dict[str, Any]] = []
@@ -194,6 +178,7 @@ class Host:
         self.site_start_s: float | None = None
         self.executor_start_s: float | None = None  # a new cluster application's, if timed
         self._ending = False  # end_input: the sources end at their next batch boundary
+        self.actions = Actions(self)  # the core's actions carried out
         self.watch = Watch(self)  # the core's clock, the watchdog, the spans short of copies
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
@@ -416,7 +401,7 @@ class Host:
             self.standbys.append(conn)
         else:
             self.conns[addr.site] = conn
-        self._carry_out(actions)
+        self.actions.carry_out(actions)
         try:
             await self.pump(conn)
         except asyncio.CancelledError:
@@ -494,14 +479,14 @@ class Host:
                     log.info("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
                 event = event_of(slot, attempt, member, msg, time.monotonic())
                 if event is not None:
-                    self._carry_out(self.core.handle(event))
+                    self.actions.carry_out(self.core.handle(event))
         except ConnectionLost as e:
             slot, attempt, _ = self.identity[data]
             if self.conns.get(slot) is not data:
                 if data in self.standbys:
                     self.standbys.remove(data)
                 return
-            self._carry_out(self.core.handle(ConnectionClosed(
+            self.actions.carry_out(self.core.handle(ConnectionClosed(
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
 
     async def _flusher(self) -> None:
@@ -539,108 +524,6 @@ class Host:
             return f"{self.core.unacknowledged():,} records unacknowledged"
         return window_reason(self.core.unacknowledged(), self.cfg.window, *low)
 
-    def _carry_out(self, actions: list[BoundaryAction]) -> None:
-        """Carry out the core's actions, in order: the host's whole part of the protocol."""
-        for a in actions:
-            match a:
-                case Outgoing(site=site, message=message):
-                    self.outbox.send(site, message)
-                case Tell(site=site, message=message):
-                    self.tell(site, message)
-                case SendView(site=site, view=view):
-                    self.conns[site].send(view)
-                case Deliver():
-                    self._deliver(a)
-                case Rejects(rejected=rejected):
-                    self._reject(list(rejected))
-                case InstallView():
-                    self.stats.phase = "connecting sites"
-                    if self.site_start_s is None and self.launched_at is not None:
-                        self.site_start_s = time.time() - self.launched_at
-                        self._measure_standby_wait()
-                case StartIngress():
-                    assert self.start_ingress is not None
-                    self.start_ingress.set()
-                case FailSites(dead=dead):
-                    self._failed(set(dead))
-                case AdoptProcess():
-                    self._adopt(a)
-                case CatchUp(stage=stage, q=q):
-                    self._catch_up_started[(stage, q)] = time.time()
-                case CaughtUp():
-                    self._caught_up(a)
-                case Recovered(slot=slot):
-                    self.recovered.append({"site": slot, "time": time.time()})
-                    self.stats.phase = "running"
-                    if len(self.recovered) == 1:
-                        self.faults.after_recovery()
-                case Move():
-                    self.move_started[a.epoch] = time.time()
-                    self.stats.phase = (
-                        f"moving partition {a.q} from site {a.src} to {a.dst}"
-                        if a.reason == "balance" else
-                        f"moving partition {a.q} off a shared failure domain, site {a.src} "
-                        f"to {a.dst}" if a.reason == "domain" else
-                        f"recovering partition {a.q} onto site {a.dst}")
-                case StopSite(site=site, reason=reason):
-                    conn = self.conns.get(site)
-                    if conn is not None:
-                        self.stop_process(conn, cm.Stop(excluded=True, reason=reason))
-                case Abort(reason=reason):
-                    self.abort(reason)
-                case OutputEnded():
-                    self.metrics.end = time.time()
-                    self.cpu_end = time.process_time()
-                    self.stats.phase = "finished"
-                    assert self.finished is not None
-                    self.finished.set()
-                case _:
-                    pass  # Standby, Adopt: the registration and AdoptProcess do their part
-        self.watch.safety()
-        assert self.heard is not None
-        self.heard.set()
-
-    def _adopt(self, a: AdoptProcess) -> None:
-        """``avail``: the standby process becomes site ``slot`` (the core tells the
-        members, who dial it)."""
-        conn = next((c for c in self.standbys if self.identity[c][2] == a.pid), None)
-        if conn is None:
-            return  # it died meanwhile: the members cannot reach it and report it
-        self.standbys.remove(conn)
-        now = time.time()
-        failed_at = max((f["time"] for f in self.failures if f["site"] == a.slot), default=now)
-        self.adoptions.append({"slot": a.slot, "registered_as": a.registered,
-                               "attempt": a.attempt, "pid": a.pid, "time": now,
-                               "after_s": round(now - failed_at, 3)})
-        self._measure_standby_wait()
-        self.identity[conn] = (a.slot, a.attempt, a.pid)
-        self.conns[a.slot] = conn
-        self.stats.phase = f"recovering site {a.slot}"
-        conn.send(a.message)
-        self.faults.adopted(a.slot)
-
-    def _measure_standby_wait(self) -> None:
-        """The standby wait, from this run's measured starts and adoptions
-        (``control/standby_wait.py``)."""
-        self.controller.standby_wait = standby_wait(
-            self.cfg.standby_wait, self.site_start_s, [a["after_s"] for a in self.adoptions],
-            self.executor_start_s)
-
-    def _failed(self, dead: set[int]) -> None:
-        """The view lost these sites: forget their connections and what waits for them."""
-        new = [s for s in dead if s in self.conns]
-        now = time.time()
-        reasons = {site: reason for _, site, reason in self.controller.failures}
-        for s in new:
-            self.outbox.drop(s)
-            self.failures.append({"site": s, "time": now, "reason": reasons.get(s, "")})
-            conn = self.conns.pop(s)
-            # A live process that was excluded (cut off, hung, suspected) finds its driver
-            # connections closed and ends its task with an error: Spark then starts the slot
-            # a fresh process, which registers as a standby and adopts it, as after a crash.
-            conn.close()
-            self.control_of.get(conn, conn).close()
-
     def abort(self, reason: str) -> None:
         """End the run, failed with ``reason`` (unless it failed already, or its output
         ended: a late abort changes nothing)."""
@@ -649,25 +532,6 @@ class Host:
             self.stats.phase = "failed"
         assert self.finished is not None
         self.finished.set()
-
-    # -- data plane --------------------------------------------------------------------------
-    def _deliver(self, d: Deliver) -> None:
-        now = time.time()
-        if d.batch.num_rows:
-            for k, rows in self.plan.by_sink(d.batch):
-                try:
-                    self.sinks[k].write(rows)
-                except Exception:  # noqa: BLE001 - a sink that fails stops the run, never hangs it
-                    self.abort(f"sink {self.plan.sinks[k].name!r} "
-                               f"({type(self.sinks[k]).__name__}) failed:\n"
-                               f"{traceback.format_exc()}")
-                    return
-                self.digests[k].update(rows)
-                self.rows_digests[k].update(rows)
-                self.sink_rows[k] += rows.num_rows
-            self.metrics.delivered(d.batch, now)
-            self.stats.results_out = self.egress.delivered
-        self.completed.append((now, d.progress.sn))
 
     async def _feed(self) -> None:
         assert self.start_ingress is not None
@@ -717,13 +581,13 @@ class Host:
                     before = self.ingress.next_isn
                     event = (InputEnd(stream=stream, now=time.time()) if item is None
                              else Input(batch=item, now=time.time(), stream=stream))
-                    self._carry_out(self.core.handle(event))
+                    self.actions.carry_out(self.core.handle(event))
                     self.ingress_times.append(time.time())
                     self.ingress_counts.append(self.ingress.next_isn - before)
                     self.stats.events_in = self.ingress.next_isn
                     self.faults.admitted(self.stats.events_in)
                 await self._wait_window()
-            self._carry_out(self.core.handle(InputEnd()))
+            self.actions.carry_out(self.core.handle(InputEnd()))
             self.input_state = "ended"
         except ConnectionLost as e:
             self.abort(str(e))
@@ -752,21 +616,3 @@ class Host:
             self.outbox.flush()
         self.input_state = "admitting"
         await asyncio.sleep(0)
-
-    def _caught_up(self, c: CaughtUp) -> None:
-        now = time.time()
-        start = self._catch_up_started.pop((c.stage, c.q), now)
-        self.catch_ups.append({
-            "stage": c.stage, "partition": c.q, "replica": c.r, "site": c.site,
-            "state_bytes": c.nbytes, "move_s": c.move_s, "start": start, "end": now,
-        })
-
-    def _reject(self, rejected: list[Rejected]) -> None:
-        if rejected:
-            self.dead_letters.write(rejected)
-            self.stats.dead_letters += len(rejected)
-            for r in rejected:  # per kind of reason (what comes before its first colon)
-                kind = r.reason.split(":", 1)[0]
-                if kind not in self.dead_reasons:
-                    self.dead_reasons[kind] = [0, r.reason]
-                self.dead_reasons[kind][0] += 1
