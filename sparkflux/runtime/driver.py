@@ -17,15 +17,12 @@ import logging
 import secrets
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from sparkflux.control.boundary import (
-    Input,
-    InputEnd,
     boundary_for,
     event_of,
 )
@@ -42,8 +39,6 @@ from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import (
     InputState,
-    pool_reason,
-    window_reason,
 )
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -55,12 +50,13 @@ from sparkflux.protocol.ingress import Ingress
 from sparkflux.protocol.messages import CuStart
 from sparkflux.runtime import handshake
 from sparkflux.runtime.driver_actions import Actions
+from sparkflux.runtime.driver_feed import INGRESS_POOL_ROWS, Feed
 from sparkflux.runtime.driver_watch import Watch
 from sparkflux.runtime.faults import Faults
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
-from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed, total
+from sparkflux.runtime.pacing import total
 from sparkflux.runtime.run_config import LiveStats, RunConfig
 from sparkflux.runtime.security import make_security
 from sparkflux.runtime.sinks import DeadLetters, NullSink, Sink
@@ -71,7 +67,6 @@ from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start
 log = logging.getLogger(__name__)
 __all__ = ["INGRESS_POOL_ROWS", "Host", "site_load"]  # what other modules import from here
 T = TypeVar("T")
-INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
 
 
 class Host:
@@ -162,7 +157,6 @@ class Host:
         self._mono_start = 0.0
         # the driver process's CPU seconds when input started and when the output ended
         self.cpu_start = self.cpu_end = 0.0
-        self._source_reported = False  # a source's own wait reported (``_source_wait``)
         self.completed: list[tuple[float, int]] = []  # (time, egress progress): input done
         self.ingress_counts: list[int] = []
         # Flow control and the watchdog (docs/flow-control.md): what the ingress is doing,
@@ -171,13 +165,12 @@ class Host:
         self.blocked_by = ""
         self.unacked_max = 0  # the most admitted records unacknowledged at an admission
         self.stalls: list[dict[str, Any]] = []
-        self._source: SourceFeed | None = None
         # When the sites' job was submitted, and how long until every site registered: what
         # the standby wait is measured from.
         self.launched_at: float | None = None
         self.site_start_s: float | None = None
         self.executor_start_s: float | None = None  # a new cluster application's, if timed
-        self._ending = False  # end_input: the sources end at their next batch boundary
+        self.feed = Feed(self)  # the input, paced and admitted
         self.actions = Actions(self)  # the core's actions carried out
         self.watch = Watch(self)  # the core's clock, the watchdog, the spans short of copies
 
@@ -217,7 +210,7 @@ class Host:
         self.ready.set()
         ticker = asyncio.create_task(self.watch.ticker())
         flusher = asyncio.create_task(self._flusher())
-        feeder = asyncio.create_task(self._feed())
+        feeder = asyncio.create_task(self.feed.run())
         try:
             await self.finished.wait()
         finally:
@@ -248,12 +241,7 @@ class Host:
     def end_input(self) -> None:
         """From another thread (``FluxQuery.stop``): every source ends at its next batch
         boundary; what was admitted is processed to the end, as at the input's own end."""
-        self._call_soon(self._end_input)
-
-    def _end_input(self) -> None:
-        self._ending = True
-        if self._source is not None:
-            self._source.end()
+        self._call_soon(self.feed.end)
 
     def on_loop(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
         """``fn()`` run on the host's loop, from another thread (a consistent snapshot of
@@ -494,36 +482,6 @@ class Host:
             await asyncio.sleep(0.005)
             self.outbox.flush()
 
-    def _source_wait(self, source: SourceFeed, since: float) -> None:
-        """An idle source is no stall, unless it waits for work of its own (a Spark job):
-        that is reported once the wait outlasts ``--stall-timeout``."""
-        now = time.monotonic()
-        timeout = self.cfg.stall_timeout
-        if self._source_reported or timeout <= 0 or now - since < timeout:
-            return
-        waits = source.waiting_for()
-        if waits is None:
-            return
-        self._source_reported = True
-        message = f"the input has waited {now - since:.0f} s: {waits}"
-        self.stalls.append({"at_s": round(now - self._mono_start, 3),
-                            "seconds": round(now - since, 3), "stopped": False,
-                            "message": message})
-        log.warning("%s", message)
-        self.stats.phase = "waiting for the source"
-
-    def _admission(self) -> str:
-        """Why admission waits (for the watchdog's report), or ""."""
-        if self.input_state != "blocked":
-            return ""
-        if self.blocked_by == "pool":
-            return pool_reason(self.outbox.skew.pool_used(),
-                               self.outbox.skew.blocked_destinations())
-        low = self.core.slowest_first()
-        if low is None:
-            return f"{self.core.unacknowledged():,} records unacknowledged"
-        return window_reason(self.core.unacknowledged(), self.cfg.window, *low)
-
     def abort(self, reason: str) -> None:
         """End the run, failed with ``reason`` (unless it failed already, or its output
         ended: a late abort changes nothing)."""
@@ -532,87 +490,3 @@ class Host:
             self.stats.phase = "failed"
         assert self.finished is not None
         self.finished.set()
-
-    async def _feed(self) -> None:
-        assert self.start_ingress is not None
-        await self.start_ingress.wait()
-        self.input_state = "admitting"
-        self.stats.phase = "running"
-        start = time.time()
-        self.metrics.start = start
-        self.stats.started_at = start
-        self._mono_start = time.monotonic()
-        self.cpu_start = time.process_time()
-        self.faults.arm()
-        source = self._source = SourceFeed(self.plan)
-        if self._ending:
-            source.end()
-        if self.cfg.rate:
-            buffer = PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
-                                  flush_s=self.cfg.flush_ms / 1000)
-            pump = asyncio.create_task(buffer.produce())
-            take: Callable[[], Any] = buffer.take
-        else:
-            pump = None
-
-            def take() -> Any:
-                item = source.next()
-                return item if item is None or item is WAIT else [item]
-        idle = 0.002  # the wait while the sources have nothing: doubles up to 50 ms
-        idle_since: float | None = None
-        try:
-            self.announce(f"input started: {self.plan.sites} sites ready "
-                          f"{start - (self.launched_at or start):.1f} s after the launch")
-            while True:
-                items = take()
-                if items is WAIT:
-                    self.input_state = "idle"
-                    idle_since = idle_since or time.monotonic()
-                    self._source_wait(source, idle_since)
-                    await asyncio.sleep(idle)
-                    if not self.cfg.rate:  # a paced buffer is filled on its own clock
-                        idle = min(idle * 2, 0.05)
-                    continue
-                idle, idle_since, self._source_reported = 0.002, None, False
-                self.input_state = "admitting"
-                if items is None:
-                    break
-                for stream, item in items:
-                    before = self.ingress.next_isn
-                    event = (InputEnd(stream=stream, now=time.time()) if item is None
-                             else Input(batch=item, now=time.time(), stream=stream))
-                    self.actions.carry_out(self.core.handle(event))
-                    self.ingress_times.append(time.time())
-                    self.ingress_counts.append(self.ingress.next_isn - before)
-                    self.stats.events_in = self.ingress.next_isn
-                    self.faults.admitted(self.stats.events_in)
-                await self._wait_window()
-            self.actions.carry_out(self.core.handle(InputEnd()))
-            self.input_state = "ended"
-        except ConnectionLost as e:
-            self.abort(str(e))
-        except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
-            self.abort(f"the ingress failed:\n{traceback.format_exc()}")
-        finally:
-            if pump is not None:
-                pump.cancel()
-
-    async def _wait_window(self) -> None:
-        """Admission (docs/flow-control.md): the next batch waits while more than
-        ``--window`` admitted records are unacknowledged by a first-stage replica, and while
-        the ingress's skew buffer pool is full (a site's connection cannot take more). Both
-        wait only for sites to read their input, never for output: an operator may hold its
-        output progress back until more input comes (a window that must reach its end), so
-        admission that waited for the output could wait forever."""
-        assert self.heard is not None
-        self.unacked_max = max(self.unacked_max, self.core.unacknowledged())
-        while self.core.unacknowledged() > self.cfg.window:
-            self.input_state, self.blocked_by = "blocked", "window"
-            self.heard.clear()
-            await self.heard.wait()
-        while self.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
-            self.input_state, self.blocked_by = "blocked", "pool"
-            await asyncio.sleep(0.002)
-            self.outbox.flush()
-        self.input_state = "admitting"
-        await asyncio.sleep(0)

@@ -67,7 +67,7 @@ class Watch:
         """A stall: recorded, and reported with what the run waits for, or the run
         stopped when it has lasted too long."""
         host = self.host
-        standing = host.core.standing(host.input_state, host._admission(), now)
+        standing = host.core.standing(host.input_state, host.feed.admission(), now)
         message = describe(stall, standing, host.cfg.stall_timeout)
         host.stalls.append({"at_s": round(now - host._mono_start, 3),
                             "seconds": round(stall.seconds, 3), "stopped": stall.stop,
