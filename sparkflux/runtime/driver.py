@@ -29,10 +29,6 @@ from sparkflux.control.boundary import (
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
     ConnectionClosed,
-    Registered,
-    SiteAddress,
-    Standby,
-    StopSite,
 )
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.standby_wait import standby_wait
@@ -48,12 +44,12 @@ from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
 from sparkflux.protocol.messages import CuStart
-from sparkflux.runtime import handshake
 from sparkflux.runtime.driver_actions import Actions
+from sparkflux.runtime.driver_door import Door
 from sparkflux.runtime.driver_feed import INGRESS_POOL_ROWS, Feed
 from sparkflux.runtime.driver_watch import Watch
 from sparkflux.runtime.faults import Faults
-from sparkflux.runtime.handshake import Claim, Gate
+from sparkflux.runtime.handshake import Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
 from sparkflux.runtime.pacing import total
@@ -62,7 +58,7 @@ from sparkflux.runtime.security import make_security
 from sparkflux.runtime.sinks import DeadLetters, NullSink, Sink
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.site_load import site_load
-from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start_server
+from sparkflux.runtime.transport import Connection, ConnectionLost, start_server
 
 log = logging.getLogger(__name__)
 __all__ = ["INGRESS_POOL_ROWS", "Host", "site_load"]  # what other modules import from here
@@ -116,11 +112,8 @@ class Host:
         # processes (docs/design-choices.md: "Two connections between the driver and each site").
         self.control_of: dict[Connection, Connection] = {}
         self.data_of: dict[Connection, Connection] = {}
-        self._controls: dict[str, asyncio.Future[Connection]] = {}  # pairing token -> conn
-        self._claims: dict[Connection, Claim] = {}  # what each connection authenticated as
         self.registered_as: dict[Connection, int] = {}  # the slot a process registered for
         self._tasks: set[asyncio.Task] = set()
-        self._registered: dict[str, asyncio.Event] = {}
         # The ingress's DTSB: input for a site that cannot take it waits here, in one pool.
         self.outbox = Outbox(self.conns.get, INGRESS_POOL_ROWS)
         self.schema_of = schemas_of(plan)
@@ -170,6 +163,7 @@ class Host:
         self.launched_at: float | None = None
         self.site_start_s: float | None = None
         self.executor_start_s: float | None = None  # a new cluster application's, if timed
+        self.door = Door(self)  # the connections accepted, authenticated and paired
         self.feed = Feed(self)  # the input, paced and admitted
         self.actions = Actions(self)  # the core's actions carried out
         self.watch = Watch(self)  # the core's clock, the watchdog, the spans short of copies
@@ -200,7 +194,7 @@ class Host:
         self.start_ingress = asyncio.Event()
         self.heard = asyncio.Event()
         self.finished = asyncio.Event()
-        server = await start_server(self._accept, self.cfg.bind_host, self.security)
+        server = await start_server(self.door.accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
         for k, (out, digest) in enumerate(zip(self.sinks, self.digests, strict=True)):
             nothing = pa.RecordBatch.from_pylist([], schema=self.plan.sink_schema(k))
@@ -265,7 +259,7 @@ class Host:
 
     def tasks_failed(self, failed: int) -> None:
         """From another thread: Spark counts ``failed`` failed attempts of the site tasks."""
-        self._call_soon(self._tasks_failed, failed)
+        self._call_soon(self.door.tasks_failed, failed)
 
     def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
         if self._loop is not None and not self.done.is_set():
@@ -273,147 +267,6 @@ class Host:
                 self._loop.call_soon_threadsafe(fn, *args)
             except RuntimeError:
                 pass  # the loop has just closed: the run is over anyway
-
-    def _tasks_failed(self, failed: int) -> None:
-        if not self.controller.started:  # later, failed attempts are also the killed sites
-            verdict = self.start_watch.tasks_failed(failed)
-            if verdict is not None:
-                self.abort(verdict)
-
-    def _start_failed(self, conn: Connection, claim: Claim, msg: Any) -> None:
-        """A site task's report that it failed before it registered (its connection's only
-        frame); the connection closes once it is counted."""
-        if not isinstance(msg, cm.StartFailed) or (msg.site, msg.attempt) != (
-                claim.site, claim.attempt):
-            self._refuse(conn, "report does not match the handshake",
-                         f"report connection of site {claim.site} attempt {claim.attempt} "
-                         f"sent {type(msg).__name__}")
-            return
-        conn.close()
-        if not self.start_watch.reports:  # the first one in full: the rest repeat it, mostly
-            log.warning("site %d attempt %d failed before it registered:\n%s", msg.site,
-                        msg.attempt, msg.traceback)
-        verdict = self.start_watch.reported(msg)
-        if verdict is not None:
-            self.abort(verdict)
-
-    # -- control plane -----------------------------------------------------------------------
-    def _control_conn(self, token: str) -> asyncio.Future[Connection]:
-        if token not in self._controls:
-            self._controls[token] = asyncio.get_running_loop().create_future()
-            self._registered[token] = asyncio.Event()
-        return self._controls[token]
-
-    def _refuse(self, conn: Connection, reason: str, detail: str) -> None:
-        log.warning("refused a connection (%s): %s", conn.peer, detail)
-        self.gate.refuse(reason, conn.writer)
-        conn.close()
-
-    async def _first(self, conn: Connection) -> Any:
-        """The first frame of an authenticated connection, within the handshake's deadline
-        (None: it sent nothing valid in time; the connection is closed and counted)."""
-        try:
-            return await asyncio.wait_for(conn.recv_message(self.schema_of),
-                                          self.security.handshake_timeout)
-        except (TimeoutError, ConnectionLost) as e:
-            self._refuse(conn, "no valid first frame", str(e) or "timed out")
-            return None
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted = await serve(reader, writer, self.gate, self.security)
-        if accepted is None:
-            return
-        conn, claim = accepted
-        if claim.channel not in (handshake.DATA, handshake.CONTROL, handshake.REPORT):
-            self._refuse(conn, "wrong channel", "the driver takes data, control and report "
-                         "connections only")
-            return
-        msg = await self._first(conn)
-        if msg is None:
-            return
-        if claim.channel == handshake.REPORT:
-            self._start_failed(conn, claim, msg)
-            return
-        if claim.channel == handshake.CONTROL:
-            if not isinstance(msg, cm.OpenControl):
-                self._refuse(conn, "no valid first frame", f"control connection opened with "
-                             f"{type(msg).__name__}")
-                return
-            self._claims[conn] = claim
-            await self._accept_control(conn, msg.token)
-            return
-        if not isinstance(msg, cm.Register) or (msg.site, msg.attempt, msg.site) != (
-                claim.site, claim.attempt, claim.registered):
-            self._refuse(conn, "registration does not match the handshake",
-                         f"data connection of site {claim.site} attempt {claim.attempt} "
-                         f"opened with {msg!r}")
-            return
-        addr = SiteAddress(site=msg.site, attempt=msg.attempt, host=msg.host, port=msg.port,
-                           pid=msg.pid, executor=msg.executor, machine=msg.machine)
-        conn.peer = f"site {addr.site}"
-        # The site opened its control connection before it registered; the two accepts may
-        # still run in either order here.
-        token = msg.token
-        try:
-            ctl = await asyncio.wait_for(asyncio.shield(self._control_conn(token)), 30.0)
-        except TimeoutError:
-            log.warning("site %d registered without a control connection", addr.site)
-            conn.close()
-            return
-        except asyncio.CancelledError:
-            conn.close()  # the run is over
-            return
-        if self._claims.get(ctl) != Claim(handshake.CONTROL, addr.site, addr.attempt,
-                                          addr.site):
-            self._refuse(conn, "registration does not match the handshake",
-                         f"site {addr.site} attempt {addr.attempt} paired with a control "
-                         f"connection of another process")
-            ctl.close()
-            self._registered[token].set()
-            return
-        ctl.peer = f"site {addr.site} (control)"
-        self.control_of[conn], self.data_of[ctl] = ctl, conn
-        actions = self.core.handle(Registered(address=addr, now=time.monotonic()))
-        if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
-               for a in actions):
-            self.stop_process(conn, cm.Stop(excluded=True, reason="not a member of the view"))
-            conn.close()
-            ctl.close()
-            self._registered[token].set()  # its reader stops: the data side never registered
-            return
-        self.identity[conn] = (addr.site, addr.attempt, addr.pid)
-        self.registered_as[conn] = addr.site
-        self._registered[token].set()
-        if any(isinstance(a, Standby) for a in actions):
-            conn.send(cm.Standby())
-            self.standbys.append(conn)
-        else:
-            self.conns[addr.site] = conn
-        self.actions.carry_out(actions)
-        try:
-            await self.pump(conn)
-        except asyncio.CancelledError:
-            conn.close()  # the run is over; the loop is shutting down
-
-    async def _accept_control(self, conn: Connection, token: str) -> None:
-        """A site's control connection: read once its data connection has registered."""
-        fut = self._control_conn(token)
-        if fut.done():
-            conn.close()  # a second control connection for one token: not ours
-            return
-        fut.set_result(conn)
-        try:
-            try:  # the site registers right after it opened this; it may die in between
-                await asyncio.wait_for(self._registered[token].wait(), 30.0)
-            except TimeoutError:
-                conn.close()
-                return
-            if self.data_of.get(conn) not in self.identity:
-                conn.close()  # excluded at registration
-                return
-            await self.pump(conn)
-        except asyncio.CancelledError:
-            conn.close()  # the run is over (possibly before this site registered)
 
     def over(self) -> bool:
         """The run has ended (or has not started its loop)."""
