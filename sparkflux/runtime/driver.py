@@ -1,12 +1,13 @@
-"""The driver-side host: controller, ingress and egress around one asyncio loop.
+"""The driver-side host: the driver core (``control/boundary.py``'s ``Boundary``: controller,
+ingress and egress) around one asyncio loop, carrying out its actions and feeding it events.
 
-``Host`` runs in a background thread (``spark/job.py`` starts it and the sites' Spark job): it
-serves the connections every site opens, carries out the controller's actions, feeds the
-sources through the ingress, delivers the egress output to the sink, and injects the faults
-the options ask for (``--kill``, ``--hang``, ``--slow``). Any site failure under
-``--ha none`` aborts the run with a ``RunFailed`` that says what happened. Every connection is
-authenticated with the run's secret before a frame of it is read (``handshake.py``); the host
-counts what it refuses (``refused_connections`` in the metrics, with the sites' own counts).
+``Host`` runs in a background thread (``spark/job.py`` starts it and the sites' Spark job). It
+holds the run's state and records (what ``reports.py`` makes the metrics of), the site
+processes' connections and the loop's life; its parts do the rest, each a module of its own:
+the door that accepts and authenticates connections (``driver_door.py``), the input
+(``driver_feed.py``), the core's actions carried out (``driver_actions.py``), the clock and
+the watchdog (``driver_watch.py``), and the faults the options inject (``faults.py``). Any
+site failure under ``--ha none`` aborts the run with a ``RunFailed`` that says what happened.
 """
 
 from __future__ import annotations
@@ -22,20 +23,13 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from sparkflux.control.boundary import (
-    boundary_for,
-    event_of,
-)
+from sparkflux.control.boundary import boundary_for, event_of
 from sparkflux.control.controller import Controller
-from sparkflux.control.events import (
-    ConnectionClosed,
-)
+from sparkflux.control.events import ConnectionClosed
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.start_failures import StartWatch
-from sparkflux.control.watchdog import (
-    InputState,
-)
+from sparkflux.control.watchdog import InputState
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
@@ -66,7 +60,9 @@ T = TypeVar("T")
 
 
 class Host:
-    """Controller + ingress + egress for one run, driven by one asyncio loop."""
+    """The driver side of one run: its core, its state and records, the site processes'
+    connections, and the parts that carry out the core's actions (``door``, ``feed``,
+    ``actions``, ``watch``, ``faults``), all on one asyncio loop."""
 
     def __init__(self, plan: PhysicalPlan, cfg: RunConfig, sink: Sink,
                  dead_letters: DeadLetters,
@@ -171,25 +167,32 @@ class Host:
     # -- the core's parts, for reports and fault injection (read only) ------------------------
     @property
     def controller(self) -> Controller:
+        """The core's controller (membership, views, recovery, load balancing)."""
         return self.core.controller
 
     @property
     def ingress(self) -> Ingress:
+        """The core's ingress (the input's numbering and first-stage buffers)."""
         return self.core.ingress
 
     @property
     def egress(self) -> Egress:
+        """The core's egress (the output, once and in order)."""
         return self.core.egress
 
     @property
     def dead(self) -> set[int]:
+        """The slots the core counts as failed."""
         return self.core.dead
 
-    # -- thread entry ------------------------------------------------------------------------
+    # -- thread entry, and calls from other threads ------------------------------------------
     def serve_forever(self) -> None:
+        """The host's thread: the loop runs until the run ends."""
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        """Listen, open the sinks, run the parts' tasks until the run ends, then stop every
+        site process and close the server, the sources and the sinks."""
         self._loop = asyncio.get_running_loop()
         self.start_ingress = asyncio.Event()
         self.heard = asyncio.Event()
@@ -262,12 +265,14 @@ class Host:
         self._call_soon(self.door.tasks_failed, failed)
 
     def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` on the loop, from another thread (nothing once the run is over)."""
         if self._loop is not None and not self.done.is_set():
             try:
                 self._loop.call_soon_threadsafe(fn, *args)
             except RuntimeError:
                 pass  # the loop has just closed: the run is over anyway
 
+    # -- on the loop: the run's end, and the site processes' connections -------------------
     def over(self) -> bool:
         """The run has ended (or has not started its loop)."""
         return self.finished is None or self.finished.is_set()
@@ -331,6 +336,8 @@ class Host:
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
 
     async def _flusher(self) -> None:
+        """The ingress's DTSB flushed every 5 ms: what a connection could not take, sent
+        once it can."""
         while True:
             await asyncio.sleep(0.005)
             self.outbox.flush()
