@@ -108,8 +108,6 @@ class Host:
         # processes (docs/design-choices.md: "Two connections between the driver and each site").
         self.control_of: dict[Connection, Connection] = {}
         self.data_of: dict[Connection, Connection] = {}
-        self.registered_as: dict[Connection, int] = {}  # the slot a process registered for
-        self._tasks: set[asyncio.Task] = set()
         # The ingress's DTSB: input for a site that cannot take it waits here, in one pool.
         self.outbox = Outbox(self.conns.get, INGRESS_POOL_ROWS)
         self.schema_of = schemas_of(plan)

@@ -114,7 +114,6 @@ class Door:
             self._registered[token].set()  # its reader stops: the data side never registered
             return
         host.identity[conn] = (addr.site, addr.attempt, addr.pid)
-        host.registered_as[conn] = addr.site
         self._registered[token].set()
         if any(isinstance(a, Standby) for a in actions):
             conn.send(cm.Standby())
