@@ -1,12 +1,13 @@
-"""The driver-side host: controller, ingress and egress around one asyncio loop.
+"""The driver-side host: the driver core (``control/boundary.py``'s ``Boundary``: controller,
+ingress and egress) around one asyncio loop, carrying out its actions and feeding it events.
 
-``Host`` runs in a background thread (``spark/job.py`` starts it and the sites' Spark job): it
-serves the connections every site opens, carries out the controller's actions, feeds the
-sources through the ingress, delivers the egress output to the sink, and injects the faults
-the options ask for (``--kill``, ``--hang``, ``--slow``). Any site failure under
-``--ha none`` aborts the run with a ``RunFailed`` that says what happened. Every connection is
-authenticated with the run's secret before a frame of it is read (``handshake.py``); the host
-counts what it refuses (``refused_connections`` in the metrics, with the sites' own counts).
+``Host`` runs in a background thread (``spark/job.py`` starts it and the sites' Spark job). It
+holds the run's state and records (what ``reports.py`` makes the metrics of), the site
+processes' connections and the loop's life; its parts do the rest, each a module of its own:
+the door that accepts and authenticates connections (``driver_door.py``), the input
+(``driver_feed.py``), the core's actions carried out (``driver_actions.py``), the clock and
+the watchdog (``driver_watch.py``), and the faults the options inject (``faults.py``). Any
+site failure under ``--ha none`` aborts the run with a ``RunFailed`` that says what happened.
 """
 
 from __future__ import annotations
@@ -17,82 +18,51 @@ import logging
 import secrets
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from sparkflux.control.boundary import (
-    AdoptProcess,
-    BoundaryAction,
-    CaughtUp,
-    Deliver,
-    Input,
-    InputEnd,
-    OutputEnded,
-    Rejects,
-    SendView,
-    Tell,
-    boundary_for,
-    event_of,
-)
+from sparkflux.control.boundary import boundary_for, event_of
 from sparkflux.control.controller import Controller
-from sparkflux.control.events import (
-    Abort,
-    CatchUp,
-    ConnectionClosed,
-    FailSites,
-    InstallView,
-    Move,
-    Recovered,
-    Registered,
-    SiteAddress,
-    Standby,
-    StartIngress,
-    StopSite,
-    Tick,
-)
+from sparkflux.control.events import ConnectionClosed
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.start_failures import StartWatch
-from sparkflux.control.watchdog import (
-    InputState,
-    Resumed,
-    Stall,
-    Watchdog,
-    describe,
-    pool_reason,
-    window_reason,
-)
+from sparkflux.control.watchdog import InputState
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.digest import Digest
 from sparkflux.model.rows_digest import RowsDigest
-from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
-from sparkflux.protocol.messages import CuStart, Outgoing
-from sparkflux.runtime import handshake
+from sparkflux.protocol.messages import CuStart
+from sparkflux.runtime.driver_actions import Actions
+from sparkflux.runtime.driver_door import Door
+from sparkflux.runtime.driver_feed import INGRESS_POOL_ROWS, Feed
+from sparkflux.runtime.driver_watch import Watch
 from sparkflux.runtime.faults import Faults
-from sparkflux.runtime.handshake import Claim, Gate
+from sparkflux.runtime.handshake import Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
-from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed, total
+from sparkflux.runtime.pacing import total
 from sparkflux.runtime.run_config import LiveStats, RunConfig
 from sparkflux.runtime.security import make_security
 from sparkflux.runtime.sinks import DeadLetters, NullSink, Sink
 from sparkflux.runtime.site import schemas_of
-from sparkflux.runtime.transport import Connection, ConnectionLost, serve, start_server
+from sparkflux.runtime.site_load import site_load
+from sparkflux.runtime.transport import Connection, ConnectionLost, start_server
 
 log = logging.getLogger(__name__)
+__all__ = ["INGRESS_POOL_ROWS", "Host", "site_load"]  # what other modules import from here
 T = TypeVar("T")
-INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
 
 
 class Host:
-    """Controller + ingress + egress for one run, driven by one asyncio loop."""
+    """The driver side of one run: its core, its state and records, the site processes'
+    connections, and the parts that carry out the core's actions (``door``, ``feed``,
+    ``actions``, ``watch``, ``faults``), all on one asyncio loop."""
 
     def __init__(self, plan: PhysicalPlan, cfg: RunConfig, sink: Sink,
                  dead_letters: DeadLetters,
@@ -117,7 +87,7 @@ class Host:
         self.dead_letters = dead_letters
         self.replicas = cfg.replicas if cfg.ha == "flux" else 1
         # The sans-I/O core of the driver side: everything the host does is carry out its
-        # actions (``_carry_out``) and feed it events.
+        # actions (``Actions.carry_out``) and feed it events.
         self.core = boundary_for(plan, self.replicas, {
             "heartbeat_timeout": cfg.heartbeat_timeout, "recovery": cfg.recovery,
             "balance": cfg.balance, "standby_wait": standby_wait(cfg.standby_wait),
@@ -138,17 +108,11 @@ class Host:
         # processes (docs/design-choices.md: "Two connections between the driver and each site").
         self.control_of: dict[Connection, Connection] = {}
         self.data_of: dict[Connection, Connection] = {}
-        self._controls: dict[str, asyncio.Future[Connection]] = {}  # pairing token -> conn
-        self._claims: dict[Connection, Claim] = {}  # what each connection authenticated as
-        self.registered_as: dict[Connection, int] = {}  # the slot a process registered for
-        self._tasks: set[asyncio.Task] = set()
-        self._registered: dict[str, asyncio.Event] = {}
         # The ingress's DTSB: input for a site that cannot take it waits here, in one pool.
         self.outbox = Outbox(self.conns.get, INGRESS_POOL_ROWS)
         self.schema_of = schemas_of(plan)
         self.standbys: list[Connection] = []
         self.identity: dict[Connection, tuple[int, int, int]] = {}  # slot, attempt, pid
-        self._catch_up_started: dict[tuple[int, int], float] = {}
         self.catch_ups: list[dict[str, Any]] = []
         self.recovered: list[dict[str, Any]] = []
         self.adoptions: list[dict[str, Any]] = []
@@ -161,11 +125,12 @@ class Host:
         self.done = threading.Event()
         self.ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._start_ingress: asyncio.Event | None = None
+        # The loop's events (made on it, in ``_main``): the core started the ingress; ...
+        self.start_ingress: asyncio.Event | None = None
         # Set whenever the core has handled an event: an acknowledgement, a failure's
         # ``ack_all`` or a rejoin may have made room in the admission window.
-        self._heard: asyncio.Event | None = None
-        self._finished: asyncio.Event | None = None
+        self.heard: asyncio.Event | None = None
+        self.finished: asyncio.Event | None = None  # ... and the run has ended
         self.faults = Faults(self)  # --kill, --hang, --slow
         # Site tasks that fail before they register: when their failures repeat, the run stops
         # with the error (``control/start_failures.py``).
@@ -175,12 +140,10 @@ class Host:
         # (from, to): spans with a partition short of its copies (a failure until its
         # catch-ups end): the metrics' time back to fault tolerance
         self.unsafe: list[tuple[float, float]] = []
-        self._unsafe_since: float | None = None
         self.ingress_times: list[float] = []
         self._mono_start = 0.0
         # the driver process's CPU seconds when input started and when the output ended
         self.cpu_start = self.cpu_end = 0.0
-        self._source_reported = False  # a source's own wait reported (``_source_wait``)
         self.completed: list[tuple[float, int]] = []  # (time, egress progress): input done
         self.ingress_counts: list[int] = []
         # Flow control and the watchdog (docs/flow-control.md): what the ingress is doing,
@@ -188,43 +151,51 @@ class Host:
         self.input_state: InputState = "starting"
         self.blocked_by = ""
         self.unacked_max = 0  # the most admitted records unacknowledged at an admission
-        self.watchdog = Watchdog(cfg.stall_timeout)
         self.stalls: list[dict[str, Any]] = []
-        self._source: SourceFeed | None = None
         # When the sites' job was submitted, and how long until every site registered: what
         # the standby wait is measured from.
         self.launched_at: float | None = None
         self.site_start_s: float | None = None
         self.executor_start_s: float | None = None  # a new cluster application's, if timed
-        self._ending = False  # end_input: the sources end at their next batch boundary
+        self.door = Door(self)  # the connections accepted, authenticated and paired
+        self.feed = Feed(self)  # the input, paced and admitted
+        self.actions = Actions(self)  # the core's actions carried out
+        self.watch = Watch(self)  # the core's clock, the watchdog, the spans short of copies
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
     @property
     def controller(self) -> Controller:
+        """The core's controller (membership, views, recovery, load balancing)."""
         return self.core.controller
 
     @property
     def ingress(self) -> Ingress:
+        """The core's ingress (the input's numbering and first-stage buffers)."""
         return self.core.ingress
 
     @property
     def egress(self) -> Egress:
+        """The core's egress (the output, once and in order)."""
         return self.core.egress
 
     @property
     def dead(self) -> set[int]:
+        """The slots the core counts as failed."""
         return self.core.dead
 
-    # -- thread entry ------------------------------------------------------------------------
+    # -- thread entry, and calls from other threads ------------------------------------------
     def serve_forever(self) -> None:
+        """The host's thread: the loop runs until the run ends."""
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        """Listen, open the sinks, run the parts' tasks until the run ends, then stop every
+        site process and close the server, the sources and the sinks."""
         self._loop = asyncio.get_running_loop()
-        self._start_ingress = asyncio.Event()
-        self._heard = asyncio.Event()
-        self._finished = asyncio.Event()
-        server = await start_server(self._accept, self.cfg.bind_host, self.security)
+        self.start_ingress = asyncio.Event()
+        self.heard = asyncio.Event()
+        self.finished = asyncio.Event()
+        server = await start_server(self.door.accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
         for k, (out, digest) in enumerate(zip(self.sinks, self.digests, strict=True)):
             nothing = pa.RecordBatch.from_pylist([], schema=self.plan.sink_schema(k))
@@ -232,17 +203,17 @@ class Host:
             digest.update(nothing)
             self.rows_digests[k].update(nothing)
         self.ready.set()
-        ticker = asyncio.create_task(self._ticker())
+        ticker = asyncio.create_task(self.watch.ticker())
         flusher = asyncio.create_task(self._flusher())
-        feeder = asyncio.create_task(self._feed())
+        feeder = asyncio.create_task(self.feed.run())
         try:
-            await self._finished.wait()
+            await self.finished.wait()
         finally:
             feeder.cancel()
             ticker.cancel()
             flusher.cancel()
             for conn in [*self.conns.values(), *self.standbys]:
-                for c in self._stop_process(conn, cm.Stop(reason="run finished")):
+                for c in self.stop_process(conn, cm.Stop(reason="run finished")):
                     try:
                         await asyncio.wait_for(c.drain(), 5.0)
                     except (TimeoutError, ConnectionLost):
@@ -260,17 +231,12 @@ class Host:
 
     def stop(self, reason: str) -> None:
         """Abort from another thread (e.g. the Spark job died)."""
-        self._call_soon(self._abort, reason)
+        self._call_soon(self.abort, reason)
 
     def end_input(self) -> None:
         """From another thread (``FluxQuery.stop``): every source ends at its next batch
         boundary; what was admitted is processed to the end, as at the input's own end."""
-        self._call_soon(self._end_input)
-
-    def _end_input(self) -> None:
-        self._ending = True
-        if self._source is not None:
-            self._source.end()
+        self._call_soon(self.feed.end)
 
     def on_loop(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
         """``fn()`` run on the host's loop, from another thread (a consistent snapshot of
@@ -294,159 +260,20 @@ class Host:
 
     def tasks_failed(self, failed: int) -> None:
         """From another thread: Spark counts ``failed`` failed attempts of the site tasks."""
-        self._call_soon(self._tasks_failed, failed)
+        self._call_soon(self.door.tasks_failed, failed)
 
     def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)`` on the loop, from another thread (nothing once the run is over)."""
         if self._loop is not None and not self.done.is_set():
             try:
                 self._loop.call_soon_threadsafe(fn, *args)
             except RuntimeError:
                 pass  # the loop has just closed: the run is over anyway
 
-    def _tasks_failed(self, failed: int) -> None:
-        if not self.controller.started:  # later, failed attempts are also the killed sites
-            verdict = self.start_watch.tasks_failed(failed)
-            if verdict is not None:
-                self._abort(verdict)
-
-    def _start_failed(self, conn: Connection, claim: Claim, msg: Any) -> None:
-        """A site task's report that it failed before it registered (its connection's only
-        frame); the connection closes once it is counted."""
-        if not isinstance(msg, cm.StartFailed) or (msg.site, msg.attempt) != (
-                claim.site, claim.attempt):
-            self._refuse(conn, "report does not match the handshake",
-                         f"report connection of site {claim.site} attempt {claim.attempt} "
-                         f"sent {type(msg).__name__}")
-            return
-        conn.close()
-        if not self.start_watch.reports:  # the first one in full: the rest repeat it, mostly
-            log.warning("site %d attempt %d failed before it registered:\n%s", msg.site,
-                        msg.attempt, msg.traceback)
-        verdict = self.start_watch.reported(msg)
-        if verdict is not None:
-            self._abort(verdict)
-
-    # -- control plane -----------------------------------------------------------------------
-    def _control_conn(self, token: str) -> asyncio.Future[Connection]:
-        if token not in self._controls:
-            self._controls[token] = asyncio.get_running_loop().create_future()
-            self._registered[token] = asyncio.Event()
-        return self._controls[token]
-
-    def _refuse(self, conn: Connection, reason: str, detail: str) -> None:
-        log.warning("refused a connection (%s): %s", conn.peer, detail)
-        self.gate.refuse(reason, conn.writer)
-        conn.close()
-
-    async def _first(self, conn: Connection) -> Any:
-        """The first frame of an authenticated connection, within the handshake's deadline
-        (None: it sent nothing valid in time; the connection is closed and counted)."""
-        try:
-            return await asyncio.wait_for(conn.recv_message(self.schema_of),
-                                          self.security.handshake_timeout)
-        except (TimeoutError, ConnectionLost) as e:
-            self._refuse(conn, "no valid first frame", str(e) or "timed out")
-            return None
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted = await serve(reader, writer, self.gate, self.security)
-        if accepted is None:
-            return
-        conn, claim = accepted
-        if claim.channel not in (handshake.DATA, handshake.CONTROL, handshake.REPORT):
-            self._refuse(conn, "wrong channel", "the driver takes data, control and report "
-                         "connections only")
-            return
-        msg = await self._first(conn)
-        if msg is None:
-            return
-        if claim.channel == handshake.REPORT:
-            self._start_failed(conn, claim, msg)
-            return
-        if claim.channel == handshake.CONTROL:
-            if not isinstance(msg, cm.OpenControl):
-                self._refuse(conn, "no valid first frame", f"control connection opened with "
-                             f"{type(msg).__name__}")
-                return
-            self._claims[conn] = claim
-            await self._accept_control(conn, msg.token)
-            return
-        if not isinstance(msg, cm.Register) or (msg.site, msg.attempt, msg.site) != (
-                claim.site, claim.attempt, claim.registered):
-            self._refuse(conn, "registration does not match the handshake",
-                         f"data connection of site {claim.site} attempt {claim.attempt} "
-                         f"opened with {msg!r}")
-            return
-        addr = SiteAddress(site=msg.site, attempt=msg.attempt, host=msg.host, port=msg.port,
-                           pid=msg.pid, executor=msg.executor, machine=msg.machine)
-        conn.peer = f"site {addr.site}"
-        # The site opened its control connection before it registered; the two accepts may
-        # still run in either order here.
-        token = msg.token
-        try:
-            ctl = await asyncio.wait_for(asyncio.shield(self._control_conn(token)), 30.0)
-        except TimeoutError:
-            log.warning("site %d registered without a control connection", addr.site)
-            conn.close()
-            return
-        except asyncio.CancelledError:
-            conn.close()  # the run is over
-            return
-        if self._claims.get(ctl) != Claim(handshake.CONTROL, addr.site, addr.attempt,
-                                          addr.site):
-            self._refuse(conn, "registration does not match the handshake",
-                         f"site {addr.site} attempt {addr.attempt} paired with a control "
-                         f"connection of another process")
-            ctl.close()
-            self._registered[token].set()
-            return
-        ctl.peer = f"site {addr.site} (control)"
-        self.control_of[conn], self.data_of[ctl] = ctl, conn
-        actions = self.core.handle(Registered(address=addr, now=time.monotonic()))
-        if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
-               for a in actions):
-            self._stop_process(conn, cm.Stop(excluded=True, reason="not a member of the view"))
-            conn.close()
-            ctl.close()
-            self._registered[token].set()  # its reader stops: the data side never registered
-            return
-        self.identity[conn] = (addr.site, addr.attempt, addr.pid)
-        self.registered_as[conn] = addr.site
-        self._registered[token].set()
-        if any(isinstance(a, Standby) for a in actions):
-            conn.send(cm.Standby())
-            self.standbys.append(conn)
-        else:
-            self.conns[addr.site] = conn
-        self._carry_out(actions)
-        try:
-            await self._pump(conn)
-        except asyncio.CancelledError:
-            conn.close()  # the run is over; the loop is shutting down
-
-    async def _accept_control(self, conn: Connection, token: str) -> None:
-        """A site's control connection: read once its data connection has registered."""
-        fut = self._control_conn(token)
-        if fut.done():
-            conn.close()  # a second control connection for one token: not ours
-            return
-        fut.set_result(conn)
-        try:
-            try:  # the site registers right after it opened this; it may die in between
-                await asyncio.wait_for(self._registered[token].wait(), 30.0)
-            except TimeoutError:
-                conn.close()
-                return
-            if self.data_of.get(conn) not in self.identity:
-                conn.close()  # excluded at registration
-                return
-            await self._pump(conn)
-        except asyncio.CancelledError:
-            conn.close()  # the run is over (possibly before this site registered)
-
+    # -- on the loop: the run's end, and the site processes' connections -------------------
     def over(self) -> bool:
         """The run has ended (or has not started its loop)."""
-        return self._finished is None or self._finished.is_set()
+        return self.finished is None or self.finished.is_set()
 
     def control_conn(self, slot: int) -> Connection | None:
         """The control connection of the process in ``slot``."""
@@ -464,7 +291,7 @@ class Host:
             except ConnectionLost:
                 pass
 
-    def _stop_process(self, data: Connection, message: cm.Stop) -> list[Connection]:
+    def stop_process(self, data: Connection, message: cm.Stop) -> list[Connection]:
         """``stop`` on both of a process's connections, so that whichever the site reads
         first, it reads ``stop`` before that connection's end (not "lost the driver")."""
         sent = []
@@ -476,7 +303,7 @@ class Host:
                 pass
         return sent
 
-    async def _pump(self, conn: Connection) -> None:
+    async def pump(self, conn: Connection) -> None:
         """Frames from one of a site process's two connections; its identity (slot,
         attempt) may change when a standby adopts a slot."""
         data = self.data_of.get(conn, conn)
@@ -496,334 +323,28 @@ class Host:
                     log.info("site %d cannot reach site %d: %s", slot, msg.peer, msg.reason)
                 event = event_of(slot, attempt, member, msg, time.monotonic())
                 if event is not None:
-                    self._carry_out(self.core.handle(event))
+                    self.actions.carry_out(self.core.handle(event))
         except ConnectionLost as e:
             slot, attempt, _ = self.identity[data]
             if self.conns.get(slot) is not data:
                 if data in self.standbys:
                     self.standbys.remove(data)
                 return
-            self._carry_out(self.core.handle(ConnectionClosed(
+            self.actions.carry_out(self.core.handle(ConnectionClosed(
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
 
     async def _flusher(self) -> None:
+        """The ingress's DTSB flushed every 5 ms: what a connection could not take, sent
+        once it can."""
         while True:
             await asyncio.sleep(0.005)
             self.outbox.flush()
 
-    async def _ticker(self) -> None:
-        while True:
-            await asyncio.sleep(0.05)
-            now = time.monotonic()
-            self._carry_out(self.core.handle(Tick(now=now)))
-            if self.input_state != "starting" and not self.over():
-                self._watch(now)
-
-    def _watch(self, now: float) -> None:
-        """Feed the watchdog; report a stall with what it waits for, or stop the run."""
-        admitted, out = self.ingress.next_isn, self.egress.progress.sn
-        seen = self.watchdog.observe(
-            now, (admitted, out, self.egress.delivered), self.input_state,
-            owed=not (self.input_state == "idle" and out >= admitted - 1))
-        if isinstance(seen, Stall):
-            self._stalled(seen, now)
-        elif isinstance(seen, Resumed):
-            log.warning("the run progresses again, after %.0f s", seen.seconds)
-            self.stats.phase = "running"
-
-    def _stalled(self, stall: Stall, now: float) -> None:
-        standing = self.core.standing(self.input_state, self._admission(), now)
-        message = describe(stall, standing, self.cfg.stall_timeout)
-        self.stalls.append({"at_s": round(now - self._mono_start, 3),
-                            "seconds": round(stall.seconds, 3), "stopped": stall.stop,
-                            "message": message})
-        if stall.stop:
-            self._abort(message)
-        else:
-            log.warning("%s", message)
-            self.stats.phase = f"stalled for {stall.seconds:.0f} s"
-
-    def _source_wait(self, source: SourceFeed, since: float) -> None:
-        """An idle source is no stall, unless it waits for work of its own (a Spark job):
-        that is reported once the wait outlasts ``--stall-timeout``."""
-        now = time.monotonic()
-        timeout = self.cfg.stall_timeout
-        if self._source_reported or timeout <= 0 or now - since < timeout:
-            return
-        waits = source.waiting_for()
-        if waits is None:
-            return
-        self._source_reported = True
-        message = f"the input has waited {now - since:.0f} s: {waits}"
-        self.stalls.append({"at_s": round(now - self._mono_start, 3),
-                            "seconds": round(now - since, 3), "stopped": False,
-                            "message": message})
-        log.warning("%s", message)
-        self.stats.phase = "waiting for the source"
-
-    def _admission(self) -> str:
-        """Why admission waits (for the watchdog's report), or ""."""
-        if self.input_state != "blocked":
-            return ""
-        if self.blocked_by == "pool":
-            return pool_reason(self.outbox.skew.pool_used(),
-                               self.outbox.skew.blocked_destinations())
-        low = self.core.slowest_first()
-        if low is None:
-            return f"{self.core.unacknowledged():,} records unacknowledged"
-        return window_reason(self.core.unacknowledged(), self.cfg.window, *low)
-
-    def _carry_out(self, actions: list[BoundaryAction]) -> None:
-        """Carry out the core's actions, in order: the host's whole part of the protocol."""
-        for a in actions:
-            match a:
-                case Outgoing(site=site, message=message):
-                    self.outbox.send(site, message)
-                case Tell(site=site, message=message):
-                    self.tell(site, message)
-                case SendView(site=site, view=view):
-                    self.conns[site].send(view)
-                case Deliver():
-                    self._deliver(a)
-                case Rejects(rejected=rejected):
-                    self._reject(list(rejected))
-                case InstallView():
-                    self.stats.phase = "connecting sites"
-                    if self.site_start_s is None and self.launched_at is not None:
-                        self.site_start_s = time.time() - self.launched_at
-                        self._measure_standby_wait()
-                case StartIngress():
-                    assert self._start_ingress is not None
-                    self._start_ingress.set()
-                case FailSites(dead=dead):
-                    self._failed(set(dead))
-                case AdoptProcess():
-                    self._adopt(a)
-                case CatchUp(stage=stage, q=q):
-                    self._catch_up_started[(stage, q)] = time.time()
-                case CaughtUp():
-                    self._caught_up(a)
-                case Recovered(slot=slot):
-                    self.recovered.append({"site": slot, "time": time.time()})
-                    self.stats.phase = "running"
-                    if len(self.recovered) == 1:
-                        self.faults.after_recovery()
-                case Move():
-                    self.move_started[a.epoch] = time.time()
-                    self.stats.phase = (
-                        f"moving partition {a.q} from site {a.src} to {a.dst}"
-                        if a.reason == "balance" else
-                        f"moving partition {a.q} off a shared failure domain, site {a.src} "
-                        f"to {a.dst}" if a.reason == "domain" else
-                        f"recovering partition {a.q} onto site {a.dst}")
-                case StopSite(site=site, reason=reason):
-                    conn = self.conns.get(site)
-                    if conn is not None:
-                        self._stop_process(conn, cm.Stop(excluded=True, reason=reason))
-                case Abort(reason=reason):
-                    self._abort(reason)
-                case OutputEnded():
-                    self.metrics.end = time.time()
-                    self.cpu_end = time.process_time()
-                    self.stats.phase = "finished"
-                    assert self._finished is not None
-                    self._finished.set()
-                case _:
-                    pass  # Standby, Adopt: the registration and AdoptProcess do their part
-        self._watch_safety()
-        assert self._heard is not None
-        self._heard.set()
-
-    def _watch_safety(self) -> None:
-        """When the dataflow lost and regained ``--replicas`` complete copies of every
-        partition (``unsafe``: from the first failure to the last catch-up or re-placement
-        after it), for the metrics' time to fault tolerance."""
-        incomplete = bool(self.controller.incomplete) and not self.over()
-        if incomplete and self._unsafe_since is None:
-            self._unsafe_since = time.time()
-        elif not incomplete and self._unsafe_since is not None:
-            self.unsafe.append((self._unsafe_since, time.time()))
-            self._unsafe_since = None
-
-    def _adopt(self, a: AdoptProcess) -> None:
-        """``avail``: the standby process becomes site ``slot`` (the core tells the
-        members, who dial it)."""
-        conn = next((c for c in self.standbys if self.identity[c][2] == a.pid), None)
-        if conn is None:
-            return  # it died meanwhile: the members cannot reach it and report it
-        self.standbys.remove(conn)
-        now = time.time()
-        failed_at = max((f["time"] for f in self.failures if f["site"] == a.slot), default=now)
-        self.adoptions.append({"slot": a.slot, "registered_as": a.registered,
-                               "attempt": a.attempt, "pid": a.pid, "time": now,
-                               "after_s": round(now - failed_at, 3)})
-        self._measure_standby_wait()
-        self.identity[conn] = (a.slot, a.attempt, a.pid)
-        self.conns[a.slot] = conn
-        self.stats.phase = f"recovering site {a.slot}"
-        conn.send(a.message)
-        self.faults.adopted(a.slot)
-
-    def _measure_standby_wait(self) -> None:
-        """The standby wait, from this run's measured starts and adoptions
-        (``control/standby_wait.py``)."""
-        self.controller.standby_wait = standby_wait(
-            self.cfg.standby_wait, self.site_start_s, [a["after_s"] for a in self.adoptions],
-            self.executor_start_s)
-
-    def _failed(self, dead: set[int]) -> None:
-        """The view lost these sites: forget their connections and what waits for them."""
-        new = [s for s in dead if s in self.conns]
-        now = time.time()
-        reasons = {site: reason for _, site, reason in self.controller.failures}
-        for s in new:
-            self.outbox.drop(s)
-            self.failures.append({"site": s, "time": now, "reason": reasons.get(s, "")})
-            conn = self.conns.pop(s)
-            # A live process that was excluded (cut off, hung, suspected) finds its driver
-            # connections closed and ends its task with an error: Spark then starts the slot
-            # a fresh process, which registers as a standby and adopts it, as after a crash.
-            conn.close()
-            self.control_of.get(conn, conn).close()
-
-    def _abort(self, reason: str) -> None:
+    def abort(self, reason: str) -> None:
+        """End the run, failed with ``reason`` (unless it failed already, or its output
+        ended: a late abort changes nothing)."""
         if self.failure is None and not self.egress.ended:
             self.failure = reason
             self.stats.phase = "failed"
-        assert self._finished is not None
-        self._finished.set()
-
-    # -- data plane --------------------------------------------------------------------------
-    def _deliver(self, d: Deliver) -> None:
-        now = time.time()
-        if d.batch.num_rows:
-            for k, rows in self.plan.by_sink(d.batch):
-                try:
-                    self.sinks[k].write(rows)
-                except Exception:  # noqa: BLE001 - a sink that fails stops the run, never hangs it
-                    self._abort(f"sink {self.plan.sinks[k].name!r} "
-                                f"({type(self.sinks[k]).__name__}) failed:\n"
-                                f"{traceback.format_exc()}")
-                    return
-                self.digests[k].update(rows)
-                self.rows_digests[k].update(rows)
-                self.sink_rows[k] += rows.num_rows
-            self.metrics.delivered(d.batch, now)
-            self.stats.results_out = self.egress.delivered
-        self.completed.append((now, d.progress.sn))
-
-    async def _feed(self) -> None:
-        assert self._start_ingress is not None
-        await self._start_ingress.wait()
-        self.input_state = "admitting"
-        self.stats.phase = "running"
-        start = time.time()
-        self.metrics.start = start
-        self.stats.started_at = start
-        self._mono_start = time.monotonic()
-        self.cpu_start = time.process_time()
-        self.faults.arm()
-        source = self._source = SourceFeed(self.plan)
-        if self._ending:
-            source.end()
-        if self.cfg.rate:
-            buffer = PacedBuffer(source, self.cfg.rate, self.cfg.ingress_buffer, self.stats,
-                                  flush_s=self.cfg.flush_ms / 1000)
-            pump = asyncio.create_task(buffer.produce())
-            take: Callable[[], Any] = buffer.take
-        else:
-            pump = None
-
-            def take() -> Any:
-                item = source.next()
-                return item if item is None or item is WAIT else [item]
-        idle = 0.002  # the wait while the sources have nothing: doubles up to 50 ms
-        idle_since: float | None = None
-        try:
-            self.announce(f"input started: {self.plan.sites} sites ready "
-                          f"{start - (self.launched_at or start):.1f} s after the launch")
-            while True:
-                items = take()
-                if items is WAIT:
-                    self.input_state = "idle"
-                    idle_since = idle_since or time.monotonic()
-                    self._source_wait(source, idle_since)
-                    await asyncio.sleep(idle)
-                    if not self.cfg.rate:  # a paced buffer is filled on its own clock
-                        idle = min(idle * 2, 0.05)
-                    continue
-                idle, idle_since, self._source_reported = 0.002, None, False
-                self.input_state = "admitting"
-                if items is None:
-                    break
-                for stream, item in items:
-                    before = self.ingress.next_isn
-                    event = (InputEnd(stream=stream, now=time.time()) if item is None
-                             else Input(batch=item, now=time.time(), stream=stream))
-                    self._carry_out(self.core.handle(event))
-                    self.ingress_times.append(time.time())
-                    self.ingress_counts.append(self.ingress.next_isn - before)
-                    self.stats.events_in = self.ingress.next_isn
-                    self.faults.admitted(self.stats.events_in)
-                await self._wait_window()
-            self._carry_out(self.core.handle(InputEnd()))
-            self.input_state = "ended"
-        except ConnectionLost as e:
-            self._abort(str(e))
-        except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
-            self._abort(f"the ingress failed:\n{traceback.format_exc()}")
-        finally:
-            if pump is not None:
-                pump.cancel()
-
-    async def _wait_window(self) -> None:
-        """Admission (docs/flow-control.md): the next batch waits while more than
-        ``--window`` admitted records are unacknowledged by a first-stage replica, and while
-        the ingress's skew buffer pool is full (a site's connection cannot take more). Both
-        wait only for sites to read their input, never for output: an operator may hold its
-        output progress back until more input comes (a window that must reach its end), so
-        admission that waited for the output could wait forever."""
-        assert self._heard is not None
-        self.unacked_max = max(self.unacked_max, self.core.unacknowledged())
-        while self.core.unacknowledged() > self.cfg.window:
-            self.input_state, self.blocked_by = "blocked", "window"
-            self._heard.clear()
-            await self._heard.wait()
-        while self.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
-            self.input_state, self.blocked_by = "blocked", "pool"
-            await asyncio.sleep(0.002)
-            self.outbox.flush()
-        self.input_state = "admitting"
-        await asyncio.sleep(0)
-
-    def _caught_up(self, c: CaughtUp) -> None:
-        now = time.time()
-        start = self._catch_up_started.pop((c.stage, c.q), now)
-        self.catch_ups.append({
-            "stage": c.stage, "partition": c.q, "replica": c.r, "site": c.site,
-            "state_bytes": c.nbytes, "move_s": c.move_s, "start": start, "end": now,
-        })
-
-    def _reject(self, rejected: list[Rejected]) -> None:
-        if rejected:
-            self.dead_letters.write(rejected)
-            self.stats.dead_letters += len(rejected)
-            for r in rejected:  # per kind of reason (what comes before its first colon)
-                kind = r.reason.split(":", 1)[0]
-                if kind not in self.dead_reasons:
-                    self.dead_reasons[kind] = [0, r.reason]
-                self.dead_reasons[kind][0] += 1
-
-
-def site_load(beat: cm.Heartbeat, last: dict[str, float]) -> dict[str, float]:
-    """A site's counters at its last heartbeat (``site_load`` in the metrics), with the rows
-    it holds and the most it has held so far: in FH-Prod buffers (``buffered``), in its skew
-    buffer for connections that cannot take them (``held``), received and waiting for the
-    merge (``pending``)."""
-    out: dict[str, float] = {"busy_s": round(beat.busy_s, 3), "passes": beat.passes,
-                             "cpu_s": round(beat.cpu_s, 3)}
-    for name, rows in (("buffered", beat.buffered), ("held", beat.held),
-                       ("pending", beat.pending)):
-        out[f"{name}_rows"] = rows
-        out[f"{name}_rows_max"] = max(rows, int(last.get(f"{name}_rows_max", 0)))
-    return out
+        assert self.finished is not None
+        self.finished.set()

@@ -1,0 +1,194 @@
+"""The driver host's hands: every action of the driver core (``control/boundary.py``) carried
+out on the host's connections, sinks and records, in the order the core gave them."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+from sparkflux.control.boundary import (
+    AdoptProcess,
+    BoundaryAction,
+    CaughtUp,
+    Deliver,
+    OutputEnded,
+    Rejects,
+    SendView,
+    Tell,
+)
+from sparkflux.control.events import (
+    Abort,
+    CatchUp,
+    FailSites,
+    InstallView,
+    Move,
+    Recovered,
+    StartIngress,
+    StopSite,
+)
+from sparkflux.control.standby_wait import standby_wait
+from sparkflux.model.validate import Rejected
+from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.messages import Outgoing
+
+if TYPE_CHECKING:
+    from sparkflux.runtime.driver import Host
+
+
+class Actions:
+    """Carries out the core's actions for ``host``: sends, the sink's output, the dead
+    letters, connections forgotten and adopted, and the records the metrics are made of."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._catch_up_started: dict[tuple[int, int], float] = {}  # (stage, q) -> wall time
+
+    def carry_out(self, actions: list[BoundaryAction]) -> None:
+        """Carry out the core's actions, in order: the host's whole part of the protocol."""
+        host = self.host
+        for a in actions:
+            match a:
+                case Outgoing(site=site, message=message):
+                    host.outbox.send(site, message)
+                case Tell(site=site, message=message):
+                    host.tell(site, message)
+                case SendView(site=site, view=view):
+                    host.conns[site].send(view)
+                case Deliver():
+                    self._deliver(a)
+                case Rejects(rejected=rejected):
+                    self._reject(list(rejected))
+                case InstallView():
+                    host.stats.phase = "connecting sites"
+                    if host.site_start_s is None and host.launched_at is not None:
+                        host.site_start_s = time.time() - host.launched_at
+                        self.measure_standby_wait()
+                case StartIngress():
+                    assert host.start_ingress is not None
+                    host.start_ingress.set()
+                case FailSites(dead=dead):
+                    self._failed(set(dead))
+                case AdoptProcess():
+                    self._adopt(a)
+                case CatchUp(stage=stage, q=q):
+                    self._catch_up_started[(stage, q)] = time.time()
+                case CaughtUp():
+                    self._caught_up(a)
+                case Recovered(slot=slot):
+                    host.recovered.append({"site": slot, "time": time.time()})
+                    host.stats.phase = "running"
+                    if len(host.recovered) == 1:
+                        host.faults.after_recovery()
+                case Move():
+                    host.move_started[a.epoch] = time.time()
+                    host.stats.phase = (
+                        f"moving partition {a.q} from site {a.src} to {a.dst}"
+                        if a.reason == "balance" else
+                        f"moving partition {a.q} off a shared failure domain, site {a.src} "
+                        f"to {a.dst}" if a.reason == "domain" else
+                        f"recovering partition {a.q} onto site {a.dst}")
+                case StopSite(site=site, reason=reason):
+                    conn = host.conns.get(site)
+                    if conn is not None:
+                        host.stop_process(conn, cm.Stop(excluded=True, reason=reason))
+                case Abort(reason=reason):
+                    host.abort(reason)
+                case OutputEnded():
+                    host.metrics.end = time.time()
+                    host.cpu_end = time.process_time()
+                    host.stats.phase = "finished"
+                    assert host.finished is not None
+                    host.finished.set()
+                case _:
+                    pass  # Standby, Adopt: the registration and AdoptProcess do their part
+        host.watch.safety()
+        assert host.heard is not None
+        host.heard.set()
+
+    def measure_standby_wait(self) -> None:
+        """The standby wait, from this run's measured starts and adoptions
+        (``control/standby_wait.py``)."""
+        host = self.host
+        host.controller.standby_wait = standby_wait(
+            host.cfg.standby_wait, host.site_start_s, [a["after_s"] for a in host.adoptions],
+            host.executor_start_s)
+
+    def _adopt(self, a: AdoptProcess) -> None:
+        """``avail``: the standby process becomes site ``slot`` (the core tells the
+        members, who dial it)."""
+        host = self.host
+        conn = next((c for c in host.standbys if host.identity[c][2] == a.pid), None)
+        if conn is None:
+            return  # it died meanwhile: the members cannot reach it and report it
+        host.standbys.remove(conn)
+        now = time.time()
+        failed_at = max((f["time"] for f in host.failures if f["site"] == a.slot), default=now)
+        host.adoptions.append({"slot": a.slot, "registered_as": a.registered,
+                               "attempt": a.attempt, "pid": a.pid, "time": now,
+                               "after_s": round(now - failed_at, 3)})
+        self.measure_standby_wait()
+        host.identity[conn] = (a.slot, a.attempt, a.pid)
+        host.conns[a.slot] = conn
+        host.stats.phase = f"recovering site {a.slot}"
+        conn.send(a.message)
+        host.faults.adopted(a.slot)
+
+    def _failed(self, dead: set[int]) -> None:
+        """The view lost these sites: forget their connections and what waits for them."""
+        host = self.host
+        new = [s for s in dead if s in host.conns]
+        now = time.time()
+        reasons = {site: reason for _, site, reason in host.controller.failures}
+        for s in new:
+            host.outbox.drop(s)
+            host.failures.append({"site": s, "time": now, "reason": reasons.get(s, "")})
+            conn = host.conns.pop(s)
+            # A live process that was excluded (cut off, hung, suspected) finds its driver
+            # connections closed and ends its task with an error: Spark then starts the slot
+            # a fresh process, which registers as a standby and adopts it, as after a crash.
+            conn.close()
+            host.control_of.get(conn, conn).close()
+
+    def _deliver(self, d: Deliver) -> None:
+        """The egress's output to each sink it belongs to, with its digests and counts (a
+        sink that fails stops the run)."""
+        host = self.host
+        now = time.time()
+        if d.batch.num_rows:
+            for k, rows in host.plan.by_sink(d.batch):
+                try:
+                    host.sinks[k].write(rows)
+                except Exception:  # noqa: BLE001 - a sink that fails stops the run, never hangs it
+                    host.abort(f"sink {host.plan.sinks[k].name!r} "
+                               f"({type(host.sinks[k]).__name__}) failed:\n"
+                               f"{traceback.format_exc()}")
+                    return
+                host.digests[k].update(rows)
+                host.rows_digests[k].update(rows)
+                host.sink_rows[k] += rows.num_rows
+            host.metrics.delivered(d.batch, now)
+            host.stats.results_out = host.egress.delivered
+        host.completed.append((now, d.progress.sn))
+
+    def _caught_up(self, c: CaughtUp) -> None:
+        """A replica's catch-up ended: recorded with its start, for the metrics."""
+        now = time.time()
+        start = self._catch_up_started.pop((c.stage, c.q), now)
+        self.host.catch_ups.append({
+            "stage": c.stage, "partition": c.q, "replica": c.r, "site": c.site,
+            "state_bytes": c.nbytes, "move_s": c.move_s, "start": start, "end": now,
+        })
+
+    def _reject(self, rejected: list[Rejected]) -> None:
+        """Input the ingress rejected to the dead letters, counted per kind of reason (what
+        comes before its first colon)."""
+        host = self.host
+        if rejected:
+            host.dead_letters.write(rejected)
+            host.stats.dead_letters += len(rejected)
+            for r in rejected:
+                kind = r.reason.split(":", 1)[0]
+                if kind not in host.dead_reasons:
+                    host.dead_reasons[kind] = [0, r.reason]
+                host.dead_reasons[kind][0] += 1

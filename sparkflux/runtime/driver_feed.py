@@ -1,0 +1,170 @@
+"""The driver host's input: the sources read (paced by ``--rate``, ``pacing.py``) and fed to
+the driver core a batch at a time, admission held back while the sites have not read enough
+(docs/flow-control.md), and a source's own long wait reported."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sparkflux.control.boundary import Input, InputEnd
+from sparkflux.control.watchdog import pool_reason, window_reason
+from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed
+from sparkflux.runtime.transport import ConnectionLost
+
+if TYPE_CHECKING:
+    from sparkflux.runtime.driver import Host
+
+# The host's logger: what the feed logs keeps the name it always had.
+log = logging.getLogger("sparkflux.runtime.driver")
+INGRESS_POOL_ROWS = 100_000  # the ingress DTSB's shared pool
+IDLE_S, IDLE_MAX_S = 0.002, 0.05  # the wait while the sources have nothing: doubles up to max
+
+
+class Feed:
+    """The input of one run on ``host``'s loop: ``run`` is its task. It keeps the host's
+    ``input_state`` (what the ingress is doing) and ``blocked_by`` up to date."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._source: SourceFeed | None = None
+        self._reported = False  # a source's own wait reported (``source_wait``)
+        self._ending = False  # ``end``: the sources end at their next batch boundary
+
+    def end(self) -> None:
+        """Every source ends at its next batch boundary (``FluxQuery.stop``)."""
+        self._ending = True
+        if self._source is not None:
+            self._source.end()
+
+    async def run(self) -> None:
+        """Once the core starts the ingress: every source's batches to the core, each
+        admitted when the window has room, then the input's end (a failure aborts the
+        run)."""
+        host = self.host
+        assert host.start_ingress is not None
+        await host.start_ingress.wait()
+        host.input_state = "admitting"
+        host.stats.phase = "running"
+        start = time.time()
+        host.metrics.start = start
+        host.stats.started_at = start
+        host._mono_start = time.monotonic()
+        host.cpu_start = time.process_time()
+        host.faults.arm()
+        source = self._source = SourceFeed(host.plan)
+        if self._ending:
+            source.end()
+        cfg = host.cfg
+        if cfg.rate:
+            buffer = PacedBuffer(source, cfg.rate, cfg.ingress_buffer, host.stats,
+                                 flush_s=cfg.flush_ms / 1000)
+            pump = asyncio.create_task(buffer.produce())
+            take: Callable[[], Any] = buffer.take
+        else:
+            pump = None
+
+            def take() -> Any:
+                item = source.next()
+                return item if item is None or item is WAIT else [item]
+        idle = IDLE_S
+        idle_since: float | None = None
+        try:
+            host.announce(f"input started: {host.plan.sites} sites ready "
+                          f"{start - (host.launched_at or start):.1f} s after the launch")
+            while True:
+                items = take()
+                if items is WAIT:
+                    host.input_state = "idle"
+                    idle_since = idle_since or time.monotonic()
+                    self.source_wait(source, idle_since)
+                    await asyncio.sleep(idle)
+                    if not cfg.rate:  # a paced buffer is filled on its own clock
+                        idle = min(idle * 2, IDLE_MAX_S)
+                    continue
+                idle, idle_since, self._reported = IDLE_S, None, False
+                host.input_state = "admitting"
+                if items is None:
+                    break
+                for stream, item in items:
+                    self._admit(stream, item)
+                await self.wait_window()
+            host.actions.carry_out(host.core.handle(InputEnd()))
+            host.input_state = "ended"
+        except ConnectionLost as e:
+            host.abort(str(e))
+        except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
+            host.abort(f"the ingress failed:\n{traceback.format_exc()}")
+        finally:
+            if pump is not None:
+                pump.cancel()
+
+    def _admit(self, stream: int, item: Any) -> None:
+        """Stream ``stream``'s next batch (None: its end) to the core, and the records the
+        ingress numbered for it to the host's counts."""
+        host = self.host
+        before = host.ingress.next_isn
+        event = (InputEnd(stream=stream, now=time.time()) if item is None
+                 else Input(batch=item, now=time.time(), stream=stream))
+        host.actions.carry_out(host.core.handle(event))
+        host.ingress_times.append(time.time())
+        host.ingress_counts.append(host.ingress.next_isn - before)
+        host.stats.events_in = host.ingress.next_isn
+        host.faults.admitted(host.stats.events_in)
+
+    async def wait_window(self) -> None:
+        """Admission (docs/flow-control.md): the next batch waits while more than
+        ``--window`` admitted records are unacknowledged by a first-stage replica, and while
+        the ingress's skew buffer pool is full (a site's connection cannot take more). Both
+        wait only for sites to read their input, never for output: an operator may hold its
+        output progress back until more input comes (a window that must reach its end), so
+        admission that waited for the output could wait forever."""
+        host = self.host
+        assert host.heard is not None
+        host.unacked_max = max(host.unacked_max, host.core.unacknowledged())
+        while host.core.unacknowledged() > host.cfg.window:
+            host.input_state, host.blocked_by = "blocked", "window"
+            host.heard.clear()
+            await host.heard.wait()
+        while host.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
+            host.input_state, host.blocked_by = "blocked", "pool"
+            await asyncio.sleep(0.002)
+            host.outbox.flush()
+        host.input_state = "admitting"
+        await asyncio.sleep(0)
+
+    def source_wait(self, source: SourceFeed, since: float) -> None:
+        """An idle source is no stall, unless it waits for work of its own (a Spark job):
+        that is reported once the wait outlasts ``--stall-timeout``."""
+        host = self.host
+        now = time.monotonic()
+        timeout = host.cfg.stall_timeout
+        if self._reported or timeout <= 0 or now - since < timeout:
+            return
+        waits = source.waiting_for()
+        if waits is None:
+            return
+        self._reported = True
+        message = f"the input has waited {now - since:.0f} s: {waits}"
+        host.stalls.append({"at_s": round(now - host._mono_start, 3),
+                            "seconds": round(now - since, 3), "stopped": False,
+                            "message": message})
+        log.warning("%s", message)
+        host.stats.phase = "waiting for the source"
+
+    def admission(self) -> str:
+        """Why admission waits (for the watchdog's report), or ""."""
+        host = self.host
+        if host.input_state != "blocked":
+            return ""
+        if host.blocked_by == "pool":
+            return pool_reason(host.outbox.skew.pool_used(),
+                               host.outbox.skew.blocked_destinations())
+        low = host.core.slowest_first()
+        if low is None:
+            return f"{host.core.unacknowledged():,} records unacknowledged"
+        return window_reason(host.core.unacknowledged(), host.cfg.window, *low)
