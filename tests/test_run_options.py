@@ -120,3 +120,14 @@ def test_a_kill_timed_by_the_input_admitted() -> None:
         run_config(kill=["2@input+lots"], ha="flux")
     with pytest.raises(PlanError, match=r"site must be in 0\.\.3, records >= 0"):
         run_config(kill=["7@input+5"], ha="flux")
+
+
+def test_a_kill_timed_inside_the_first_move() -> None:
+    cfg = run_config(kill=["from@move+0.3", "2@move+0", "1@3"], ha="flux")
+    assert cfg.move_kills == (("from", 0.3), ("2", 0.0)) and cfg.kills == ((1, 3.0),)
+    for bad in ("donor@move+1", "9@move+1", "source@move+soon"):
+        with pytest.raises(PlanError, match=r"write ROLE@move\+SECONDS, ROLE one of source, "
+                                            r"destination, from, bystander or a site in 0\.\.3"):
+            run_config(kill=[bad], ha="flux")
+    with pytest.raises(PlanError, match=r"seconds >= 0"):
+        run_config(kill=["source@move+-1"], ha="flux")

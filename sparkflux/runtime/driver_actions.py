@@ -80,14 +80,10 @@ class Actions:
                     host.stats.phase = "running"
                     if len(host.recovered) == 1:
                         host.faults.after_recovery()
+                case Move(reason="retire"):
+                    pass  # a move's old copy (or a given-up build) leaves: nothing to show
                 case Move():
-                    host.move_started[a.epoch] = time.time()
-                    host.stats.phase = (
-                        f"moving partition {a.q} from site {a.src} to {a.dst}"
-                        if a.reason == "balance" else
-                        f"moving partition {a.q} off a shared failure domain, site {a.src} "
-                        f"to {a.dst}" if a.reason == "domain" else
-                        f"recovering partition {a.q} onto site {a.dst}")
+                    self._move(a)
                 case StopSite(site=site, reason=reason):
                     conn = host.conns.get(site)
                     if conn is not None:
@@ -170,6 +166,21 @@ class Actions:
             host.metrics.delivered(d.batch, now)
             host.stats.results_out = host.egress.delivered
         host.completed.append((now, d.progress.sn))
+
+    def _move(self, a: Move) -> None:
+        """A move starts: its start time for the metrics, the phase for the display, and the
+        kills timed inside it (``--kill ROLE@move+SECONDS``). The controller's record names
+        the old copy's site (a move made before it breaks builds from ``NOWHERE``)."""
+        host = self.host
+        host.move_started[a.epoch] = time.time()
+        rec = host.controller.moving.get(a.epoch)
+        src = rec.src if rec is not None else a.src
+        host.stats.phase = (
+            f"moving partition {a.q} from site {src} to {a.dst}" if a.reason == "balance" else
+            f"moving partition {a.q} off a shared failure domain, site {src} to {a.dst}"
+            if a.reason == "domain" else f"recovering partition {a.q} onto site {a.dst}")
+        if rec is not None and host.controller.layout is not None:
+            host.faults.moving(src, a.dst, host.controller.layout.site_of(a.q, rec.survivor))
 
     def _caught_up(self, c: CaughtUp) -> None:
         """A replica's catch-up ended: recorded with its start, for the metrics."""
