@@ -68,6 +68,7 @@ from sparkflux.control.events import (
     View,
 )
 from sparkflux.control.link_judge import SETTLE_S, LinkJudge
+from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, move_step
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
@@ -131,10 +132,13 @@ class MoveRecord:
     # (party, consumer stage) that have folded the new copy in (``folded``): the old copy is
     # retired once every live one has
     folded: set[tuple[int, int]] = field(default_factory=set)
+    phase: MovePhase = MovePhase.APPLYING  # its place in ``control/moves.py``'s table
 
     def __post_init__(self) -> None:
         if self.c < 0:
             self.c = self.r
+        if self.c == self.r:
+            self.phase = MovePhase.REBUILD_APPLYING
 
     @property
     def before_break(self) -> bool:
@@ -462,9 +466,7 @@ class Controller:
         if self.recovering == site:  # the standby died mid-recovery: start over later
             self.recovering, self.adopted, self.in_flight, self.queue = None, None, set(), []
             self.awaiting.insert(0, site)
-        else:
-            self._abandon_moves_to(site)  # the partitions are recovered with the slot
-        actions += self._break_builds(site)
+        actions += self._moves_lose(site)
         if self.recovery == "survivors":
             self._plan_recovery(site)
         elif site not in self.awaiting and self.recovering != site:
@@ -684,14 +686,42 @@ class Controller:
         m = self._move_of(q, r)
         return m.dst if m is not None else self.recovering
 
-    def _abandon_moves_to(self, site: int) -> None:
-        """A move's destination failed: a copy rebuilt in its own column is now one of that
-        site's failed replicas (recovered with the slot); the group's other moves go on.
-        (A make-before-break build is given up by ``_break_builds``.)"""
+    def _move_step(self, m: MoveRecord, event: MoveEv, why: str = "") -> list[Action]:
+        """One transition of move ``m`` (``control/moves.py``), its actions carried out."""
+        m.phase, names = move_step(m.epoch, m.phase, event)
+        actions: list[Action] = []
+        for name in names:
+            if name == "retire-old":
+                m.retired = self.now
+                actions += self._retire(m.q, m.r, m.src, why or f"move {m.epoch} is complete")
+            elif name == "give-up":
+                log.warning("move %d of partition %d given up: %s", m.epoch, m.q, why)
+                self._drop_move(m, why)
+                actions += self._retire(m.q, m.c, m.dst, "its build was given up")
+            elif name == "drop":  # the new copy is one of the destination's failed copies
+                self._drop_move(m, why)
+        return actions
+
+    def _moves_lose(self, site: int) -> list[Action]:
+        """``site`` failed: what that is to each running move (its old copy's site, its
+        destination, or a site its new copy is being built from)."""
+        assert self.layout is not None
+        actions: list[Action] = []
         for m in list(self.moving.values()):
-            if m.dst == site and m.end is None and (not m.before_break
-                                                    or m.retired is not None):
-                self._drop_move(m, f"its destination, site {site}, failed")
+            builders = {self.layout.site_of(m.q, m.survivor),
+                        *(self._survivor_of.get(k) for k in self.in_flight
+                          if k[1:] == (m.q, m.c))}
+            if site == m.src:
+                actions += self._move_step(m, MoveEv.SOURCE_FAILED,
+                                           "its site failed during the move")
+            elif site == m.dst:
+                actions += self._move_step(m, MoveEv.DESTINATION_FAILED,
+                                           f"its destination, site {site}, failed")
+            elif site in builders:
+                actions += self._move_step(m, MoveEv.BUILDER_FAILED,
+                                           f"site {site}, which it was being built from, "
+                                           f"failed")
+        return actions
 
     def _drop_move(self, m: MoveRecord, why: str) -> None:
         del self.moving[m.epoch]
@@ -702,33 +732,6 @@ class Controller:
         m.abandoned = why
         self._close_move(m)
         self.moves.append(m)
-
-    def _break_builds(self, site: int) -> list[Action]:
-        """``site`` failed during make-before-break moves. The old copy's site: retire that
-        copy now (it is gone; the slot's recovery must not rebuild it) and let the build go
-        on. The destination, or a site the new copy is being built from, while the old copy
-        lives: give the build up and retire its partial copy (its transfer can never
-        complete); the old copy stays, so the partition keeps every copy the failure left it.
-        (With the old copy gone too, the build goes on, or ``_abandon_moves_to`` leaves the
-        new copy to the destination slot's recovery.)"""
-        assert self.layout is not None
-        actions: list[Action] = []
-        for m in list(self.moving.values()):
-            if not m.before_break or m.retired is not None:
-                continue
-            builders = {self.layout.site_of(m.q, m.survivor),
-                        *(self._survivor_of.get(k) for k in self.in_flight
-                          if k[1:] == (m.q, m.c))}
-            if m.src == site:
-                actions += self._retire(m.q, m.r, m.src, "its site failed during the move")
-                m.retired = self.now
-            elif site == m.dst or site in builders:
-                why = (f"its destination, site {site}, failed" if site == m.dst else
-                       f"site {site}, which it was being built from, failed")
-                log.warning("move %d of partition %d given up: %s", m.epoch, m.q, why)
-                self._drop_move(m, why)
-                actions += self._retire(m.q, m.c, m.dst, "its build was given up")
-        return actions
 
     def _retire(self, q: int, c: int, site: int, why: str) -> list[Action]:
         """Copy c of q leaves the placement (its column becomes q's free one): every site,
@@ -754,11 +757,13 @@ class Controller:
         self._unconfirmed = {x for x in self._unconfirmed if x[0] not in self.dead}
         if self._unconfirmed:
             return []
-        for m in self.moving.values():  # how long the sites took to apply the group
+        confirmed: list[Action] = []
+        for m in list(self.moving.values()):  # how long the sites took to apply the group
             if m.confirmed is None:
                 m.confirmed = self.now
+                confirmed += self._move_step(m, MoveEv.CONFIRMED)
         self._catching_up = True
-        return self._next_catch_up()
+        return confirmed + self._next_catch_up()
 
     def _next_catch_up(self) -> list[Action]:
         """Start catch-ups, up to ``CATCH_UP_PARALLEL`` at a time, bottom-up: a stage's
@@ -767,7 +772,7 @@ class Controller:
         assert self.layout is not None
         breaks = self._retire_folded()
         if not self.queue and not self.in_flight:
-            if any(m.before_break and m.retired is None for m in self.moving.values()):
+            if any(m.phase in RUNNING for m in self.moving.values()):
                 return breaks  # an old copy waits for its new one's fold-in everywhere
             if self.recovering is None:  # the move group is done (or was abandoned)
                 for m in sorted(self.moving.values(), key=lambda m: m.epoch):
@@ -804,7 +809,8 @@ class Controller:
 
     def _folded(self, ev: Folded) -> list[Action]:
         m = self.moving.get(ev.epoch)
-        if m is None or not m.before_break or (ev.q, ev.c) != (m.q, m.c):
+        if m is None or m.phase is not MovePhase.FOLDING and m.phase is not \
+                MovePhase.BUILDING or (ev.q, ev.c) != (m.q, m.c):
             return []  # a recovery's fold-in, or a move's that ended
         self.now = max(self.now, ev.now)
         m.folded.add((ev.site, ev.stage))
@@ -818,10 +824,8 @@ class Controller:
         live = self._live()
         need = {(j, s) for j in live for s in range(1, self.stages)} | {(DRIVER, self.stages)}
         for m in sorted(self.moving.values(), key=lambda m: m.epoch):
-            if (m.before_break and m.retired is None and m.left == 0
-                    and need <= m.folded):
-                actions += self._retire(m.q, m.r, m.src, f"move {m.epoch} is complete")
-                m.retired = self.now
+            if m.phase is MovePhase.FOLDING and need <= m.folded:
+                actions += self._move_step(m, MoveEv.FOLDED)
         return actions
 
     def _complete(self, stage: int, q: int, c: int) -> bool:
@@ -876,6 +880,7 @@ class Controller:
             m.left -= 1
             if m.left == 0:
                 m.end = self.now
+                actions += self._move_step(m, MoveEv.BUILT)
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
                                 "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
         return actions + self._next_catch_up()

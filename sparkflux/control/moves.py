@@ -1,0 +1,102 @@
+"""A move's life as a table (unified Flux, thesis ch. 5; made before it breaks).
+
+Everything that moves a move from one phase to the next lives here; the controller feeds it
+events and carries out the actions it names (``Controller._move_step``). The rules:
+
+1. A move of a live copy is made before it breaks: the new copy is built in the partition's
+   free column. ``applying`` (every live site applies the ``move``) --``confirmed``-->
+   ``building`` (its catch-ups run, bottom-up) --``built`` (the last stage's ``cu-done``)-->
+   ``folding`` --every live party has folded it in (``folded``)--> ``done``, retiring the old
+   copy (``retire-old``).
+2. The old copy's site fails (``source-failed``): the old copy is retired at once (the slot's
+   recovery must not rebuild it) and the build goes on, in the same phase with the old copy
+   gone (``... (old gone)``), where nothing waits for the fold-in: ``built`` ends the move.
+3. The destination, or a site the new copy is being built from, fails while the old copy
+   lives (``destination-failed``, ``builder-failed``): the build is given up and its partial
+   copy retired (``give-up``); the old copy stays.
+4. With the old copy gone, the destination failing leaves the new copy to the destination
+   slot's recovery (``drop``); a builder failing changes nothing here (a catch-up in flight
+   from it is orphaned by the controller, as any recovery's is).
+5. A copy whose site has failed is rebuilt in its own column (``rebuild``: recovery onto the
+   survivors): there is nothing to retire, so rule 2 cannot happen and rule 4 applies.
+6. A move that is ``done`` or ``given up`` waits for its group to end; failures change
+   nothing for it.
+
+Any (phase, event) pair missing from the table is impossible: ``MoveError`` names the move,
+the phase and the event.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, StrEnum
+
+from sparkflux.protocol.producer import ProtocolError
+
+
+class MoveError(ProtocolError):
+    """An impossible transition of a move."""
+
+
+class MovePhase(StrEnum):
+    APPLYING = "applying"
+    BUILDING = "building"
+    FOLDING = "folding"
+    APPLYING_ALONE = "applying (old gone)"
+    BUILDING_ALONE = "building (old gone)"
+    REBUILD_APPLYING = "rebuild: applying"
+    REBUILDING = "rebuild: building"
+    DONE = "done"
+    GIVEN_UP = "given up"
+
+
+class MoveEv(Enum):
+    CONFIRMED = "confirmed"
+    BUILT = "built"
+    FOLDED = "folded"
+    SOURCE_FAILED = "source-failed"
+    DESTINATION_FAILED = "destination-failed"
+    BUILDER_FAILED = "builder-failed"
+
+
+P, E = MovePhase, MoveEv
+_FAILURES = (E.SOURCE_FAILED, E.DESTINATION_FAILED, E.BUILDER_FAILED)
+
+MOVE_TRANSITIONS: dict[tuple[MovePhase, MoveEv], tuple[MovePhase, tuple[str, ...]]] = {
+    # rule 1
+    (P.APPLYING, E.CONFIRMED): (P.BUILDING, ()),
+    (P.BUILDING, E.BUILT): (P.FOLDING, ()),
+    (P.FOLDING, E.FOLDED): (P.DONE, ("retire-old",)),
+    # rule 2
+    (P.APPLYING, E.SOURCE_FAILED): (P.APPLYING_ALONE, ("retire-old",)),
+    (P.BUILDING, E.SOURCE_FAILED): (P.BUILDING_ALONE, ("retire-old",)),
+    (P.FOLDING, E.SOURCE_FAILED): (P.DONE, ("retire-old",)),
+    (P.APPLYING_ALONE, E.CONFIRMED): (P.BUILDING_ALONE, ()),
+    (P.BUILDING_ALONE, E.BUILT): (P.DONE, ()),
+    # rule 3
+    **{(p, ev): (P.GIVEN_UP, ("give-up",))
+       for p in (P.APPLYING, P.BUILDING, P.FOLDING)
+       for ev in (E.DESTINATION_FAILED, E.BUILDER_FAILED)},
+    # rules 4 and 5
+    (P.REBUILD_APPLYING, E.CONFIRMED): (P.REBUILDING, ()),
+    (P.REBUILDING, E.BUILT): (P.DONE, ()),
+    **{(p, E.DESTINATION_FAILED): (P.GIVEN_UP, ("drop",))
+       for p in (P.APPLYING_ALONE, P.BUILDING_ALONE, P.REBUILD_APPLYING, P.REBUILDING)},
+    **{(p, E.BUILDER_FAILED): (p, ())
+       for p in (P.APPLYING_ALONE, P.BUILDING_ALONE, P.REBUILD_APPLYING, P.REBUILDING)},
+    # rule 6
+    **{(p, ev): (p, ()) for p in (P.DONE, P.GIVEN_UP) for ev in _FAILURES},
+}
+
+# phases in which the move still waits for something (its group cannot end)
+RUNNING = frozenset({P.APPLYING, P.BUILDING, P.FOLDING, P.APPLYING_ALONE, P.BUILDING_ALONE,
+                     P.REBUILD_APPLYING, P.REBUILDING})
+
+
+def move_step(epoch: int, phase: MovePhase, event: MoveEv
+              ) -> tuple[MovePhase, tuple[str, ...]]:
+    """The next phase and the actions of ``event`` in ``phase``."""
+    try:
+        return MOVE_TRANSITIONS[(phase, event)]
+    except KeyError:
+        raise MoveError(f"move {epoch}: no transition from {phase.value} on "
+                        f"{event.value}") from None
