@@ -150,8 +150,8 @@ class Site:
         self._reported = False  # an error went to the driver: linger until it has read it
         self._driver_gone = asyncio.Event()  # the driver closed its control connection
         self.excluded: str | None = None
-        self.mover = StateMover(cfg.security, lambda: self._claim(handshake.STATE),
-                                self._spawn, DIAL_TIMEOUT_S)
+        self.mover = StateMover(cfg.security, lambda: self.claim(handshake.STATE),
+                                self.spawn, DIAL_TIMEOUT_S)
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
         self._known = asyncio.Event()  # set whenever the boundary may know more members
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
@@ -170,13 +170,15 @@ class Site:
     def core(self) -> SiteCore | None:
         return self.boundary.core
 
-    def _spawn(self, coro: Any) -> asyncio.Task:
+    def spawn(self, coro: Any) -> asyncio.Task:
+        """``coro`` as a task of the site's, kept until it ends."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _claim(self, channel: int) -> Claim:
+    def claim(self, channel: int) -> Claim:
+        """What this site claims to be on a connection it opens on ``channel``."""
         return Claim(channel, self.id, self.cfg.attempt, self.cfg.site)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -192,9 +194,9 @@ class Site:
         host, cport = self.cfg.controller_host, self.cfg.controller_port
         driver = (DRIVER, 0)
         self.control = await connect(host, cport, "driver (control)", sec,
-                                     self._claim(handshake.CONTROL), driver)
+                                     self.claim(handshake.CONTROL), driver)
         self.control.send(cm.OpenControl(token=token))
-        self.driver = await connect(host, cport, "driver", sec, self._claim(handshake.DATA),
+        self.driver = await connect(host, cport, "driver", sec, self.claim(handshake.DATA),
                                     driver)
         domain = failure_domain.of_this_process()
         self.driver.send(cm.Register(site=self.id, attempt=self.cfg.attempt,
@@ -203,8 +205,8 @@ class Site:
                                      machine=domain.host))
         if self.on_registered is not None:
             self.on_registered()
-        tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
-                 asyncio.create_task(self._pump(self.control, DRIVER, control=True)),
+        tasks = [asyncio.create_task(self.pump(self.driver, DRIVER)),
+                 asyncio.create_task(self.pump(self.control, DRIVER, control=True)),
                  asyncio.create_task(self._heartbeat()),
                  asyncio.create_task(self._flusher()),
                  asyncio.create_task(self._links()),
@@ -232,11 +234,13 @@ class Site:
             "rows_in": [c.rows_in for c in core.cons] if core else [],
         }
 
-    def _handle(self, *events: SiteBoundaryEvent) -> None:
+    def handle(self, *events: SiteBoundaryEvent) -> None:
         """One step of the site's core, carried out."""
-        self._carry_out(self.boundary.handle(*events))
+        self.carry_out(self.boundary.handle(*events))
 
-    def _carry_out(self, actions: list[SiteBoundaryAction]) -> None:
+    def carry_out(self, actions: list[SiteBoundaryAction]) -> None:
+        """The boundary's actions carried out, in order: the host's whole part of the
+        protocol."""
         for a in actions:
             match a:
                 case Send(dest=dest, message=msg, channel=Channel.CONTROL):
@@ -250,7 +254,7 @@ class Site:
                     self.outbox.send(dest, msg)  # type: ignore[arg-type]
                 case Dial():
                     self._cancel_dial(a.site)
-                    self._dials[a.site] = self._spawn(self._dial_peer(a))
+                    self._dials[a.site] = self.spawn(self._dial_peer(a))
                 case Close(site=s):
                     self._cancel_dial(s)  # e.g. a standby that died right after its adoption
                     self.outbox.drop(s)  # frames held for the failed incarnation
@@ -265,13 +269,7 @@ class Site:
                     # A real crash on request (clusters, where the driver cannot signal it).
                     os.kill(os.getpid(), signal.SIGKILL)
                 case Stop(reason=reason, how=how):
-                    if how == "error":
-                        if not self._stop.is_set():  # keep the error it stopped on
-                            self._fail(reason)
-                    else:
-                        # excluded: not an error of this task, Spark must not retry it
-                        self.excluded = reason if how == "excluded" else self.excluded
-                        self._stop.set()
+                    self.stop(reason, how)
                 case Reject():
                     pass  # handled where the link was offered (``_offer``)
         self._known.set()
@@ -283,7 +281,7 @@ class Site:
             conn.close()
             return False
         self.peers[j] = conn
-        self._carry_out(actions)
+        self.carry_out(actions)
         return True
 
     async def _dial_peer(self, d: Dial) -> None:
@@ -293,16 +291,16 @@ class Site:
         decides, and tells everybody with ``fail``)."""
         try:
             conn = await connect(d.host, d.port, f"site {d.site}", self.cfg.security,
-                                 self._claim(handshake.PEER), d.process, DIAL_TIMEOUT_S)
+                                 self.claim(handshake.PEER), d.process, DIAL_TIMEOUT_S)
         except ConnectionLost as e:
             actions = self.boundary.handle(DialFailed(site=d.site, process=d.process,
                                                       reason=str(e)))
             if actions:
                 log.warning("site %d: %s", self.id, e)
-            self._carry_out(actions)
+            self.carry_out(actions)
             return
         if self._offer(d.site, conn, d.process, dialed=True):
-            self._spawn(self._pump(conn, d.site))
+            self.spawn(self.pump(conn, d.site))
 
     async def _admissible(self, claim: Claim) -> tuple[str, str] | None:
         """Why a link that authenticated with ``claim`` must still be refused, or None (the
@@ -345,7 +343,7 @@ class Site:
             conn.peer = f"state mover of site {j}"
             self.state_in.setdefault(j, []).append(conn)
             try:
-                await self._pump(conn, j, side=True)
+                await self.pump(conn, j, side=True)
             except asyncio.CancelledError:
                 conn.close()
             return
@@ -353,7 +351,7 @@ class Site:
         if not self._offer(j, conn, claim.process, dialed=False):
             return
         try:
-            await self._pump(conn, j)
+            await self.pump(conn, j)
         except asyncio.CancelledError:
             conn.close()
 
@@ -363,7 +361,7 @@ class Site:
             assert self.control is not None
             self.control.send(msg)
         except ConnectionLost:
-            self._fail("lost the driver")
+            self.fail("lost the driver")
 
     async def _heartbeat(self) -> None:
         assert self.control is not None
@@ -388,11 +386,11 @@ class Site:
                     held=self.outbox.held_rows(),
                     pending=core.pending_rows() if core else 0))
             except ConnectionLost:
-                self._fail("lost the driver")
+                self.fail("lost the driver")
                 return
 
     # -- the loop ----------------------------------------------------------------------------
-    async def _pump(self, conn: Connection, peer: int, control: bool = False,
+    async def pump(self, conn: Connection, peer: int, control: bool = False,
                     side: bool = False) -> None:
         """Read one connection: control frames are handled at once, protocol frames queue
         in the inbox (bounded, so a site that falls behind stops reading and its senders'
@@ -417,7 +415,7 @@ class Site:
                         raise
                     raise ConnectionLost(f"{e}: protocol error") from e
                 if isinstance(item, FromDriver):
-                    self._handle(item)
+                    self.handle(item)
                     continue
                 # take-over and catch-up frames start a pass at once: no gathering
                 await self.scheduler.put(item, rows_of(msg),
@@ -428,22 +426,22 @@ class Site:
             if peer == DRIVER and control:
                 self._driver_gone.set()
             if peer == DRIVER:
-                self._handle(DriverLost(reason=str(e)))
+                self.handle(DriverLost(reason=str(e)))
             elif not side and self.peers.get(peer) is conn:
                 log.info("site %d: %s", self.id, e)
                 self.peers.pop(peer, None)
-                self._handle(PeerLost(site=peer, reason=str(e)))
+                self.handle(PeerLost(site=peer, reason=str(e)))
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
-            self._report_error(traceback.format_exc())
+            self.report_error(traceback.format_exc())
         finally:
             self._reading.pop(conn, None)
 
     async def _process(self) -> None:
         """The scheduler's passes: the core takes every frame queued (``scheduler.py``)."""
         def one_pass(items: list[tuple[int, Any]]) -> None:
-            self._handle(Frames(items))
+            self.handle(Frames(items))
             self.outbox.flush()
 
         try:
@@ -451,7 +449,7 @@ class Site:
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
-            self._report_error(traceback.format_exc())
+            self.report_error(traceback.format_exc())
 
     async def _links(self) -> None:
         """Every ``LINK_CHECK_S``: a keepalive on every peer link this site wrote nothing to
@@ -473,7 +471,7 @@ class Site:
                 self._sent[j] = conn.bytes_sent
                 since = self._reading.get(conn)
                 silent[j] = 0.0 if since is None else now - since
-            self._handle(LinkCheck(silent=silent, lag=lag))
+            self.handle(LinkCheck(silent=silent, lag=lag))
 
     def _conn_of(self, site: int) -> Connection | None:
         return self.driver if site == DRIVER else self.peers.get(site)
@@ -489,7 +487,7 @@ class Site:
         member = self.boundary.members.get(site)
         expect = self.boundary.process_of(site)
         if member is None or expect is None:  # a bug: the catch-up would wait forever
-            self._report_error(f"the StateMover has no address for site {site}")
+            self.report_error(f"the StateMover has no address for site {site}")
             return
         self.mover.send(site, msg, (member.host, member.port), expect)
 
@@ -517,7 +515,21 @@ class Site:
             log.warning("site %d: the driver did not close after its error report within "
                         "%.0f s", self.id, LINGER_S)
 
-    def _report_error(self, tb: str) -> None:
+    def stop(self, reason: str, how: str) -> None:
+        """The boundary's ``Stop``: the site stops, failed with ``reason`` if ``how`` is
+        ``error`` (unless it is stopping already: it keeps the error it stopped on)."""
+        if how == "error":
+            if not self._stop.is_set():  # keep the error it stopped on
+                self.fail(reason)
+        else:
+            # excluded: not an error of this task, Spark must not retry it
+            self.excluded = reason if how == "excluded" else self.excluded
+            self._stop.set()
+
+    def report_error(self, tb: str) -> None:
+        """An invariant violation or a bug (``tb``): reported to the controller on the
+        control connection (the data connection if there is none yet), and the site stops;
+        ``run`` lingers until the driver has read the report."""
         self.error = f"site {self.id} failed:\n{tb}"
         try:
             conn = self.control or self.driver
@@ -528,7 +540,8 @@ class Site:
             pass
         self._stop.set()
 
-    def _fail(self, reason: str) -> None:
+    def fail(self, reason: str) -> None:
+        """The site stops, failed with ``reason`` (``run`` raises it)."""
         self.error = f"site {self.id}: {reason}"
         self._stop.set()
 
