@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
@@ -46,7 +44,6 @@ from sparkflux.protocol.site_boundary import (
     DriverLost,
     Frames,
     FromDriver,
-    LinkCheck,
     PeerLinked,
     PeerLost,
     Reject,
@@ -64,6 +61,7 @@ from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
 from sparkflux.runtime.scheduler import Scheduler
 from sparkflux.runtime.security import Security
+from sparkflux.runtime.site_watch import Watch
 from sparkflux.runtime.state_mover import StateMover
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect, serve, start_server
 
@@ -82,7 +80,6 @@ DIAL_TIMEOUT_S = 10.0  # a peer not reached within this is reported as unreachab
 # An incoming link may come before this site has heard of the incarnation that dials it (the
 # view, an adoption or an ``avail`` still on its way): it waits this long for that news.
 CLAIM_WAIT_S = 10.0
-LINK_CHECK_S = 0.1  # how often a site looks at its links (and sends keepalives on idle ones)
 LINGER_S = 10.0  # after an error report, the longest a site waits for the driver to close
 
 
@@ -158,9 +155,7 @@ class Site:
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
         self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
-        # a peer link -> since when its reader waits for bytes (absent: not waiting)
-        self._reading: dict[Connection, float] = {}
-        self._sent: dict[int, int] = {}  # peer -> bytes written to it at the last link check
+        self.watch = Watch(self)  # the heartbeat and the link check
 
     @property
     def id(self) -> int:
@@ -207,9 +202,9 @@ class Site:
             self.on_registered()
         tasks = [asyncio.create_task(self.pump(self.driver, DRIVER)),
                  asyncio.create_task(self.pump(self.control, DRIVER, control=True)),
-                 asyncio.create_task(self._heartbeat()),
+                 asyncio.create_task(self.watch.heartbeat()),
                  asyncio.create_task(self._flusher()),
-                 asyncio.create_task(self._links()),
+                 asyncio.create_task(self.watch.links()),
                  asyncio.create_task(self._process())]
         try:
             await self._stop.wait()
@@ -363,32 +358,6 @@ class Site:
         except ConnectionLost:
             self.fail("lost the driver")
 
-    async def _heartbeat(self) -> None:
-        assert self.control is not None
-        none = np.zeros(0, dtype=np.int64)
-        while True:
-            await asyncio.sleep(self.cfg.heartbeat_interval)
-            core = self.core
-            in_sn, in_part, out_sn, out_part = core.lowest() if core else (none,) * 4
-            try:
-                self.control.send(cm.Heartbeat(
-                    site=self.id, pid=os.getpid(), attempt=self.cfg.attempt,
-                    busy_s=self.scheduler.busy_s, slept_s=self.scheduler.slept_s,
-                    passes=self.scheduler.passes, cpu_s=time.process_time(),
-                    buffered=(sum(b.buffered_rows() for b in core.prods) if core else 0),
-                    # the policy's statistics (thesis ch. 4): capacity so far, rows per
-                    # mini-partition, sampled now on this site's clock
-                    capacity_s=self.scheduler.capacity_now(), at=time.monotonic(),
-                    counts=core.processed.copy() if core else none,
-                    refused=self.gate.total_refused,
-                    # where this site's progress stands (the driver's watchdog)
-                    in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part,
-                    held=self.outbox.held_rows(),
-                    pending=core.pending_rows() if core else 0))
-            except ConnectionLost:
-                self.fail("lost the driver")
-                return
-
     # -- the loop ----------------------------------------------------------------------------
     async def pump(self, conn: Connection, peer: int, control: bool = False,
                     side: bool = False) -> None:
@@ -399,13 +368,14 @@ class Site:
         connection (``side``: snapshots and ``installed`` only)."""
         bounded = not (control or side)
         watched = bounded and peer != DRIVER  # a peer's link: its silence is measured
+        reading = self.watch.reading
         try:
             while True:
                 if watched:
-                    self._reading[conn] = time.monotonic()
+                    reading[conn] = time.monotonic()
                 msg = await conn.recv_message(self.schema_of)
                 if watched:
-                    self._reading.pop(conn, None)
+                    reading.pop(conn, None)
                     if isinstance(msg, Keepalive):
                         continue
                 try:
@@ -436,7 +406,7 @@ class Site:
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
             self.report_error(traceback.format_exc())
         finally:
-            self._reading.pop(conn, None)
+            reading.pop(conn, None)
 
     async def _process(self) -> None:
         """The scheduler's passes: the core takes every frame queued (``scheduler.py``)."""
@@ -450,28 +420,6 @@ class Site:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
             self.report_error(traceback.format_exc())
-
-    async def _links(self) -> None:
-        """Every ``LINK_CHECK_S``: a keepalive on every peer link this site wrote nothing to
-        since the last check, then the boundary's look at how long each link has been
-        waited on in silence (``LinkCheck``: a peer cut off, or hung, whose TCP connection
-        does not break, is reported after the link timeout)."""
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(LINK_CHECK_S)
-            now = time.monotonic()
-            lag, last = max(0.0, now - last - LINK_CHECK_S), now
-            silent: dict[int, float] = {}
-            for j, conn in list(self.peers.items()):
-                if conn.bytes_sent == self._sent.get(j):
-                    try:
-                        conn.send(Keepalive())
-                    except ConnectionLost:
-                        pass
-                self._sent[j] = conn.bytes_sent
-                since = self._reading.get(conn)
-                silent[j] = 0.0 if since is None else now - since
-            self.handle(LinkCheck(silent=silent, lag=lag))
 
     def _conn_of(self, site: int) -> Connection | None:
         return self.driver if site == DRIVER else self.peers.get(site)
