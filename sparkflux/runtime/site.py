@@ -40,11 +40,9 @@ from sparkflux.protocol.site_boundary import (
     Close,
     Crash,
     Dial,
-    DialFailed,
     DriverLost,
     Frames,
     FromDriver,
-    PeerLinked,
     PeerLost,
     Reject,
     Scale,
@@ -53,17 +51,17 @@ from sparkflux.protocol.site_boundary import (
     SiteBoundaryAction,
     SiteBoundaryEvent,
     Stop,
-    Verdict,
     from_link,
 )
-from sparkflux.runtime import failure_domain, handshake
+from sparkflux.runtime import failure_domain, handshake, site_door
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
 from sparkflux.runtime.scheduler import Scheduler
 from sparkflux.runtime.security import Security
+from sparkflux.runtime.site_door import Door
 from sparkflux.runtime.site_watch import Watch
 from sparkflux.runtime.state_mover import StateMover
-from sparkflux.runtime.transport import Connection, ConnectionLost, connect, serve, start_server
+from sparkflux.runtime.transport import Connection, ConnectionLost, connect, start_server
 
 log = logging.getLogger(__name__)
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
@@ -76,10 +74,6 @@ GATHER_ROWS = 8192  # ... or until this many rows wait
 GATHER_S = 0.05
 GATHER_CPU_S = 0.012
 GATHER_ROWS_CAPPED = 2 * 8192
-DIAL_TIMEOUT_S = 10.0  # a peer not reached within this is reported as unreachable
-# An incoming link may come before this site has heard of the incarnation that dials it (the
-# view, an adoption or an ``avail`` still on its way): it waits this long for that news.
-CLAIM_WAIT_S = 10.0
 LINGER_S = 10.0  # after an error report, the longest a site waits for the driver to close
 
 
@@ -148,13 +142,12 @@ class Site:
         self._driver_gone = asyncio.Event()  # the driver closed its control connection
         self.excluded: str | None = None
         self.mover = StateMover(cfg.security, lambda: self.claim(handshake.STATE),
-                                self.spawn, DIAL_TIMEOUT_S)
+                                self.spawn, site_door.DIAL_TIMEOUT_S)
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
-        self._known = asyncio.Event()  # set whenever the boundary may know more members
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
-        self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
+        self.door = Door(self)  # the peer links: accepted, admitted, dialled, offered
         self.watch = Watch(self)  # the heartbeat and the link check
 
     @property
@@ -179,7 +172,7 @@ class Site:
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         sec = self.cfg.security
-        server = await start_server(self._accept, self.cfg.bind_host, sec)
+        server = await start_server(self.door.accept, self.cfg.bind_host, sec)
         port = server.sockets[0].getsockname()[1]
         # Two connections to the driver: control frames on their own, so that a ``move`` or
         # ``fail`` is read at once even while this site has input queued that it has not read
@@ -248,10 +241,9 @@ class Site:
                                                                                 msg.q))
                     self.outbox.send(dest, msg)  # type: ignore[arg-type]
                 case Dial():
-                    self._cancel_dial(a.site)
-                    self._dials[a.site] = self.spawn(self._dial_peer(a))
+                    self.door.dial(a)
                 case Close(site=s):
-                    self._cancel_dial(s)  # e.g. a standby that died right after its adoption
+                    self.door.cancel_dial(s)  # e.g. a standby that died right after its adoption
                     self.outbox.drop(s)  # frames held for the failed incarnation
                     c = self.peers.pop(s, None)
                     if c is not None:
@@ -266,89 +258,8 @@ class Site:
                 case Stop(reason=reason, how=how):
                     self.stop(reason, how)
                 case Reject():
-                    pass  # handled where the link was offered (``_offer``)
-        self._known.set()
-
-    def _offer(self, j: int, conn: Connection, process: tuple[int, int], dialed: bool) -> bool:
-        """A peer link is up: keep it unless the boundary finds it stale."""
-        actions = self.boundary.handle(PeerLinked(site=j, process=process, dialed=dialed))
-        if any(isinstance(a, Reject) for a in actions):
-            conn.close()
-            return False
-        self.peers[j] = conn
-        self.carry_out(actions)
-        return True
-
-    async def _dial_peer(self, d: Dial) -> None:
-        """Connect to slot ``d.site``'s current process in a task of its own, never on a
-        reader: a peer that cannot be reached within ``DIAL_TIMEOUT_S`` goes to the
-        boundary, which reports it as a suspected failure to the controller (which
-        decides, and tells everybody with ``fail``)."""
-        try:
-            conn = await connect(d.host, d.port, f"site {d.site}", self.cfg.security,
-                                 self.claim(handshake.PEER), d.process, DIAL_TIMEOUT_S)
-        except ConnectionLost as e:
-            actions = self.boundary.handle(DialFailed(site=d.site, process=d.process,
-                                                      reason=str(e)))
-            if actions:
-                log.warning("site %d: %s", self.id, e)
-            self.carry_out(actions)
-            return
-        if self._offer(d.site, conn, d.process, dialed=True):
-            self.spawn(self.pump(conn, d.site))
-
-    async def _admissible(self, claim: Claim) -> tuple[str, str] | None:
-        """Why a link that authenticated with ``claim`` must still be refused, or None (the
-        boundary decides; what it does not know yet it may learn within ``CLAIM_WAIT_S``).
-        Returns (what is counted, detail)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CLAIM_WAIT_S
-        while True:
-            verdict = self.boundary.admissible(claim.site, claim.process,
-                                               peer=claim.channel == handshake.PEER)
-            if verdict is Verdict.ADMIT:
-                return None
-            if isinstance(verdict, tuple):
-                return verdict
-            if loop.time() >= deadline:
-                return ("claimed an unknown incarnation",
-                        f"site {claim.site} attempt {claim.attempt} is not a member this "
-                        f"site knows")
-            self._known.clear()
-            try:
-                await asyncio.wait_for(self._known.wait(), deadline - loop.time())
-            except TimeoutError:
-                pass
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted = await serve(reader, writer, self.gate, self.cfg.security)
-        if accepted is None:
-            return
-        conn, claim = accepted
-        j = claim.site
-        why = (await self._admissible(claim) if claim.channel in (handshake.PEER,
-                                                                  handshake.STATE)
-               else ("wrong channel", "sites accept only peer and state connections"))
-        if why is not None:
-            log.warning("site %d refused a %s connection: %s", self.id,
-                        handshake.CHANNELS[claim.channel], why[1])
-            self.gate.refuse(why[0], writer)
-            return
-        if claim.channel == handshake.STATE:  # the StateMover's connection: state only
-            conn.peer = f"state mover of site {j}"
-            self.state_in.setdefault(j, []).append(conn)
-            try:
-                await self.pump(conn, j, side=True)
-            except asyncio.CancelledError:
-                conn.close()
-            return
-        conn.peer = f"site {j}"
-        if not self._offer(j, conn, claim.process, dialed=False):
-            return
-        try:
-            await self.pump(conn, j)
-        except asyncio.CancelledError:
-            conn.close()
+                    pass  # handled where the link was offered (``Door.offer``)
+        self.door.known.set()
 
     def _report(self, msg: cm.ControlMessage) -> None:
         """A report to the controller on the control connection (lost: the site stops)."""
@@ -438,11 +349,6 @@ class Site:
             self.report_error(f"the StateMover has no address for site {site}")
             return
         self.mover.send(site, msg, (member.host, member.port), expect)
-
-    def _cancel_dial(self, slot: int) -> None:
-        task = self._dials.pop(slot, None)
-        if task is not None:
-            task.cancel()
 
     async def _linger(self) -> None:
         """After an error report: keep the connections open until the driver, which stops
