@@ -21,7 +21,6 @@ import asyncio
 import logging
 import os
 import secrets
-import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -31,26 +30,17 @@ from typing import Any
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
-from sparkflux.protocol.channels import Channel
-from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Keepalive, State
+from sparkflux.protocol.messages import Ack, Data, Keepalive
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.protocol.site_boundary import (
     LINK_TIMEOUT_S,
-    Close,
-    Crash,
-    Dial,
     DriverLost,
     Frames,
     FromDriver,
     PeerLost,
-    Reject,
-    Scale,
-    Send,
     SiteBoundary,
-    SiteBoundaryAction,
     SiteBoundaryEvent,
-    Stop,
     from_link,
 )
 from sparkflux.runtime import failure_domain, handshake, site_door
@@ -58,6 +48,7 @@ from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
 from sparkflux.runtime.scheduler import Scheduler
 from sparkflux.runtime.security import Security
+from sparkflux.runtime.site_actions import Actions
 from sparkflux.runtime.site_door import Door
 from sparkflux.runtime.site_watch import Watch
 from sparkflux.runtime.state_mover import StateMover
@@ -147,6 +138,7 @@ class Site:
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
+        self.actions = Actions(self)  # the boundary's actions carried out
         self.door = Door(self)  # the peer links: accepted, admitted, dialled, offered
         self.watch = Watch(self)  # the heartbeat and the link check
 
@@ -224,54 +216,11 @@ class Site:
 
     def handle(self, *events: SiteBoundaryEvent) -> None:
         """One step of the site's core, carried out."""
-        self.carry_out(self.boundary.handle(*events))
-
-    def carry_out(self, actions: list[SiteBoundaryAction]) -> None:
-        """The boundary's actions carried out, in order: the host's whole part of the
-        protocol."""
-        for a in actions:
-            match a:
-                case Send(dest=dest, message=msg, channel=Channel.CONTROL):
-                    self._report(msg)  # type: ignore[arg-type]
-                case Send(dest=dest, message=State() | Installed() as msg):
-                    self._state_out(dest, msg)
-                case Send(dest=dest, message=msg):
-                    if isinstance(msg, CuDone):  # what the StateMover moved for it, how fast
-                        msg = CuDone(msg.stage, msg.q, msg.r, *self.mover.moved(msg.stage,
-                                                                                msg.q))
-                    self.outbox.send(dest, msg)  # type: ignore[arg-type]
-                case Dial():
-                    self.door.dial(a)
-                case Close(site=s):
-                    self.door.cancel_dial(s)  # e.g. a standby that died right after its adoption
-                    self.outbox.drop(s)  # frames held for the failed incarnation
-                    c = self.peers.pop(s, None)
-                    if c is not None:
-                        c.close()
-                    for c in self.state_in.pop(s, []):  # a zombie's late state or installed
-                        c.close()
-                case Scale(factor=factor):  # --slow SITE@SECONDS=FACTOR
-                    self.scheduler.scale(factor)
-                case Crash():
-                    # A real crash on request (clusters, where the driver cannot signal it).
-                    os.kill(os.getpid(), signal.SIGKILL)
-                case Stop(reason=reason, how=how):
-                    self.stop(reason, how)
-                case Reject():
-                    pass  # handled where the link was offered (``Door.offer``)
-        self.door.known.set()
-
-    def _report(self, msg: cm.ControlMessage) -> None:
-        """A report to the controller on the control connection (lost: the site stops)."""
-        try:
-            assert self.control is not None
-            self.control.send(msg)
-        except ConnectionLost:
-            self.fail("lost the driver")
+        self.actions.carry_out(self.boundary.handle(*events))
 
     # -- the loop ----------------------------------------------------------------------------
     async def pump(self, conn: Connection, peer: int, control: bool = False,
-                    side: bool = False) -> None:
+                   side: bool = False) -> None:
         """Read one connection: control frames are handled at once, protocol frames queue
         in the inbox (bounded, so a site that falls behind stops reading and its senders'
         skew buffers hold the rest). Not bounded: the driver's ``control`` connection (its
@@ -340,15 +289,6 @@ class Site:
         while True:
             await asyncio.sleep(0.005)
             self.outbox.flush()
-
-    def _state_out(self, site: int, msg: State | Installed) -> None:
-        """A snapshot or ``installed``: outside the data path, by the StateMover."""
-        member = self.boundary.members.get(site)
-        expect = self.boundary.process_of(site)
-        if member is None or expect is None:  # a bug: the catch-up would wait forever
-            self.report_error(f"the StateMover has no address for site {site}")
-            return
-        self.mover.send(site, msg, (member.host, member.port), expect)
 
     async def _linger(self) -> None:
         """After an error report: keep the connections open until the driver, which stops

@@ -101,7 +101,7 @@ class Door:
             conn.close()
             return False
         host.peers[j] = conn
-        host.carry_out(actions)
+        host.actions.carry_out(actions)
         return True
 
     def dial(self, d: Dial) -> None:
@@ -129,7 +129,7 @@ class Door:
                                                       reason=str(e)))
             if actions:
                 log.warning("site %d: %s", host.id, e)
-            host.carry_out(actions)
+            host.actions.carry_out(actions)
             return
         if self.offer(d.site, conn, d.process, dialed=True):
             host.spawn(host.pump(conn, d.site))
