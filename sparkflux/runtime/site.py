@@ -6,13 +6,18 @@ site's heartbeats, ``moved`` and reports), register over a second connection to 
 carries the ingress's and egress's traffic, and the set-up: view, standby, adopt), then read
 every connection into events for the site's sans-I/O core (``protocol/site_boundary.py``:
 when the site is ready, whom it dials, what a ``fail``, ``move`` or ``avail`` means, which
-incoming link it admits, when it stops) and carry out the actions it returns. This module
-holds no protocol decision: it owns the sockets, the scheduler's gathering of frames into
-passes, the DTSB (``outbox.py``), the StateMover's connections, heartbeats and the
-``--site-cpu`` budget. Every connection, in or out, is authenticated with the run's secret
-and bound to the slot and incarnation it claims (``handshake.py``) before the core is asked
-whether to keep it. An invariant violation or operator error is reported to the controller
-and stops the site.
+incoming link it admits, when it stops) and carry out the actions it returns.
+
+The host (``Site``) holds no protocol decision. It holds the site's connections and the
+readers that turn their frames into the core's events, the scheduler's passes
+(``scheduler.py``, with the ``--site-cpu`` budget), the DTSB (``outbox.py``), the StateMover
+(``state_mover.py``) and the site's own life (stopped, failed, an error reported and the
+linger after it); its parts do the rest, each a module of its own: the door that accepts,
+admits and dials the peer links (``site_door.py``), the core's actions carried out
+(``site_actions.py``), and the clocks, the heartbeat and the link check (``site_watch.py``).
+Every connection, in or out, is authenticated with the run's secret and bound to the slot
+and incarnation it claims (``handshake.py``) before the core is asked whether to keep it. An
+invariant violation or operator error is reported to the controller and stops the site.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -55,6 +62,8 @@ from sparkflux.runtime.state_mover import StateMover
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect, start_server
 
 log = logging.getLogger(__name__)
+# what other modules import from here (``LINK_TIMEOUT_S``: the core's, the options' default)
+__all__ = ["LINK_TIMEOUT_S", "Site", "SiteConfig", "run_site", "schemas_of"]
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
 GATHER_UNCAPPED_S = 0.01  # how long the scheduler lets input gather before a pass, at most,
 GATHER_ROWS = 8192  # ... or until this many rows wait
@@ -70,6 +79,10 @@ LINGER_S = 10.0  # after an error report, the longest a site waits for the drive
 
 @dataclass(frozen=True)
 class SiteConfig:
+    """What a site task is started with: its slot and Spark attempt, where the driver
+    listens, where the site listens and is reached, the run's security and replicas, and
+    the timing options that reach the site (heartbeats, ``--site-cpu``, ``--link-timeout``)."""
+
     site: int
     attempt: int
     controller_host: str
@@ -93,14 +106,16 @@ class SiteConfig:
 
     @property
     def gather_rows(self) -> int:
+        """How many rows waiting start a pass before the gathering time is up."""
         return GATHER_ROWS_CAPPED if self.cpu_cap else GATHER_ROWS
 
     @property
     def inbox_rows(self) -> int:
+        """How many rows the inbox takes before the readers wait (two passes' worth)."""
         return 2 * self.gather_rows
 
 
-def schemas_of(plan: PhysicalPlan) -> dict:
+def schemas_of(plan: PhysicalPlan) -> dict[int, pa.Schema]:
     """Wire schema of every exchange's DATA frames, by consumer stage (egress = n stages)."""
     out = {s.index: wire_schema(s.input_schema) for s in plan.stages}
     out[len(plan.stages)] = wire_schema(plan.output_schema)
@@ -109,7 +124,7 @@ def schemas_of(plan: PhysicalPlan) -> dict:
 
 class Site:
     """The event loop of one site: reads its connections into ``SiteBoundary`` events and
-    carries out the actions it returns."""
+    carries out the actions it returns, with its parts (``door``, ``actions``, ``watch``)."""
 
     def __init__(self, cfg: SiteConfig, plan: PhysicalPlan,
                  on_registered: Callable[[], None] | None = None) -> None:
@@ -144,10 +159,12 @@ class Site:
 
     @property
     def id(self) -> int:
+        """The slot this site holds (an adoption changes it)."""
         return self.boundary.site
 
     @property
     def core(self) -> SiteCore | None:
+        """The site's protocol core, once a view or an adoption has given it one."""
         return self.boundary.core
 
     def spawn(self, coro: Any) -> asyncio.Task:
@@ -163,6 +180,8 @@ class Site:
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
+        """Listen, connect to the driver and register, then run the readers, the clocks and
+        the scheduler's passes until the site stops; its summary, or its error raised."""
         sec = self.cfg.security
         server = await start_server(self.door.accept, self.cfg.bind_host, sec)
         port = server.sockets[0].getsockname()[1]
@@ -206,6 +225,8 @@ class Site:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
+        """What the site task returns to Spark: who it was, its role, its busy time, the
+        connections it refused and the rows its consumers took."""
         core = self.core
         return {
             "site": self.id, "attempt": self.cfg.attempt, "pid": os.getpid(),
@@ -282,6 +303,8 @@ class Site:
             self.report_error(traceback.format_exc())
 
     def _conn_of(self, site: int) -> Connection | None:
+        """The DTSB's connection toward ``site`` (the driver's data connection, or a peer's
+        link), None while there is none."""
         return self.driver if site == DRIVER else self.peers.get(site)
 
     async def _flusher(self) -> None:
