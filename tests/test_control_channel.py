@@ -147,9 +147,9 @@ def test_a_peer_that_cannot_be_dialled_is_reported_not_waited_for(
     (``Unreachable``, for the controller to judge), and it does not stop."""
     import socket
 
-    from sparkflux.runtime import site as site_module
+    from sparkflux.runtime import site_door
 
-    monkeypatch.setattr(site_module, "DIAL_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(site_door, "DIAL_TIMEOUT_S", 0.5)
     plan = small_plan(netmon)
     schema_of = schemas_of(plan)
     with socket.socket() as s:  # a port nobody listens on

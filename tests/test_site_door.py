@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from sparkflux.protocol import control_messages as cm
-from sparkflux.runtime import handshake
-from sparkflux.runtime import site as site_module
+from sparkflux.runtime import handshake, site_door
 from sparkflux.runtime.handshake import Claim
 from sparkflux.runtime.site import Site
 from sparkflux.runtime.transport import ConnectionLost, connect
@@ -23,7 +22,7 @@ from .fake_driver import SEC, small_plan, start_site
 def test_a_site_refuses_links_its_view_does_not_vouch_for(netmon: Any,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    monkeypatch.setattr(site_module, "CLAIM_WAIT_S", 0.5)
+    monkeypatch.setattr(site_door, "CLAIM_WAIT_S", 0.5)
     plan = small_plan(netmon)
 
     async def driver() -> tuple[Site, list[str], dict[str, int]]:

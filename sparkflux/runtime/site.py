@@ -6,13 +6,18 @@ site's heartbeats, ``moved`` and reports), register over a second connection to 
 carries the ingress's and egress's traffic, and the set-up: view, standby, adopt), then read
 every connection into events for the site's sans-I/O core (``protocol/site_boundary.py``:
 when the site is ready, whom it dials, what a ``fail``, ``move`` or ``avail`` means, which
-incoming link it admits, when it stops) and carry out the actions it returns. This module
-holds no protocol decision: it owns the sockets, the scheduler's gathering of frames into
-passes, the DTSB (``outbox.py``), the StateMover's connections, heartbeats and the
-``--site-cpu`` budget. Every connection, in or out, is authenticated with the run's secret
-and bound to the slot and incarnation it claims (``handshake.py``) before the core is asked
-whether to keep it. An invariant violation or operator error is reported to the controller
-and stops the site.
+incoming link it admits, when it stops) and carry out the actions it returns.
+
+The host (``Site``) holds no protocol decision. It holds the site's connections and the
+readers that turn their frames into the core's events, the scheduler's passes
+(``scheduler.py``, with the ``--site-cpu`` budget), the DTSB (``outbox.py``), the StateMover
+(``state_mover.py``) and the site's own life (stopped, failed, an error reported and the
+linger after it); its parts do the rest, each a module of its own: the door that accepts,
+admits and dials the peer links (``site_door.py``), the core's actions carried out
+(``site_actions.py``), and the clocks, the heartbeat and the link check (``site_watch.py``).
+Every connection, in or out, is authenticated with the run's secret and bound to the slot
+and incarnation it claims (``handshake.py``) before the core is asked whether to keep it. An
+invariant violation or operator error is reported to the controller and stops the site.
 """
 
 from __future__ import annotations
@@ -21,53 +26,44 @@ import asyncio
 import logging
 import os
 import secrets
-import signal
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+import pyarrow as pa
 
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
-from sparkflux.protocol.channels import Channel
-from sparkflux.protocol.messages import Ack, CuDone, Data, Installed, Keepalive, State
+from sparkflux.protocol.messages import Ack, Data, Keepalive
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.protocol.site_boundary import (
     LINK_TIMEOUT_S,
-    Close,
-    Crash,
-    Dial,
-    DialFailed,
     DriverLost,
     Frames,
     FromDriver,
-    LinkCheck,
-    PeerLinked,
     PeerLost,
-    Reject,
-    Scale,
-    Send,
     SiteBoundary,
-    SiteBoundaryAction,
     SiteBoundaryEvent,
-    Stop,
-    Verdict,
     from_link,
 )
-from sparkflux.runtime import failure_domain, handshake
+from sparkflux.runtime import failure_domain, handshake, site_door
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
 from sparkflux.runtime.scheduler import Scheduler
 from sparkflux.runtime.security import Security
+from sparkflux.runtime.site_actions import Actions
+from sparkflux.runtime.site_door import Door
+from sparkflux.runtime.site_watch import Watch
 from sparkflux.runtime.state_mover import StateMover
-from sparkflux.runtime.transport import Connection, ConnectionLost, connect, serve, start_server
+from sparkflux.runtime.transport import Connection, ConnectionLost, connect, start_server
 
 log = logging.getLogger(__name__)
+# what other modules import from here (``LINK_TIMEOUT_S``: the core's, the options' default)
+__all__ = ["LINK_TIMEOUT_S", "Site", "SiteConfig", "run_site", "schemas_of"]
 SITE_POOL_ROWS = 2_000_000  # a site's DTSB pool; beyond it frames are written (see Outbox)
 GATHER_UNCAPPED_S = 0.01  # how long the scheduler lets input gather before a pass, at most,
 GATHER_ROWS = 8192  # ... or until this many rows wait
@@ -78,16 +74,15 @@ GATHER_ROWS = 8192  # ... or until this many rows wait
 GATHER_S = 0.05
 GATHER_CPU_S = 0.012
 GATHER_ROWS_CAPPED = 2 * 8192
-DIAL_TIMEOUT_S = 10.0  # a peer not reached within this is reported as unreachable
-# An incoming link may come before this site has heard of the incarnation that dials it (the
-# view, an adoption or an ``avail`` still on its way): it waits this long for that news.
-CLAIM_WAIT_S = 10.0
-LINK_CHECK_S = 0.1  # how often a site looks at its links (and sends keepalives on idle ones)
 LINGER_S = 10.0  # after an error report, the longest a site waits for the driver to close
 
 
 @dataclass(frozen=True)
 class SiteConfig:
+    """What a site task is started with: its slot and Spark attempt, where the driver
+    listens, where the site listens and is reached, the run's security and replicas, and
+    the timing options that reach the site (heartbeats, ``--site-cpu``, ``--link-timeout``)."""
+
     site: int
     attempt: int
     controller_host: str
@@ -111,14 +106,16 @@ class SiteConfig:
 
     @property
     def gather_rows(self) -> int:
+        """How many rows waiting start a pass before the gathering time is up."""
         return GATHER_ROWS_CAPPED if self.cpu_cap else GATHER_ROWS
 
     @property
     def inbox_rows(self) -> int:
+        """How many rows the inbox takes before the readers wait (two passes' worth)."""
         return 2 * self.gather_rows
 
 
-def schemas_of(plan: PhysicalPlan) -> dict:
+def schemas_of(plan: PhysicalPlan) -> dict[int, pa.Schema]:
     """Wire schema of every exchange's DATA frames, by consumer stage (egress = n stages)."""
     out = {s.index: wire_schema(s.input_schema) for s in plan.stages}
     out[len(plan.stages)] = wire_schema(plan.output_schema)
@@ -127,7 +124,7 @@ def schemas_of(plan: PhysicalPlan) -> dict:
 
 class Site:
     """The event loop of one site: reads its connections into ``SiteBoundary`` events and
-    carries out the actions it returns."""
+    carries out the actions it returns, with its parts (``door``, ``actions``, ``watch``)."""
 
     def __init__(self, cfg: SiteConfig, plan: PhysicalPlan,
                  on_registered: Callable[[], None] | None = None) -> None:
@@ -150,39 +147,43 @@ class Site:
         self._reported = False  # an error went to the driver: linger until it has read it
         self._driver_gone = asyncio.Event()  # the driver closed its control connection
         self.excluded: str | None = None
-        self.mover = StateMover(cfg.security, lambda: self._claim(handshake.STATE),
-                                self._spawn, DIAL_TIMEOUT_S)
+        self.mover = StateMover(cfg.security, lambda: self.claim(handshake.STATE),
+                                self.spawn, site_door.DIAL_TIMEOUT_S)
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
-        self._known = asyncio.Event()  # set whenever the boundary may know more members
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
                          cfg.security.handshake_timeout, cfg.security.max_pending)
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
-        self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
-        # a peer link -> since when its reader waits for bytes (absent: not waiting)
-        self._reading: dict[Connection, float] = {}
-        self._sent: dict[int, int] = {}  # peer -> bytes written to it at the last link check
+        self.actions = Actions(self)  # the boundary's actions carried out
+        self.door = Door(self)  # the peer links: accepted, admitted, dialled, offered
+        self.watch = Watch(self)  # the heartbeat and the link check
 
     @property
     def id(self) -> int:
+        """The slot this site holds (an adoption changes it)."""
         return self.boundary.site
 
     @property
     def core(self) -> SiteCore | None:
+        """The site's protocol core, once a view or an adoption has given it one."""
         return self.boundary.core
 
-    def _spawn(self, coro: Any) -> asyncio.Task:
+    def spawn(self, coro: Any) -> asyncio.Task:
+        """``coro`` as a task of the site's, kept until it ends."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _claim(self, channel: int) -> Claim:
+    def claim(self, channel: int) -> Claim:
+        """What this site claims to be on a connection it opens on ``channel``."""
         return Claim(channel, self.id, self.cfg.attempt, self.cfg.site)
 
     # -- set-up ------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
+        """Listen, connect to the driver and register, then run the readers, the clocks and
+        the scheduler's passes until the site stops; its summary, or its error raised."""
         sec = self.cfg.security
-        server = await start_server(self._accept, self.cfg.bind_host, sec)
+        server = await start_server(self.door.accept, self.cfg.bind_host, sec)
         port = server.sockets[0].getsockname()[1]
         # Two connections to the driver: control frames on their own, so that a ``move`` or
         # ``fail`` is read at once even while this site has input queued that it has not read
@@ -192,9 +193,9 @@ class Site:
         host, cport = self.cfg.controller_host, self.cfg.controller_port
         driver = (DRIVER, 0)
         self.control = await connect(host, cport, "driver (control)", sec,
-                                     self._claim(handshake.CONTROL), driver)
+                                     self.claim(handshake.CONTROL), driver)
         self.control.send(cm.OpenControl(token=token))
-        self.driver = await connect(host, cport, "driver", sec, self._claim(handshake.DATA),
+        self.driver = await connect(host, cport, "driver", sec, self.claim(handshake.DATA),
                                     driver)
         domain = failure_domain.of_this_process()
         self.driver.send(cm.Register(site=self.id, attempt=self.cfg.attempt,
@@ -203,11 +204,11 @@ class Site:
                                      machine=domain.host))
         if self.on_registered is not None:
             self.on_registered()
-        tasks = [asyncio.create_task(self._pump(self.driver, DRIVER)),
-                 asyncio.create_task(self._pump(self.control, DRIVER, control=True)),
-                 asyncio.create_task(self._heartbeat()),
+        tasks = [asyncio.create_task(self.pump(self.driver, DRIVER)),
+                 asyncio.create_task(self.pump(self.control, DRIVER, control=True)),
+                 asyncio.create_task(self.watch.heartbeat()),
                  asyncio.create_task(self._flusher()),
-                 asyncio.create_task(self._links()),
+                 asyncio.create_task(self.watch.links()),
                  asyncio.create_task(self._process())]
         try:
             await self._stop.wait()
@@ -224,6 +225,8 @@ class Site:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
+        """What the site task returns to Spark: who it was, its role, its busy time, the
+        connections it refused and the rows its consumers took."""
         core = self.core
         return {
             "site": self.id, "attempt": self.cfg.attempt, "pid": os.getpid(),
@@ -232,168 +235,13 @@ class Site:
             "rows_in": [c.rows_in for c in core.cons] if core else [],
         }
 
-    def _handle(self, *events: SiteBoundaryEvent) -> None:
+    def handle(self, *events: SiteBoundaryEvent) -> None:
         """One step of the site's core, carried out."""
-        self._carry_out(self.boundary.handle(*events))
-
-    def _carry_out(self, actions: list[SiteBoundaryAction]) -> None:
-        for a in actions:
-            match a:
-                case Send(dest=dest, message=msg, channel=Channel.CONTROL):
-                    self._report(msg)  # type: ignore[arg-type]
-                case Send(dest=dest, message=State() | Installed() as msg):
-                    self._state_out(dest, msg)
-                case Send(dest=dest, message=msg):
-                    if isinstance(msg, CuDone):  # what the StateMover moved for it, how fast
-                        msg = CuDone(msg.stage, msg.q, msg.r, *self.mover.moved(msg.stage,
-                                                                                msg.q))
-                    self.outbox.send(dest, msg)  # type: ignore[arg-type]
-                case Dial():
-                    self._cancel_dial(a.site)
-                    self._dials[a.site] = self._spawn(self._dial_peer(a))
-                case Close(site=s):
-                    self._cancel_dial(s)  # e.g. a standby that died right after its adoption
-                    self.outbox.drop(s)  # frames held for the failed incarnation
-                    c = self.peers.pop(s, None)
-                    if c is not None:
-                        c.close()
-                    for c in self.state_in.pop(s, []):  # a zombie's late state or installed
-                        c.close()
-                case Scale(factor=factor):  # --slow SITE@SECONDS=FACTOR
-                    self.scheduler.scale(factor)
-                case Crash():
-                    # A real crash on request (clusters, where the driver cannot signal it).
-                    os.kill(os.getpid(), signal.SIGKILL)
-                case Stop(reason=reason, how=how):
-                    if how == "error":
-                        if not self._stop.is_set():  # keep the error it stopped on
-                            self._fail(reason)
-                    else:
-                        # excluded: not an error of this task, Spark must not retry it
-                        self.excluded = reason if how == "excluded" else self.excluded
-                        self._stop.set()
-                case Reject():
-                    pass  # handled where the link was offered (``_offer``)
-        self._known.set()
-
-    def _offer(self, j: int, conn: Connection, process: tuple[int, int], dialed: bool) -> bool:
-        """A peer link is up: keep it unless the boundary finds it stale."""
-        actions = self.boundary.handle(PeerLinked(site=j, process=process, dialed=dialed))
-        if any(isinstance(a, Reject) for a in actions):
-            conn.close()
-            return False
-        self.peers[j] = conn
-        self._carry_out(actions)
-        return True
-
-    async def _dial_peer(self, d: Dial) -> None:
-        """Connect to slot ``d.site``'s current process in a task of its own, never on a
-        reader: a peer that cannot be reached within ``DIAL_TIMEOUT_S`` goes to the
-        boundary, which reports it as a suspected failure to the controller (which
-        decides, and tells everybody with ``fail``)."""
-        try:
-            conn = await connect(d.host, d.port, f"site {d.site}", self.cfg.security,
-                                 self._claim(handshake.PEER), d.process, DIAL_TIMEOUT_S)
-        except ConnectionLost as e:
-            actions = self.boundary.handle(DialFailed(site=d.site, process=d.process,
-                                                      reason=str(e)))
-            if actions:
-                log.warning("site %d: %s", self.id, e)
-            self._carry_out(actions)
-            return
-        if self._offer(d.site, conn, d.process, dialed=True):
-            self._spawn(self._pump(conn, d.site))
-
-    async def _admissible(self, claim: Claim) -> tuple[str, str] | None:
-        """Why a link that authenticated with ``claim`` must still be refused, or None (the
-        boundary decides; what it does not know yet it may learn within ``CLAIM_WAIT_S``).
-        Returns (what is counted, detail)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CLAIM_WAIT_S
-        while True:
-            verdict = self.boundary.admissible(claim.site, claim.process,
-                                               peer=claim.channel == handshake.PEER)
-            if verdict is Verdict.ADMIT:
-                return None
-            if isinstance(verdict, tuple):
-                return verdict
-            if loop.time() >= deadline:
-                return ("claimed an unknown incarnation",
-                        f"site {claim.site} attempt {claim.attempt} is not a member this "
-                        f"site knows")
-            self._known.clear()
-            try:
-                await asyncio.wait_for(self._known.wait(), deadline - loop.time())
-            except TimeoutError:
-                pass
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted = await serve(reader, writer, self.gate, self.cfg.security)
-        if accepted is None:
-            return
-        conn, claim = accepted
-        j = claim.site
-        why = (await self._admissible(claim) if claim.channel in (handshake.PEER,
-                                                                  handshake.STATE)
-               else ("wrong channel", "sites accept only peer and state connections"))
-        if why is not None:
-            log.warning("site %d refused a %s connection: %s", self.id,
-                        handshake.CHANNELS[claim.channel], why[1])
-            self.gate.refuse(why[0], writer)
-            return
-        if claim.channel == handshake.STATE:  # the StateMover's connection: state only
-            conn.peer = f"state mover of site {j}"
-            self.state_in.setdefault(j, []).append(conn)
-            try:
-                await self._pump(conn, j, side=True)
-            except asyncio.CancelledError:
-                conn.close()
-            return
-        conn.peer = f"site {j}"
-        if not self._offer(j, conn, claim.process, dialed=False):
-            return
-        try:
-            await self._pump(conn, j)
-        except asyncio.CancelledError:
-            conn.close()
-
-    def _report(self, msg: cm.ControlMessage) -> None:
-        """A report to the controller on the control connection (lost: the site stops)."""
-        try:
-            assert self.control is not None
-            self.control.send(msg)
-        except ConnectionLost:
-            self._fail("lost the driver")
-
-    async def _heartbeat(self) -> None:
-        assert self.control is not None
-        none = np.zeros(0, dtype=np.int64)
-        while True:
-            await asyncio.sleep(self.cfg.heartbeat_interval)
-            core = self.core
-            in_sn, in_part, out_sn, out_part = core.lowest() if core else (none,) * 4
-            try:
-                self.control.send(cm.Heartbeat(
-                    site=self.id, pid=os.getpid(), attempt=self.cfg.attempt,
-                    busy_s=self.scheduler.busy_s, slept_s=self.scheduler.slept_s,
-                    passes=self.scheduler.passes, cpu_s=time.process_time(),
-                    buffered=(sum(b.buffered_rows() for b in core.prods) if core else 0),
-                    # the policy's statistics (thesis ch. 4): capacity so far, rows per
-                    # mini-partition, sampled now on this site's clock
-                    capacity_s=self.scheduler.capacity_now(), at=time.monotonic(),
-                    counts=core.processed.copy() if core else none,
-                    refused=self.gate.total_refused,
-                    # where this site's progress stands (the driver's watchdog)
-                    in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part,
-                    held=self.outbox.held_rows(),
-                    pending=core.pending_rows() if core else 0))
-            except ConnectionLost:
-                self._fail("lost the driver")
-                return
+        self.actions.carry_out(self.boundary.handle(*events))
 
     # -- the loop ----------------------------------------------------------------------------
-    async def _pump(self, conn: Connection, peer: int, control: bool = False,
-                    side: bool = False) -> None:
+    async def pump(self, conn: Connection, peer: int, control: bool = False,
+                   side: bool = False) -> None:
         """Read one connection: control frames are handled at once, protocol frames queue
         in the inbox (bounded, so a site that falls behind stops reading and its senders'
         skew buffers hold the rest). Not bounded: the driver's ``control`` connection (its
@@ -401,13 +249,14 @@ class Site:
         connection (``side``: snapshots and ``installed`` only)."""
         bounded = not (control or side)
         watched = bounded and peer != DRIVER  # a peer's link: its silence is measured
+        reading = self.watch.reading
         try:
             while True:
                 if watched:
-                    self._reading[conn] = time.monotonic()
+                    reading[conn] = time.monotonic()
                 msg = await conn.recv_message(self.schema_of)
                 if watched:
-                    self._reading.pop(conn, None)
+                    reading.pop(conn, None)
                     if isinstance(msg, Keepalive):
                         continue
                 try:
@@ -417,7 +266,7 @@ class Site:
                         raise
                     raise ConnectionLost(f"{e}: protocol error") from e
                 if isinstance(item, FromDriver):
-                    self._handle(item)
+                    self.handle(item)
                     continue
                 # take-over and catch-up frames start a pass at once: no gathering
                 await self.scheduler.put(item, rows_of(msg),
@@ -428,22 +277,22 @@ class Site:
             if peer == DRIVER and control:
                 self._driver_gone.set()
             if peer == DRIVER:
-                self._handle(DriverLost(reason=str(e)))
+                self.handle(DriverLost(reason=str(e)))
             elif not side and self.peers.get(peer) is conn:
                 log.info("site %d: %s", self.id, e)
                 self.peers.pop(peer, None)
-                self._handle(PeerLost(site=peer, reason=str(e)))
+                self.handle(PeerLost(site=peer, reason=str(e)))
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
-            self._report_error(traceback.format_exc())
+            self.report_error(traceback.format_exc())
         finally:
-            self._reading.pop(conn, None)
+            reading.pop(conn, None)
 
     async def _process(self) -> None:
         """The scheduler's passes: the core takes every frame queued (``scheduler.py``)."""
         def one_pass(items: list[tuple[int, Any]]) -> None:
-            self._handle(Frames(items))
+            self.handle(Frames(items))
             self.outbox.flush()
 
         try:
@@ -451,31 +300,11 @@ class Site:
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - any bug stops the site, with its report
-            self._report_error(traceback.format_exc())
-
-    async def _links(self) -> None:
-        """Every ``LINK_CHECK_S``: a keepalive on every peer link this site wrote nothing to
-        since the last check, then the boundary's look at how long each link has been
-        waited on in silence (``LinkCheck``: a peer cut off, or hung, whose TCP connection
-        does not break, is reported after the link timeout)."""
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(LINK_CHECK_S)
-            now = time.monotonic()
-            lag, last = max(0.0, now - last - LINK_CHECK_S), now
-            silent: dict[int, float] = {}
-            for j, conn in list(self.peers.items()):
-                if conn.bytes_sent == self._sent.get(j):
-                    try:
-                        conn.send(Keepalive())
-                    except ConnectionLost:
-                        pass
-                self._sent[j] = conn.bytes_sent
-                since = self._reading.get(conn)
-                silent[j] = 0.0 if since is None else now - since
-            self._handle(LinkCheck(silent=silent, lag=lag))
+            self.report_error(traceback.format_exc())
 
     def _conn_of(self, site: int) -> Connection | None:
+        """The DTSB's connection toward ``site`` (the driver's data connection, or a peer's
+        link), None while there is none."""
         return self.driver if site == DRIVER else self.peers.get(site)
 
     async def _flusher(self) -> None:
@@ -483,20 +312,6 @@ class Site:
         while True:
             await asyncio.sleep(0.005)
             self.outbox.flush()
-
-    def _state_out(self, site: int, msg: State | Installed) -> None:
-        """A snapshot or ``installed``: outside the data path, by the StateMover."""
-        member = self.boundary.members.get(site)
-        expect = self.boundary.process_of(site)
-        if member is None or expect is None:  # a bug: the catch-up would wait forever
-            self._report_error(f"the StateMover has no address for site {site}")
-            return
-        self.mover.send(site, msg, (member.host, member.port), expect)
-
-    def _cancel_dial(self, slot: int) -> None:
-        task = self._dials.pop(slot, None)
-        if task is not None:
-            task.cancel()
 
     async def _linger(self) -> None:
         """After an error report: keep the connections open until the driver, which stops
@@ -517,7 +332,21 @@ class Site:
             log.warning("site %d: the driver did not close after its error report within "
                         "%.0f s", self.id, LINGER_S)
 
-    def _report_error(self, tb: str) -> None:
+    def stop(self, reason: str, how: str) -> None:
+        """The boundary's ``Stop``: the site stops, failed with ``reason`` if ``how`` is
+        ``error`` (unless it is stopping already: it keeps the error it stopped on)."""
+        if how == "error":
+            if not self._stop.is_set():  # keep the error it stopped on
+                self.fail(reason)
+        else:
+            # excluded: not an error of this task, Spark must not retry it
+            self.excluded = reason if how == "excluded" else self.excluded
+            self._stop.set()
+
+    def report_error(self, tb: str) -> None:
+        """An invariant violation or a bug (``tb``): reported to the controller on the
+        control connection (the data connection if there is none yet), and the site stops;
+        ``run`` lingers until the driver has read the report."""
         self.error = f"site {self.id} failed:\n{tb}"
         try:
             conn = self.control or self.driver
@@ -528,7 +357,8 @@ class Site:
             pass
         self._stop.set()
 
-    def _fail(self, reason: str) -> None:
+    def fail(self, reason: str) -> None:
+        """The site stops, failed with ``reason`` (``run`` raises it)."""
         self.error = f"site {self.id}: {reason}"
         self._stop.set()
 

@@ -1,0 +1,91 @@
+"""The site host's hands: every action of the site's core (``protocol/site_boundary.py``)
+carried out on the host's connections, its DTSB, its StateMover and its scheduler, in the
+order the core gave them. A report goes on the control connection, a snapshot or
+``installed`` to the StateMover, every other frame through the DTSB (``outbox.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import TYPE_CHECKING
+
+from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.channels import Channel
+from sparkflux.protocol.messages import CuDone, Installed, State
+from sparkflux.protocol.site_boundary import (
+    Close,
+    Crash,
+    Dial,
+    Reject,
+    Scale,
+    Send,
+    SiteBoundaryAction,
+    Stop,
+)
+from sparkflux.runtime.transport import ConnectionLost
+
+if TYPE_CHECKING:
+    from sparkflux.runtime.site import Site
+
+
+class Actions:
+    """Carries out the core's actions for ``host``: sends, dials and links dropped (through
+    its ``door``), ``--slow``, ``--kill`` and the site's stop."""
+
+    def __init__(self, host: Site) -> None:
+        self.host = host
+
+    def carry_out(self, actions: list[SiteBoundaryAction]) -> None:
+        """The boundary's actions carried out, in order: the host's whole part of the
+        protocol."""
+        host = self.host
+        for a in actions:
+            match a:
+                case Send(dest=dest, message=msg, channel=Channel.CONTROL):
+                    self._report(msg)  # type: ignore[arg-type]
+                case Send(dest=dest, message=State() | Installed() as msg):
+                    self._state_out(dest, msg)
+                case Send(dest=dest, message=msg):
+                    if isinstance(msg, CuDone):  # what the StateMover moved for it, how fast
+                        msg = CuDone(msg.stage, msg.q, msg.r, *host.mover.moved(msg.stage,
+                                                                                msg.q))
+                    host.outbox.send(dest, msg)  # type: ignore[arg-type]
+                case Dial():
+                    host.door.dial(a)
+                case Close(site=s):
+                    host.door.cancel_dial(s)  # e.g. a standby that died right after its adoption
+                    host.outbox.drop(s)  # frames held for the failed incarnation
+                    c = host.peers.pop(s, None)
+                    if c is not None:
+                        c.close()
+                    for c in host.state_in.pop(s, []):  # a zombie's late state or installed
+                        c.close()
+                case Scale(factor=factor):  # --slow SITE@SECONDS=FACTOR
+                    host.scheduler.scale(factor)
+                case Crash():
+                    # A real crash on request (clusters, where the driver cannot signal it).
+                    os.kill(os.getpid(), signal.SIGKILL)
+                case Stop(reason=reason, how=how):
+                    host.stop(reason, how)
+                case Reject():
+                    pass  # handled where the link was offered (``Door.offer``)
+        host.door.known.set()
+
+    def _report(self, msg: cm.ControlMessage) -> None:
+        """A report to the controller on the control connection (lost: the site stops)."""
+        host = self.host
+        try:
+            assert host.control is not None
+            host.control.send(msg)
+        except ConnectionLost:
+            host.fail("lost the driver")
+
+    def _state_out(self, site: int, msg: State | Installed) -> None:
+        """A snapshot or ``installed``: outside the data path, by the StateMover."""
+        host = self.host
+        member = host.boundary.members.get(site)
+        expect = host.boundary.process_of(site)
+        if member is None or expect is None:  # a bug: the catch-up would wait forever
+            host.report_error(f"the StateMover has no address for site {site}")
+            return
+        host.mover.send(site, msg, (member.host, member.port), expect)
