@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from sparkflux.control.controller import Controller
+from sparkflux.control.moves import MoveEv, MovePhase
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check
 from sparkflux.sim.workload import tiny_plan
 
@@ -88,9 +89,8 @@ def test_mutation_retiring_the_old_copy_before_the_fold_in_is_caught(
     def early(self: Controller) -> list:
         actions: list = []
         for m in sorted(self.moving.values(), key=lambda m: m.epoch):
-            if m.before_break and m.retired is None and m.confirmed is not None:
-                actions += self._retire(m.q, m.r, m.src, "mutant: before the fold-in")
-                m.retired = self.now
+            if m.phase is MovePhase.BUILDING:  # retired as if its site had failed
+                actions += self._move_step(m, MoveEv.SOURCE_FAILED, "mutant: before fold-in")
         return actions
 
     caught = None

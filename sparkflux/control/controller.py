@@ -140,10 +140,6 @@ class MoveRecord:
         if self.c == self.r:
             self.phase = MovePhase.REBUILD_APPLYING
 
-    @property
-    def before_break(self) -> bool:
-        return self.c != self.r
-
 
 class Controller:
     """Membership, views, recovery and load balancing for ``sites`` site slots."""
@@ -809,8 +805,8 @@ class Controller:
 
     def _folded(self, ev: Folded) -> list[Action]:
         m = self.moving.get(ev.epoch)
-        if m is None or m.phase is not MovePhase.FOLDING and m.phase is not \
-                MovePhase.BUILDING or (ev.q, ev.c) != (m.q, m.c):
+        if (m is None or m.phase not in (MovePhase.BUILDING, MovePhase.FOLDING)
+                or (ev.q, ev.c) != (m.q, m.c)):
             return []  # a recovery's fold-in, or a move's that ended
         self.now = max(self.now, ev.now)
         m.folded.add((ev.site, ev.stage))

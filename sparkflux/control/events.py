@@ -128,7 +128,7 @@ class StopSite:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailSites:
     """Install ``view`` without the ``dead`` sites and deliver ``fail`` to every live site,
-    the ingress and the egress (take-over, SIGMOD §3.2)."""
+    the ingress and the egress (take-over, docs/availability.md)."""
 
     view: View
     dead: tuple[int, ...]
