@@ -68,3 +68,28 @@ class Frontier:
     def min(self, sn: np.ndarray, wm: np.ndarray) -> Frontier:
         """This frontier held back to at most ``sn`` / ``wm`` per partition."""
         return Frontier(np.minimum(self.sn, sn), np.minimum(self.wm, wm))
+
+
+_NEVER = np.iinfo(np.int64).max  # no held row in a partition: nothing holds its claim back
+
+
+def release_closed(claim: np.ndarray, part: np.ndarray, sn: np.ndarray, closed: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The release rule of an operator that holds rows until their window, group or session
+    closes: which held rows go out now, and the output claim per partition.
+
+    ``claim[q]``: the input's SN claim of partition ``q``; per held row its partition
+    ``part``, its ``sn`` and whether it is ``closed``. An open row holds its partition's
+    claim below its SN (a future output may carry it); a closed row is released only at or
+    below that claim, and one that waits behind an open row holds the claim below its own SN
+    too, so the output leaves in SN order and the claim never passes a row not yet out.
+    Returns ``(release, claim)``: the mask of rows released, and the output's SN claim."""
+    n = claim.size
+    lowest_open = np.full(n, _NEVER, dtype=np.int64)
+    np.minimum.at(lowest_open, part[~closed], sn[~closed])
+    claim = np.minimum(claim, lowest_open - 1)
+    release = closed & (sn <= claim[part])
+    held = closed & ~release
+    lowest_held = np.full(n, _NEVER, dtype=np.int64)
+    np.minimum.at(lowest_held, part[held], sn[held])
+    return release, np.minimum(claim, lowest_held - 1)

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import empty, sn_array, snm_array
-from sparkflux.model.progress import Frontier
+from sparkflux.model.progress import Frontier, release_closed
 from sparkflux.model.schema import T0
 from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
 from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
@@ -52,7 +52,6 @@ from sparkflux.operators.keyed import (
     slot_of,
 )
 
-_NEVER = np.iinfo(np.int64).max
 _INTS = ("part", "code", "start", "last", "count", "sn", "snm")
 
 
@@ -266,17 +265,9 @@ class SessionWindowAggregate(TableState, Operator):
         held = self._held
         if len(held) == 0:
             return empty(self.output_schema), frontier
-        n = frontier.sn.size
-        part, sn = held.a["part"], held.a["sn"]
+        part = held.a["part"]
         closed = held.a["last"] + self.gap <= frontier.wm[part]
-        lowest_open = np.full(n, _NEVER, dtype=np.int64)
-        np.minimum.at(lowest_open, part[~closed], sn[~closed])
-        claim = np.minimum(frontier.sn, lowest_open - 1)
-        release = closed & (sn <= claim[part])
-        held_back = closed & ~release
-        lowest_held = np.full(n, _NEVER, dtype=np.int64)
-        np.minimum.at(lowest_held, part[held_back], sn[held_back])
-        claim = np.minimum(claim, lowest_held - 1)
+        release, claim = release_closed(frontier.sn, part, held.a["sn"], closed)
         wm = frontier.wm.copy()
         np.minimum.at(wm, part[~release], held.a["start"][~release])
         out = self._rows(np.flatnonzero(release))

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
-from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier
+from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, release_closed
 from sparkflux.model.schema import T0
 from sparkflux.operators.base import Operator, PlanError, require_columns
 from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
@@ -52,8 +52,6 @@ from sparkflux.operators.keyed import (
     part_array,
     rebind,
 )
-
-_NEVER = np.iinfo(np.int64).max
 
 
 class TimeWindowAggregate(TableState, Operator):
@@ -182,21 +180,10 @@ class TimeWindowAggregate(TableState, Operator):
         table = self._table
         if len(table) == 0:
             return empty(self.output_schema), Frontier(frontier.sn, self._future_wm(frontier.wm))
-        n = frontier.sn.size
         part = table.part
         closed = table.cols["closed"]
         closed |= table.sub + self.size <= frontier.wm[part]
-        sn = table.cols["sn"]
-        # Per partition, the lowest SN a future output may carry: an open window's.
-        lowest_open = np.full(n, _NEVER, dtype=np.int64)
-        np.minimum.at(lowest_open, part[~closed], sn[~closed])
-        claim = np.minimum(frontier.sn, lowest_open - 1)
-        release = closed & (sn <= claim[part])
-        # ... or a closed window's that waits behind an open one (released in SN order)
-        held = closed & ~release
-        lowest_held = np.full(n, _NEVER, dtype=np.int64)
-        np.minimum.at(lowest_held, part[held], sn[held])
-        claim = np.minimum(claim, lowest_held - 1)
+        release, claim = release_closed(frontier.sn, part, table.cols["sn"], closed)
         # The output watermark: no window not yet emitted starts before it.
         wm = self._future_wm(frontier.wm)
         np.minimum.at(wm, part[~release], table.sub[~release])

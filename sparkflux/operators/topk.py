@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
-from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier
+from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, release_closed
 from sparkflux.model.schema import MINOR_FANOUT, T0, user_fields
 from sparkflux.operators.base import Operator, PlanError, require_columns
 from sparkflux.operators.keyed import (
@@ -51,7 +51,6 @@ from sparkflux.operators.keyed import (
 )
 from sparkflux.operators.ranked import GroupsAndRows, Ranked, check_order, check_sortable
 
-_NEVER = np.iinfo(np.int64).max
 Spec = dict[str, tuple[np.dtype, tuple[int, ...]]]
 
 
@@ -171,19 +170,8 @@ class _TopK(TableState, Operator):
         table = self._held.groups
         if len(table) == 0:
             return empty(self.output_schema), Frontier(frontier.sn, self._future_wm(frontier.wm))
-        n = frontier.sn.size
         part, sn = table.part, table.cols["sn"]
-        closed = self._closed(frontier.wm)
-        # Per partition, the lowest SN a future output may carry: an open group's ...
-        lowest_open = np.full(n, _NEVER, dtype=np.int64)
-        np.minimum.at(lowest_open, part[~closed], sn[~closed])
-        claim = np.minimum(frontier.sn, lowest_open - 1)
-        release = closed & (sn <= claim[part])
-        # ... or a closed group's that waits behind an open one (released in SN order)
-        held = closed & ~release
-        lowest_held = np.full(n, _NEVER, dtype=np.int64)
-        np.minimum.at(lowest_held, part[held], sn[held])
-        claim = np.minimum(claim, lowest_held - 1)
+        release, claim = release_closed(frontier.sn, part, sn, self._closed(frontier.wm))
         wm = self._future_wm(frontier.wm)
         np.minimum.at(wm, part[~release], self._floor()[~release])
         out = self._release(np.flatnonzero(release))
