@@ -1,5 +1,5 @@
 """The pieces of a file source read on the sites, without Spark (``io/chunks.py``,
-``dataflow/site_read.py``): what the driver deals, what a reader makes of it, what the
+``io/site_read.py``): what the driver deals, what a reader makes of it, what the
 ingress numbers, and the errors a user gets.
 
 - ``screen`` drops invalid and late rows, in file order, with the sequencer's reasons;

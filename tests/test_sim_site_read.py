@@ -1,6 +1,6 @@
 """A Parquet file source read on the sites (``read_on="sites"``) under the deterministic
 simulator: the driver deals chunk records, a reader stage on the sites reads the rows
-(``io/chunks.py``, ``dataflow/site_read.py``). The files hold invalid rows (a null in a
+(``io/chunks.py``, ``io/site_read.py``). The files hold invalid rows (a null in a
 required column: the file is then read whole by the driver for its dead letters) and late
 ones (event time behind the watermark).
 

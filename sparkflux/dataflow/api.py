@@ -16,10 +16,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from sparkflux.operators.base import Operator, PlanError
+
+if TYPE_CHECKING:
+    from sparkflux.dataflow.plan import PhysicalPlan
 
 
 class Source(ABC):
@@ -65,6 +69,12 @@ class Source(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """End the input at the next batch boundary (optional; see the class docstring)."""
+
+    def place_reading(self, plan: PhysicalPlan) -> PhysicalPlan:
+        """The compiled ``plan`` with this source's reading placed: unchanged for a source the
+        driver reads (the default); a source that can be read on the sites
+        (``read_on="sites"``) rewrites it so that a first stage on the sites reads it."""
+        return plan
 
     def waiting_for(self) -> str | None:
         """While the source says "nothing yet" because of work of its own (a Spark job), not

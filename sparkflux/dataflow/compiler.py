@@ -127,12 +127,9 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
         partitions=partitions,
         sites=sites,
     )
-    readers = [s for s in plan.sources if getattr(s, "read_on", "driver") == "sites"]
-    if not readers:
-        return plan
-    from sparkflux.dataflow.site_read import read_on_sites  # it imports sparkflux.io
-
-    return read_on_sites(plan)
+    for source in plan.sources:  # a source read on the sites puts its reader stage first
+        plan = source.place_reading(plan)
+    return plan
 
 
 def valid_record(source: Source) -> pa.Schema:

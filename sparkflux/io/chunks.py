@@ -5,7 +5,7 @@ driver lists the files as they land (``FileStreamSource.landed``), reads each on
 (and, when the source has an event-time column, that column alone), and admits one small
 *chunk* record per run of at most ``chunk_rows`` rows: ``(file, size, row_start, rows,
 prior_max, watermark, sns)``. The ingress numbers the chunks and spreads them over the
-mini-partitions of a first stage that reads them, ``ReadChunks`` (``dataflow/site_read.py``
+mini-partitions of a first stage that reads them, ``ReadChunks`` (``io/site_read.py``
 puts it in the plan). That stage is a stage like any other: each mini-partition has its
 replicas (both read the same chunks and so produce the same rows), its FH-Prod buffer and
 its catch-up, so a lost reader is taken over and caught up by the protocol that keeps every

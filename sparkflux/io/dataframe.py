@@ -63,6 +63,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkflux.dataflow.api import Source
+from sparkflux.io.site_read import SiteReadable
 
 MAX_GROUP = 64  # partitions one fetch job reads at most
 
@@ -81,7 +82,7 @@ class DataFramePosition:
     offset: int | None = None
 
 
-class DataFrameSource(Source):
+class DataFrameSource(SiteReadable, Source):
     """A Spark DataFrame or table, read partition by partition: through the driver, or
     written on the executors for the sites to read (``read_on="sites"``; see the module)."""
 

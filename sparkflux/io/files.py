@@ -55,6 +55,7 @@ import pyarrow.parquet as pq
 
 from sparkflux.dataflow.api import Source
 from sparkflux.io.chunks import MAX_CHUNK_ROWS
+from sparkflux.io.site_read import SiteReadable
 from sparkflux.model.validate import Malformed
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class FilePosition:
 Item = pa.RecordBatch | list[dict | Malformed] | None
 
 
-class FileStreamSource(Source):
+class FileStreamSource(SiteReadable, Source):
     """New Parquet or JSON-lines files of a directory, in name order (see the module)."""
 
     def __init__(self, path: str | Path, schema: pa.Schema, *, format: str = "parquet",

@@ -28,6 +28,16 @@ from sparkflux.operators.base import PlanError
 HEAD = "chunks"
 
 
+class SiteReadable:
+    """A source that may be read on the sites: ``read_on`` is ``"driver"`` or ``"sites"``;
+    with ``"sites"`` the compiler's ``place_reading`` rewrites the plan (``read_on_sites``)."""
+
+    read_on: str = "driver"
+
+    def place_reading(self, plan: PhysicalPlan) -> PhysicalPlan:
+        return read_on_sites(plan) if self.read_on == "sites" else plan
+
+
 def read_on_sites(plan: PhysicalPlan) -> PhysicalPlan:
     """``plan`` with its source read by a first stage on the sites (see the module)."""
     if len(plan.sources) != 1:
