@@ -40,6 +40,7 @@ from sparkflux.control.boundary import (
     InputEnd,
     RequestMoves,
     SendView,
+    StartTimes,
     Tell,
     boundary_for,
     event_of,
@@ -221,9 +222,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     core = boundary_for(plan, replicas, {
         "heartbeat_timeout": float(clock.heartbeat_timeout) if clock else 1e9,
         "recovery": recovery, "balance": balance, "policy": policy,
-        "link_settle": float(clock.settle if clock else 0),
-        **({"standby_wait": float(clock.standby_wait)} if clock else {})},
-        end_with_output=False)
+        "link_settle": float(clock.settle if clock else 0)}, end_with_output=False)
+    if clock:  # a fixed standby wait, as ``--standby-wait`` gives the runtime one
+        core.handle(StartTimes(fixed=float(clock.standby_wait)))
     link_timeout = float(clock.link_timeout) if clock else 1e9
     controller = core.controller
     slow = dict(failures.slow)
