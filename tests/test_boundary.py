@@ -273,6 +273,28 @@ def test_a_standby_under_recovery_survivors_is_refused() -> None:
         "standby is needed"))
 
 
+# -- admission and the watchdog's marks: the core's ----------------------------------------------
+def test_admission_is_held_back_by_the_window_then_by_the_pool() -> None:
+    b = started()
+    assert b.held_back(window=10, pool_full=False) == ""
+    assert b.held_back(window=10, pool_full=True) == "pool"
+    b.handle(Input(batch=first_batch(), now=1.0))
+    n = b.unacknowledged()
+    assert n == first_batch().num_rows  # nobody has acknowledged yet
+    assert b.held_back(window=n, pool_full=False) == ""  # at the window: may go
+    assert b.held_back(window=n - 1, pool_full=False) == "window"
+    assert b.held_back(window=n - 1, pool_full=True) == "window"  # the window first
+
+
+def test_the_watchdog_marks_and_whether_output_is_owed() -> None:
+    b = started()
+    assert b.marks("idle") == ((0, -1, 0), False)  # nothing admitted: nothing owed
+    b.handle(Input(batch=first_batch(), now=1.0))
+    n = first_batch().num_rows
+    assert b.marks("idle") == ((n, -1, 0), True)  # admitted, not yet out
+    assert b.marks("admitting") == ((n, -1, 0), True)
+
+
 # -- the standby wait: set from what the run's starts took, through an event ------------------
 def test_start_times_set_the_standby_wait_by_the_measured_rule() -> None:
     b = started()

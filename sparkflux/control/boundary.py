@@ -316,6 +316,24 @@ class Boundary:
         before processing, so this never waits for an operator (``Ingress.unacknowledged``)."""
         return self.ingress.unacknowledged()
 
+    def held_back(self, window: int, pool_full: bool) -> Literal["", "window", "pool"]:
+        """Why admission holds the next batch back (docs/flow-control.md), or "" when it
+        may go: more than ``window`` admitted records unacknowledged by a first-stage
+        replica ("window"), or the ingress's DTSB pool full ("pool": a site's connection
+        cannot take more). Both wait only for sites to read their input, never for output:
+        an operator may hold its output progress back until more input comes."""
+        if self.unacknowledged() > window:
+            return "window"
+        return "pool" if pool_full else ""
+
+    def marks(self, input_state: InputState) -> tuple[tuple[int, int, int], bool]:
+        """What the watchdog watches for progress (records admitted, the egress's
+        progress, rows delivered), and whether output is owed: not when the input is idle
+        and everything admitted has come out."""
+        admitted, out = self.ingress.next_isn, self.egress.progress.sn
+        return ((admitted, out, self.egress.delivered),
+                not (input_state == "idle" and out >= admitted - 1))
+
     def slowest_first(self) -> tuple[int, int, int, int] | None:
         """(acknowledged SN, partition, replica, site) of the first-stage replica that has
         acknowledged the least of the input; None when the ingress feeds none."""
