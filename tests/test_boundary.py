@@ -17,6 +17,7 @@ import pytest
 
 from sparkflux.control.boundary import (
     AdoptProcess,
+    Answer,
     Boundary,
     CaughtUp,
     Deliver,
@@ -27,6 +28,7 @@ from sparkflux.control.boundary import (
     OutputEnded,
     Rejects,
     SendView,
+    StartTimes,
     Tell,
     boundary_for,
 )
@@ -41,7 +43,6 @@ from sparkflux.control.events import (
     Registered,
     SiteAddress,
     SiteReady,
-    Standby,
     StartIngress,
     View,
 )
@@ -82,7 +83,8 @@ def started(replicas: int = 2) -> Boundary:
                for s in range(SITES)}
     acts = b.handle(*[Registered(address=addr(s), now=0.0) for s in range(SITES)])
     ring = tuple(range(SITES))  # every site in one domain (unknown): the identity
-    assert acts == [InstallView(view=View(number=1, members={s: addr(s) for s in range(SITES)}),
+    assert acts == [*[Answer(site=s, attempt=0, role="member") for s in range(SITES)],
+                    InstallView(view=View(number=1, members={s: addr(s) for s in range(SITES)}),
                                 ring=ring),
                     *[SendView(site=s, view=cm.View(number=1, members=members, ring=ring))
                       for s in range(SITES)]]
@@ -180,7 +182,7 @@ def test_a_standby_adopts_the_failed_slot_and_every_member_is_told() -> None:
     new = addr(1, attempt=1, pid=41)
     acts = b.handle(Registered(address=new, now=3.0))
     view3 = View(number=3, members={0: addr(0), 1: new, 2: addr(2), 3: addr(3)})
-    assert acts[:2] == [Standby(site=1, attempt=1),
+    assert acts[:2] == [Answer(site=1, attempt=1, role="standby", message=cm.Standby()),
                         Adopt(slot=1, address=new, view=view3, registered=1)]
     adopt = acts[2]
     assert isinstance(adopt, AdoptProcess)
@@ -225,7 +227,8 @@ def test_a_standby_adopts_the_failed_slot_and_every_member_is_told() -> None:
 def test_a_spare_that_adopts_a_slot_is_named_by_the_slot_it_registered_for() -> None:
     b = started()
     spare = addr(SITES, pid=77)
-    assert b.handle(Registered(address=spare, now=0.5)) == [Standby(site=SITES, attempt=0)]
+    assert b.handle(Registered(address=spare, now=0.5)) == [
+        Answer(site=SITES, attempt=0, role="standby", message=cm.Standby())]
     acts = b.handle(ConnectionClosed(site=2, attempt=0, reason="crash", now=2.0))
     adopt = next(a for a in acts if isinstance(a, AdoptProcess))
     assert (adopt.slot, adopt.registered) == (2, SITES)
@@ -233,6 +236,74 @@ def test_a_spare_that_adopts_a_slot_is_named_by_the_slot_it_registered_for() -> 
     assert [a.site for a in avails] == [0, 1, 3]
     assert all(a.message.registered == SITES for a in avails)
     assert adopt.message.members[2].registered == SITES
+
+
+# -- registration: the core's answer, first, for the very process that registered -------------
+def test_a_registration_before_the_view_is_answered_member_and_nothing_else() -> None:
+    b = boundary_for(tiny_plan()[0], 2, {"heartbeat_timeout": 10.0})
+    assert b.handle(Registered(address=addr(2), now=0.0)) == [
+        Answer(site=2, attempt=0, role="member")]
+
+
+def test_a_restarted_site_without_ha_is_refused_with_the_controllers_reason() -> None:
+    b = started(replicas=1)
+    acts = b.handle(Registered(address=addr(1, attempt=1, pid=41), now=3.0))
+    reason = ("the job no longer accepts sites (with --ha none a restarted site has no "
+              "role)")
+    # only the registering attempt is stopped: the slot's member (attempt 0) is not named
+    assert acts == [Answer(site=1, attempt=1, role="refused",
+                           message=cm.Stop(excluded=True, reason=reason))]
+
+
+def test_a_second_process_for_a_slot_before_the_view_is_refused() -> None:
+    b = boundary_for(tiny_plan()[0], 2, {"heartbeat_timeout": 10.0})
+    b.handle(Registered(address=addr(0, attempt=1), now=0.0))
+    assert b.handle(Registered(address=addr(0, attempt=0), now=0.1)) == [
+        Answer(site=0, attempt=0, role="refused",
+               message=cm.Stop(excluded=True, reason="the slot already has a live site"))]
+
+
+def test_a_standby_under_recovery_survivors_is_refused() -> None:
+    b = boundary_for(tiny_plan()[0], 2, {"heartbeat_timeout": 10.0, "recovery": "survivors"})
+    b.handle(*[Registered(address=addr(s), now=0.0) for s in range(SITES)])
+    (answer,) = b.handle(Registered(address=addr(SITES), now=0.5))
+    assert isinstance(answer, Answer) and answer.role == "refused"
+    assert answer.message == cm.Stop(excluded=True, reason=(
+        "--recovery survivors: failed replicas are recovered onto the surviving sites; no "
+        "standby is needed"))
+
+
+# -- admission and the watchdog's marks: the core's ----------------------------------------------
+def test_admission_is_held_back_by_the_window_then_by_the_pool() -> None:
+    b = started()
+    assert b.held_back(window=10, pool_full=False) == ""
+    assert b.held_back(window=10, pool_full=True) == "pool"
+    b.handle(Input(batch=first_batch(), now=1.0))
+    n = b.unacknowledged()
+    assert n == first_batch().num_rows  # nobody has acknowledged yet
+    assert b.held_back(window=n, pool_full=False) == ""  # at the window: may go
+    assert b.held_back(window=n - 1, pool_full=False) == "window"
+    assert b.held_back(window=n - 1, pool_full=True) == "window"  # the window first
+
+
+def test_the_watchdog_marks_and_whether_output_is_owed() -> None:
+    b = started()
+    assert b.marks("idle") == ((0, -1, 0), False)  # nothing admitted: nothing owed
+    b.handle(Input(batch=first_batch(), now=1.0))
+    n = first_batch().num_rows
+    assert b.marks("idle") == ((n, -1, 0), True)  # admitted, not yet out
+    assert b.marks("admitting") == ((n, -1, 0), True)
+
+
+# -- the standby wait: set from what the run's starts took, through an event ------------------
+def test_start_times_set_the_standby_wait_by_the_measured_rule() -> None:
+    b = started()
+    assert b.handle(StartTimes(fixed=None)) == []
+    assert b.controller.standby_wait == 5.0  # the floor
+    assert b.handle(StartTimes(start_s=4.0, adoptions_s=(3.0, 7.0))) == []
+    assert b.controller.standby_wait == 10.5  # 1.5 x the slowest adoption
+    assert b.handle(StartTimes(fixed=2.0, start_s=40.0)) == []
+    assert b.controller.standby_wait == 2.0  # --standby-wait: fixed
 
 
 # -- output: delivered in order, acknowledged to the other replica -----------------------------

@@ -14,9 +14,10 @@ import pytest
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
-from sparkflux.protocol.messages import PSync
+from sparkflux.protocol.messages import CuDone, Keepalive, Outgoing, PSync
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site_boundary import (
+    Beat,
     Close,
     Crash,
     Dial,
@@ -33,6 +34,7 @@ from sparkflux.protocol.site_boundary import (
     Send,
     SiteBoundary,
     SiteLifeError,
+    StateSent,
     Stop,
     Verdict,
     from_link,
@@ -200,3 +202,67 @@ def test_a_silent_link_is_reported_once_a_timeout_until_heard_again() -> None:
     assert b.handle(LinkCheck(silent={2: 1.2})) == [report]
     b.handle(FromDriver(message=cm.Fail(dead=(3,))))
     assert b.handle(LinkCheck(silent={3: 9.0})) == []  # dead: nothing to report
+
+
+# -- the host's clocks and the StateMover: the decisions are the core's -------------------------
+def test_keepalives_go_to_the_idle_linked_live_peers_only() -> None:
+    b = site(0)
+    b.handle(view(), *(linked(j, dialed=True) for j in (1, 2)))  # slot 3 not linked yet
+    keep = [Send(dest=j, message=Keepalive(), channel=Channel.LINK) for j in (1, 2)]
+    assert b.handle(LinkCheck(silent={}, idle=frozenset({3, 2, 1}))) == keep
+    assert b.handle(LinkCheck(silent={}, idle=frozenset({2}), lag=0.9)) == keep[1:]  # late too
+    b.handle(FromDriver(message=cm.Fail(dead=(2,))))
+    assert b.handle(LinkCheck(silent={}, idle=frozenset({1, 2}))) == keep[:1]  # 2 is dead
+    b.handle(DriverLost(reason="eof"))
+    assert b.handle(LinkCheck(silent={}, idle=frozenset({1}))) == []  # stopping
+
+
+def test_the_heartbeat_is_the_cores_until_the_site_stops() -> None:
+    b = site(2)
+    [hb] = b.handle(Beat(pid=7, busy_s=1.5, slept_s=0.5, passes=3, cpu_s=2.0, capacity_s=4.0,
+                         at=9.0, refused=1, held=5))
+    assert isinstance(hb, Send) and (hb.dest, hb.channel) == (DRIVER, Channel.CONTROL)
+    m = hb.message
+    assert isinstance(m, cm.Heartbeat)  # a process without a core: its liveness alone
+    assert (m.site, m.attempt, m.pid, m.busy_s, m.slept_s, m.passes, m.cpu_s, m.capacity_s,
+            m.at, m.refused, m.held, m.buffered, m.pending) == (
+        2, 0, 7, 1.5, 0.5, 3, 2.0, 4.0, 9.0, 1, 5, 0, 0)
+    assert m.counts.size == 0 and m.in_sn.size == 0
+    b.handle(view())
+    [hb] = b.handle(Beat(pid=7))
+    m = hb.message  # type: ignore[union-attr]
+    assert b.core is not None
+    assert np.array_equal(m.counts, b.core.processed)
+    assert m.in_sn.size == len(tiny_plan()[0].stages)  # where its progress stands
+    b.handle(FromDriver(message=cm.Stop(reason="over")))
+    assert b.handle(Beat(pid=7)) == []
+
+
+def test_a_report_that_cannot_reach_the_driver_stops_the_site_once() -> None:
+    b = site(0)
+    assert b.handle(DriverLost(reason="the control connection closed")) == [Stop(
+        reason="lost the driver (the control connection closed); stopping (fail-stop)",
+        how="error")]
+    assert b.handle(DriverLost(reason="eof")) == []  # stopping already
+
+
+def test_a_cu_done_reports_what_the_state_mover_sent_for_its_catch_up() -> None:
+    b = site(1)
+    b.handle(view(), linked(0), linked(2, dialed=True), linked(3, dialed=True))
+    assert b.handle(StateSent(stage=1, q=5, nbytes=4096, move_s=0.25)) == []
+    # the core's cu-done (it leaves the sizes to the boundary)
+    done = b._sends([Outgoing(DRIVER, CuDone(1, 5, 0, 0))])
+    assert done == [Send(dest=DRIVER, message=CuDone(1, 5, 0, 4096, 0.25),
+                         channel=Channel.LINK)]
+    assert b._sends([Outgoing(DRIVER, CuDone(1, 5, 0, 0))]) == [
+        Send(dest=DRIVER, message=CuDone(1, 5, 0, 0, 0.0), channel=Channel.LINK)]  # once
+
+
+def test_a_link_claiming_an_unknown_incarnation_is_refused_once_it_has_waited() -> None:
+    b = SiteBoundary(1, 0, tiny_plan()[0], Layout(N, 8, 2), claim_wait=2.0)
+    assert b.admissible(0, (0, 0), peer=True, waited=1.9) is Verdict.WAIT
+    assert b.admissible(0, (0, 0), peer=True, waited=2.0) == (
+        "claimed an unknown incarnation", "site 0 attempt 0 is not a member this site knows")
+    b.handle(view())
+    assert b.admissible(0, (0, 0), peer=True, waited=5.0) is Verdict.ADMIT
+    assert b.admissible(0, (0, 0), peer=False, waited=5.0) is Verdict.ADMIT

@@ -12,17 +12,18 @@ is answered by the ingress's ``retaining``; a ``cu-done`` goes to the controller
 ``handle(*events) -> list[BoundaryAction]``: events are the controller's own (``Registered``,
 ``SiteReady``, ``ConnectionClosed``, ``Suspected``, ``Tick``, ``Moved``), a site's protocol
 message (``FromSite``), a site's heartbeat (``HeartbeatFrom``: the statistics of a balance
-round are read from it), the source's next batch (``Input``) and its end (``InputEnd``), and
-moves asked for by a test or an operator (``RequestMoves``). Actions are sends on a site's
-data connection (``Outgoing``, through the DTSB), control frames on its control connection
-(``Tell``), the view to a member (``SendView``), a standby's adoption (``AdoptProcess``),
-output for the sink (``Deliver``), rejected input (``Rejects``), the end of the output
-(``OutputEnded``), a finished catch-up (``CaughtUp``), and the controller's actions that the
-host carries out itself (``StartIngress``, ``StopSite``, ``Standby``, ``FailSites``,
-``CatchUp``, ``Recovered``, ``Move``, ``InstallView``, ``Abort``), passed on after the
-boundary has done its part of them. The runtime host (``runtime/driver.py``) and the
-simulator (``sim/run.py``) are thin drivers of this one object, so every seed of the
-simulator runs the driver path that runs on Spark.
+round are read from it), what the run's starts took (``StartTimes``: the standby wait), the
+source's next batch (``Input``) and its end (``InputEnd``), and moves asked for by a test or an
+operator (``RequestMoves``). Actions are sends on a site's data connection (``Outgoing``,
+through the DTSB), control frames on its control connection (``Tell``), the view to a member
+(``SendView``), a standby's adoption (``AdoptProcess``), output for the sink (``Deliver``),
+rejected input (``Rejects``), the end of the output (``OutputEnded``), a finished catch-up
+(``CaughtUp``), and the controller's actions that the host carries out itself
+(``StartIngress``, ``StopSite``, ``Standby``, ``FailSites``, ``CatchUp``, ``Recovered``,
+``Move``, ``InstallView``, ``Abort``), passed on after the boundary has done its part of them;
+a registration's ``StopSite`` or ``Standby`` comes as its ``Answer``. The runtime host
+(``runtime/driver.py``) and the simulator (``sim/run.py``) are thin drivers of this one object,
+so every seed of the simulator runs the driver path that runs on Spark.
 
 The ingress and egress are shaped for one input stream and one output; they are fields of
 this object, not of its callers, so several of each can hang here later.
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +64,7 @@ from sparkflux.control.events import (
     Suspected,
     Tick,
 )
+from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.watchdog import SILENT_S, InputState, StageLow, Standing
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -147,8 +149,23 @@ class SiteFailed:
     error: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartTimes:
+    """What this run's starts measured so far, for the standby wait
+    (``control/standby_wait.py``): ``fixed``, the user's ``--standby-wait`` (None: measured);
+    ``start_s``, the sites' start (job submission to view 1); ``adoptions_s``, each
+    adoption's wait (failure to adoption); ``executor_start_s``, a new cluster application's
+    executors' start, if timed."""
+
+    fixed: float | None = None
+    start_s: float | None = None
+    adoptions_s: tuple[float, ...] = ()
+    executor_start_s: float | None = None
+
+
 BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | Moved | Folded
-                 | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves | SiteFailed)
+                 | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves | SiteFailed
+                 | StartTimes)
 
 
 def event_of(slot: int, attempt: int, member: bool, message: object, now: float
@@ -179,6 +196,20 @@ def event_of(slot: int, attempt: int, member: bool, message: object, now: float
 
 
 # -- actions -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """The answer to process ``attempt``'s registration for slot ``site``: always the first
+    action of its ``Registered``. ``member``: the process holds the slot (the view names it
+    once every slot has registered); ``standby``: it is told ``message`` (``standby``) and
+    waits for an adoption; ``refused``: it is told ``message`` (``stop``, excluded, with the
+    controller's reason) and its connections are closed."""
+
+    site: int
+    attempt: int
+    role: Literal["member", "standby", "refused"]
+    message: cm.Standby | cm.Stop | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tell:
     """A frame on the control connection of slot ``site`` (``fail``, ``move``, ``avail``,
@@ -240,7 +271,7 @@ class CaughtUp:
     move_s: float
 
 
-BoundaryAction = (Outgoing | Tell | SendView | AdoptProcess | Deliver | Rejects
+BoundaryAction = (Answer | Outgoing | Tell | SendView | AdoptProcess | Deliver | Rejects
                   | OutputEnded | CaughtUp | InstallView | StartIngress | StopSite | FailSites
                   | Standby | Adopt | CatchUp | Recovered | Abort | Move)
 
@@ -284,6 +315,24 @@ class Boundary:
         ingress feeds: what admission bounds (``--window``). Consumers acknowledge on receipt,
         before processing, so this never waits for an operator (``Ingress.unacknowledged``)."""
         return self.ingress.unacknowledged()
+
+    def held_back(self, window: int, pool_full: bool) -> Literal["", "window", "pool"]:
+        """Why admission holds the next batch back (docs/flow-control.md), or "" when it
+        may go: more than ``window`` admitted records unacknowledged by a first-stage
+        replica ("window"), or the ingress's DTSB pool full ("pool": a site's connection
+        cannot take more). Both wait only for sites to read their input, never for output:
+        an operator may hold its output progress back until more input comes."""
+        if self.unacknowledged() > window:
+            return "window"
+        return "pool" if pool_full else ""
+
+    def marks(self, input_state: InputState) -> tuple[tuple[int, int, int], bool]:
+        """What the watchdog watches for progress (records admitted, the egress's
+        progress, rows delivered), and whether output is owed: not when the input is idle
+        and everything admitted has come out."""
+        admitted, out = self.ingress.next_isn, self.egress.progress.sn
+        return ((admitted, out, self.egress.delivered),
+                not (input_state == "idle" and out >= admitted - 1))
 
     def slowest_first(self) -> tuple[int, int, int, int] | None:
         """(acknowledged SN, partition, replica, site) of the first-stage replica that has
@@ -345,9 +394,35 @@ class Boundary:
                     out += self._controller(self.controller.request_moves(moves, reason))
                 case SiteFailed(slot=slot, error=error):
                     out.append(Abort(reason=f"site {slot} stopped on an error:\n{error}"))
+                case Registered():
+                    out += self._registered(ev)
+                case StartTimes():
+                    # how long a failed slot waits for a standby before the survivors
+                    # rebuild its replicas: from what this run's starts took
+                    self.controller.standby_wait = standby_wait(
+                        ev.fixed, ev.start_s, ev.adoptions_s, ev.executor_start_s)
                 case _:
                     out += self._controller(self.controller.handle(ev))
         return out
+
+    def _registered(self, ev: Registered) -> list[BoundaryAction]:
+        """A process registered: the controller's ``StopSite`` or ``Standby`` for it (or
+        neither: it holds its slot) becomes the ``Answer`` the host carries out on the
+        process's connections, ahead of the rest (the view, once every slot is in)."""
+        a = ev.address
+        answer = Answer(site=a.site, attempt=a.attempt, role="member")
+        rest: list[BoundaryAction] = []
+        for act in self._controller(self.controller.handle(ev)):
+            match act:
+                case StopSite(site=a.site, attempt=a.attempt, reason=reason):
+                    answer = Answer(site=a.site, attempt=a.attempt, role="refused",
+                                    message=cm.Stop(excluded=True, reason=reason))
+                case Standby(site=a.site, attempt=a.attempt):
+                    answer = Answer(site=a.site, attempt=a.attempt, role="standby",
+                                    message=cm.Standby())
+                case _:
+                    rest.append(act)
+        return [answer, *rest]
 
     def _from_site(self, slot: int, msg: Message, now: float) -> list[BoundaryAction]:
         match msg:
@@ -560,4 +635,4 @@ def boundary_for(plan: PhysicalPlan, replicas: int, controller_options: dict,
     return Boundary(plan, layout, controller, end_with_output)
 
 
-__all__ = ["Boundary", "BoundaryAction", "BoundaryEvent", "boundary_for"]
+__all__ = ["Answer", "Boundary", "BoundaryAction", "BoundaryEvent", "boundary_for"]

@@ -30,9 +30,13 @@ The site's life (``LIFE``; everything that moves it lives in this module):
    and again after every further timeout while the silence lasts: a peer cut off, or hung,
    whose TCP connection does not break. A link that closes under a live member is reported
    at once. The controller's link judge
-   decides which end to exclude (``control/link_judge.py``).
+   decides which end to exclude (``control/link_judge.py``). At each such check a site sends
+   a keepalive on every link it wrote nothing to since the last one (``LinkCheck.idle``).
 7. ``stopping`` is final: ``stop`` from the driver, a ``fail`` that names this site (it was
    excluded: fail-stop, no zombie), or the driver lost. Late events are ignored there.
+
+Until it stops, the site's heartbeat (``Beat``) is built here, from the host's measures and
+the core's counters; a ``cu-done`` carries what the StateMover sent for it (``StateSent``).
 
 Control frames other than ``stop``, ``kill``, ``slow`` and ``standby`` that arrive before the
 site has a core (they travel on the control connection, the ``view`` and ``adopt`` on the data
@@ -47,15 +51,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, channel_of
-from sparkflux.protocol.messages import Message, Outgoing
+from sparkflux.protocol.messages import CuDone, Keepalive, Message, Outgoing
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import Received, SiteCore
 
 LINK_TIMEOUT_S = 1.0  # rule 6: a peer link silent this long (while read) is reported
+# An incoming link may come before this site has heard of the incarnation that dials it (the
+# view, an adoption or an ``avail`` still on its way): it may wait this long for that news.
+CLAIM_WAIT_S = 10.0
 
 
 class SiteLifeError(ProtocolError):
@@ -89,6 +98,8 @@ class Ev(Enum):
     STOP = "stop"
     EXCLUDED = "excluded"  # fired by the boundary itself: a ``fail`` named this site
     DRIVER_LOST = "driver-lost"
+    BEAT = "beat"
+    STATE_SENT = "state-sent"
 
 
 R, S, C, Y, X = (Life.REGISTERING, Life.STANDBY, Life.CONNECTING, Life.READY, Life.STOPPING)
@@ -101,10 +112,11 @@ R, S, C, Y, X = (Life.REGISTERING, Life.STANDBY, Life.CONNECTING, Life.READY, Li
 # frames), ``link`` / ``unlink`` (the set of linked peers), ``report-unreachable``, ``ready``,
 # ``scale``, ``crash``, ``stop``.
 _EVERYWHERE = {Ev.SLOW: ("scale",), Ev.KILL: ("crash",), Ev.STOP: ("stop",),
-               Ev.DRIVER_LOST: ("stop",)}
+               Ev.DRIVER_LOST: ("stop",), Ev.BEAT: ("heartbeat",)}
 _MEMBER = {Ev.FAIL: ("take-over",), Ev.MOVE: ("move",), Ev.AVAIL: ("avail",),
            Ev.FRAMES: ("process",), Ev.LINKED: ("link",), Ev.LOST: ("unlink",),
-           Ev.DIAL_FAILED: ("report-unreachable",), Ev.LINK_CHECK: ("check-links",)}
+           Ev.DIAL_FAILED: ("report-unreachable",), Ev.LINK_CHECK: ("check-links",),
+           Ev.STATE_SENT: ("state-sent",)}
 LIFE: dict[tuple[Life, Ev], tuple[Life, tuple[str, ...]]] = {
     (R, Ev.VIEW): (C, ("install-view", "replay")),
     (R, Ev.STANDBY): (S, ()),
@@ -175,7 +187,39 @@ class DialFailed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DriverLost:
+    """A connection to the driver closed, or a frame to it could not be written: the site
+    stops (fail-stop), failed with ``reason``."""
+
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Beat:
+    """The heartbeat's time: what the host measured of its process (its scheduler's busy,
+    slept and capacity seconds and passes, its CPU, the connections its gate refused, the
+    rows its DTSB holds, its clock ``at``). The boundary adds the core's own counters and
+    progress and says whether a heartbeat goes (not once the site is stopping)."""
+
+    pid: int = 0
+    busy_s: float = 0.0
+    slept_s: float = 0.0
+    passes: int = 0
+    cpu_s: float = 0.0
+    capacity_s: float = 0.0
+    at: float = 0.0
+    refused: int = 0
+    held: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateSent:
+    """The StateMover has written the snapshot of ``(stage, q)``: ``nbytes`` in ``move_s``
+    seconds (what this catch-up's ``cu-done`` reports)."""
+
+    stage: int
+    q: int
+    nbytes: int
+    move_s: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,14 +227,17 @@ class LinkCheck:
     """The host's periodic look at its links: ``silent[j]``, how long the link to slot ``j``
     has been waited on to read with nothing arriving (0 while the site itself is not reading
     it: a full inbox is no silence of the peer's); ``lag``, how late this check itself came
-    (a site whose own loop stalled cannot tell a silent peer from its own delay)."""
+    (a site whose own loop stalled cannot tell a silent peer from its own delay); ``idle``,
+    the peers this site has written nothing to since the last check (each gets a
+    keepalive, so that its end never takes this site's quiet for a cut)."""
 
     silent: dict[int, float]
     lag: float = 0.0
+    idle: frozenset[int] = frozenset()  # peers this site wrote nothing to since the last
 
 
 SiteBoundaryEvent = (FromDriver | Frames | PeerLinked | PeerLost | DialFailed | DriverLost
-                     | LinkCheck)
+                     | LinkCheck | Beat | StateSent)
 
 
 # -- actions -------------------------------------------------------------------------------------
@@ -264,7 +311,8 @@ class SiteBoundary:
     """One site process's decisions; no I/O. One entry point: ``handle(*events)``."""
 
     def __init__(self, site: int, attempt: int, plan: PhysicalPlan, layout: Layout,
-                 link_timeout: float = LINK_TIMEOUT_S) -> None:
+                 link_timeout: float = LINK_TIMEOUT_S,
+                 claim_wait: float = CLAIM_WAIT_S) -> None:
         self.site = site  # the slot; an adoption changes it
         self.attempt = attempt
         self.plan = plan
@@ -277,6 +325,8 @@ class SiteBoundary:
         self.excluded: str | None = None
         self._deferred: list[cm.ControlMessage] = []
         self.link_timeout = link_timeout
+        self.claim_wait = claim_wait
+        self._state_sent: dict[tuple[int, int], tuple[int, float]] = {}  # (stage, q) -> sent
         # (peer, its process) -> the silence last reported, while not heard since
         self._silent: dict[tuple[int, tuple[int, int]], float] = {}
 
@@ -317,6 +367,10 @@ class SiteBoundary:
                 return self._step(Ev.DRIVER_LOST, ev)
             case LinkCheck():
                 return self._step(Ev.LINK_CHECK, ev)
+            case Beat():
+                return self._step(Ev.BEAT, ev)
+            case StateSent():
+                return self._step(Ev.STATE_SENT, ev)
         raise SiteLifeError(f"site {self.site}: no event {type(ev).__name__}")
 
     def _step(self, event: Ev, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
@@ -342,12 +396,14 @@ class SiteBoundary:
         return set(self.members) - self.dead_sites - {self.site} <= self.linked
 
     # -- queries -----------------------------------------------------------------------------
-    def admissible(self, site: int, process: tuple[int, int], peer: bool
+    def admissible(self, site: int, process: tuple[int, int], peer: bool, waited: float = 0.0
                    ) -> Verdict | tuple[str, str]:
         """Whether a link that authenticated as slot ``site``'s process ``process`` may be
         kept: its slot must be a member this site knows to be held by that very process, not
-        dead, and (a peer's data link, ``peer``) not linked already. Returns a verdict, or
-        (what the refusal is counted as, its detail)."""
+        dead, and (a peer's data link, ``peer``) not linked already. One this site does not
+        know yet waits (the news may be on its way), and is refused once it has ``waited``
+        ``claim_wait`` seconds. Returns a verdict, or (what the refusal is counted as, its
+        detail)."""
         known = self.process_of(site)
         if self.core is not None and known is not None:
             if site in self.core.dead_sites:
@@ -359,6 +415,9 @@ class SiteBoundary:
             if known[0] == process[0] and known[1] > process[1]:
                 return ("claimed a replaced incarnation",
                         f"site {site} attempt {process[1]} was replaced")
+        if waited >= self.claim_wait:
+            return ("claimed an unknown incarnation",
+                    f"site {site} attempt {process[1]} is not a member this site knows")
         return Verdict.WAIT
 
     @property
@@ -463,17 +522,20 @@ class SiteBoundary:
             peer_registered=ev.process[0], reason=ev.reason))]
 
     def _check_links(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
-        """Rule 6: a linked live peer silent for longer than the link timeout is reported
+        """A keepalive to every linked live peer this site wrote nothing to since the last
+        check. Rule 6: a linked live peer silent for longer than the link timeout is reported
         unreachable, and again after every further timeout of silence (the controller may
         have set a report aside: ``control/link_judge.py``, rule 5). A check that came late
         by a quarter of the timeout judges nothing: this site's own loop stalled, and its
         readers have not had the chance to read what arrived meanwhile."""
         assert isinstance(ev, LinkCheck)
+        out: list[SiteBoundaryAction] = [
+            Send(dest=j, message=Keepalive(), channel=Channel.LINK)
+            for j in sorted(ev.idle) if j in self.linked and j not in self.dead_sites]
         self._silent = {k: q for k, q in self._silent.items()
                         if ev.silent.get(k[0], 0.0) > self.link_timeout}
         if ev.lag > self.link_timeout / 4:
-            return []
-        out: list[SiteBoundaryAction] = []
+            return out
         for j, quiet in sorted(ev.silent.items()):
             proc = self.process_of(j)
             if quiet <= self.link_timeout or j not in self.linked or j in self.dead_sites \
@@ -489,6 +551,29 @@ class SiteBoundary:
     def _ready(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         msg = cm.Ready(site=self.site, attempt=self.attempt)
         return [Send(dest=DRIVER, message=msg, channel=channel_of(msg))]
+
+    def _heartbeat(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        """The heartbeat to the controller: the host's measures, the core's counters (rows
+        per mini-partition, the policy's statistics) and where its progress stands (the
+        driver's watchdog); a process without a core yet sends its liveness alone."""
+        assert isinstance(ev, Beat)
+        core = self.core
+        none = np.zeros(0, dtype=np.int64)
+        in_sn, in_part, out_sn, out_part = core.lowest() if core else (none,) * 4
+        msg = cm.Heartbeat(
+            site=self.site, pid=ev.pid, attempt=self.attempt, busy_s=ev.busy_s,
+            slept_s=ev.slept_s, passes=ev.passes, cpu_s=ev.cpu_s,
+            buffered=sum(b.buffered_rows() for b in core.prods) if core else 0,
+            capacity_s=ev.capacity_s, at=ev.at,
+            counts=core.processed.copy() if core else none, refused=ev.refused,
+            in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part, held=ev.held,
+            pending=core.pending_rows() if core else 0)
+        return [Send(dest=DRIVER, message=msg, channel=channel_of(msg))]
+
+    def _record_state_sent(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, StateSent)
+        self._state_sent[(ev.stage, ev.q)] = (ev.nbytes, ev.move_s)
+        return []
 
     def _scale(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Slow)
@@ -509,10 +594,19 @@ class SiteBoundary:
         return [Stop(reason=self.excluded or "excluded from the view", how="excluded")]
 
     def _sends(self, outs: list[Outgoing]) -> list[SiteBoundaryAction]:
-        """The core's messages, each on its channel; none to a site this one knows dead."""
+        """The core's messages, each on its channel; none to a site this one knows dead. A
+        ``cu-done`` reports what the StateMover sent for its catch-up (``StateSent``)."""
         dead = self.dead_sites
-        return [Send(dest=o.site, message=o.message, channel=channel_of(o.message))
-                for o in outs if o.site not in dead]
+        out: list[SiteBoundaryAction] = []
+        for o in outs:
+            if o.site in dead:
+                continue
+            msg = o.message
+            if isinstance(msg, CuDone):
+                msg = CuDone(msg.stage, msg.q, msg.r,
+                             *self._state_sent.pop((msg.stage, msg.q), (0, 0.0)))
+            out.append(Send(dest=o.site, message=msg, channel=channel_of(msg)))
+        return out
 
 
 _KINDS: dict[type, Ev] = {
@@ -527,7 +621,8 @@ _ACTIONS = {
     "avail": SiteBoundary._avail, "process": SiteBoundary._process,
     "link": SiteBoundary._link, "unlink": SiteBoundary._unlink,
     "report-unreachable": SiteBoundary._report_unreachable, "ready": SiteBoundary._ready,
-    "check-links": SiteBoundary._check_links,
+    "check-links": SiteBoundary._check_links, "heartbeat": SiteBoundary._heartbeat,
+    "state-sent": SiteBoundary._record_state_sent,
     "scale": SiteBoundary._scale, "crash": SiteBoundary._crash, "stop": SiteBoundary._stop,
 }
 

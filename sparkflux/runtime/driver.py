@@ -23,11 +23,10 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from sparkflux.control.boundary import boundary_for, event_of
+from sparkflux.control.boundary import StartTimes, boundary_for, event_of
 from sparkflux.control.controller import Controller
 from sparkflux.control.events import ConnectionClosed
 from sparkflux.control.policy import PolicyConfig
-from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import InputState
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
@@ -90,8 +89,9 @@ class Host:
         # actions (``Actions.carry_out``) and feed it events.
         self.core = boundary_for(plan, self.replicas, {
             "heartbeat_timeout": cfg.heartbeat_timeout, "recovery": cfg.recovery,
-            "balance": cfg.balance, "standby_wait": standby_wait(cfg.standby_wait),
+            "balance": cfg.balance,
             "policy": PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)})
+        self.core.handle(StartTimes(fixed=cfg.standby_wait))  # nothing measured yet
         self.digest = self.digests[0]  # the output digest: the first sink's
         # the same rows, order and numbering aside (each sink's)
         self.rows_digests = [RowsDigest() for _ in plan.sinks]

@@ -15,6 +15,7 @@ from sparkflux.control.boundary import (
     OutputEnded,
     Rejects,
     SendView,
+    StartTimes,
     Tell,
 )
 from sparkflux.control.events import (
@@ -27,7 +28,6 @@ from sparkflux.control.events import (
     StartIngress,
     StopSite,
 )
-from sparkflux.control.standby_wait import standby_wait
 from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import Outgoing
@@ -84,8 +84,10 @@ class Actions:
                     pass  # a move's old copy (or a given-up build) leaves: nothing to show
                 case Move():
                     self._move(a)
-                case StopSite(site=site, reason=reason):
-                    conn = host.conns.get(site)
+                case StopSite(site=site, attempt=attempt, reason=reason):
+                    # (a registration's comes as its ``Answer``, carried out by the door)
+                    conn = next((c for c, (s, att, _) in host.identity.items()
+                                 if (s, att) == (site, attempt)), None)
                     if conn is not None:
                         host.stop_process(conn, cm.Stop(excluded=True, reason=reason))
                 case Abort(reason=reason):
@@ -97,18 +99,19 @@ class Actions:
                     assert host.finished is not None
                     host.finished.set()
                 case _:
-                    pass  # Standby, Adopt: the registration and AdoptProcess do their part
+                    pass  # Answer, Adopt: the door and AdoptProcess do their part
         host.watch.safety()
         assert host.heard is not None
         host.heard.set()
 
     def measure_standby_wait(self) -> None:
-        """The standby wait, from this run's measured starts and adoptions
-        (``control/standby_wait.py``)."""
+        """This run's measured starts and adoptions to the core (``StartTimes``: the core
+        sets the standby wait from them)."""
         host = self.host
-        host.controller.standby_wait = standby_wait(
-            host.cfg.standby_wait, host.site_start_s, [a["after_s"] for a in host.adoptions],
-            host.executor_start_s)
+        self.carry_out(host.core.handle(StartTimes(
+            fixed=host.cfg.standby_wait, start_s=host.site_start_s,
+            adoptions_s=tuple(a["after_s"] for a in host.adoptions),
+            executor_start_s=host.executor_start_s)))
 
     def _adopt(self, a: AdoptProcess) -> None:
         """``avail``: the standby process becomes site ``slot`` (the core tells the

@@ -1,7 +1,9 @@
 """The driver host's door: every connection a site process opens to the driver, authenticated
 (``handshake.py``), sorted by channel and paired. A data connection registers its process
-once its control connection has come; a report connection carries a site task's failure to
-start (``start_report.py``); anything else is refused and counted."""
+once its control connection has come, and the core's ``Answer`` to it is carried out (the
+process kept as its slot's member or as a standby, or stopped); a report connection carries
+a site task's failure to start (``start_report.py``); anything else is refused and
+counted."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from sparkflux.control.events import Registered, SiteAddress, Standby, StopSite
+from sparkflux.control.boundary import Answer
+from sparkflux.control.events import Registered, SiteAddress
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import handshake
 from sparkflux.runtime.handshake import Claim
@@ -105,18 +108,20 @@ class Door:
             return
         ctl.peer = f"site {addr.site} (control)"
         host.control_of[conn], host.data_of[ctl] = ctl, conn
-        actions = host.core.handle(Registered(address=addr, now=time.monotonic()))
-        if any(isinstance(a, StopSite) and a.site == addr.site and a.attempt == addr.attempt
-               for a in actions):
-            host.stop_process(conn, cm.Stop(excluded=True, reason="not a member of the view"))
+        answer, *actions = host.core.handle(Registered(address=addr, now=time.monotonic()))
+        assert isinstance(answer, Answer)  # the core answers a registration first
+        if answer.role == "refused":
+            assert isinstance(answer.message, cm.Stop)
+            host.stop_process(conn, answer.message)
             conn.close()
             ctl.close()
             self._registered[token].set()  # its reader stops: the data side never registered
             return
         host.identity[conn] = (addr.site, addr.attempt, addr.pid)
         self._registered[token].set()
-        if any(isinstance(a, Standby) for a in actions):
-            conn.send(cm.Standby())
+        if answer.role == "standby":
+            assert answer.message is not None
+            conn.send(answer.message)
             host.standbys.append(conn)
         else:
             host.conns[addr.site] = conn

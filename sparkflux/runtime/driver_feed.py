@@ -1,6 +1,7 @@
 """The driver host's input: the sources read (paced by ``--rate``, ``pacing.py``) and fed to
-the driver core a batch at a time, admission held back while the sites have not read enough
-(docs/flow-control.md), and a source's own long wait reported."""
+the driver core a batch at a time, admission held back while the core says the sites have not
+read enough (``Boundary.held_back``, docs/flow-control.md), and a source's own long wait
+reported."""
 
 from __future__ import annotations
 
@@ -117,23 +118,21 @@ class Feed:
         host.faults.admitted(host.stats.events_in)
 
     async def wait_window(self) -> None:
-        """Admission (docs/flow-control.md): the next batch waits while more than
-        ``--window`` admitted records are unacknowledged by a first-stage replica, and while
-        the ingress's skew buffer pool is full (a site's connection cannot take more). Both
-        wait only for sites to read their input, never for output: an operator may hold its
-        output progress back until more input comes (a window that must reach its end), so
-        admission that waited for the output could wait forever."""
+        """Admission (docs/flow-control.md): the next batch waits while the core holds it
+        back (``Boundary.held_back``): for an acknowledgement that makes room in the
+        window, or for the ingress's skew buffer pool to drain."""
         host = self.host
         assert host.heard is not None
         host.unacked_max = max(host.unacked_max, host.core.unacknowledged())
-        while host.core.unacknowledged() > host.cfg.window:
-            host.input_state, host.blocked_by = "blocked", "window"
-            host.heard.clear()
-            await host.heard.wait()
-        while host.outbox.skew.pool_used() >= INGRESS_POOL_ROWS:  # the DTSB's back-pressure
-            host.input_state, host.blocked_by = "blocked", "pool"
-            await asyncio.sleep(0.002)
-            host.outbox.flush()
+        while held := host.core.held_back(
+                host.cfg.window, host.outbox.skew.pool_used() >= INGRESS_POOL_ROWS):
+            host.input_state, host.blocked_by = "blocked", held
+            if held == "window":
+                host.heard.clear()
+                await host.heard.wait()
+            else:  # the DTSB's back-pressure
+                await asyncio.sleep(0.002)
+                host.outbox.flush()
         host.input_state = "admitting"
         await asyncio.sleep(0)
 

@@ -53,10 +53,8 @@ class Watch:
     def _watch(self, now: float) -> None:
         """Feed the watchdog; report a stall with what it waits for, or stop the run."""
         host = self.host
-        admitted, out = host.ingress.next_isn, host.egress.progress.sn
-        seen = self.watchdog.observe(
-            now, (admitted, out, host.egress.delivered), host.input_state,
-            owed=not (host.input_state == "idle" and out >= admitted - 1))
+        marks, owed = host.core.marks(host.input_state)
+        seen = self.watchdog.observe(now, marks, host.input_state, owed=owed)
         if isinstance(seen, Stall):
             self._stalled(seen, now)
         elif isinstance(seen, Resumed):

@@ -48,6 +48,7 @@ from sparkflux.protocol.site_boundary import (
     PeerLost,
     SiteBoundary,
     SiteBoundaryEvent,
+    StateSent,
     from_link,
 )
 from sparkflux.runtime import failure_domain, handshake, site_door
@@ -135,7 +136,7 @@ class Site:
         self.plan = plan
         self.boundary = SiteBoundary(cfg.site, cfg.attempt, plan,
                                      Layout(plan.sites, plan.partitions, cfg.replicas),
-                                     cfg.link_timeout)
+                                     cfg.link_timeout, site_door.CLAIM_WAIT_S)
         self.schema_of = schemas_of(plan)
         self.peers: dict[int, Connection] = {}
         self.driver: Connection | None = None  # data (and set-up) connection to the driver
@@ -148,7 +149,9 @@ class Site:
         self._driver_gone = asyncio.Event()  # the driver closed its control connection
         self.excluded: str | None = None
         self.mover = StateMover(cfg.security, lambda: self.claim(handshake.STATE),
-                                self.spawn, site_door.DIAL_TIMEOUT_S)
+                                self.spawn, site_door.DIAL_TIMEOUT_S,
+                                lambda stage, q, nbytes, move_s: self.handle(StateSent(
+                                    stage=stage, q=q, nbytes=nbytes, move_s=move_s)))
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
                          cfg.security.handshake_timeout, cfg.security.max_pending)

@@ -1,7 +1,8 @@
 """The site host's hands: every action of the site's core (``protocol/site_boundary.py``)
 carried out on the host's connections, its DTSB, its StateMover and its scheduler, in the
-order the core gave them. A report goes on the control connection, a snapshot or
-``installed`` to the StateMover, every other frame through the DTSB (``outbox.py``)."""
+order the core gave them. A frame goes by the channel the core gave it: a report on the
+control connection, a snapshot or ``installed`` to the StateMover, every other frame
+through the DTSB (``outbox.py``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from typing import TYPE_CHECKING
 
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
-from sparkflux.protocol.messages import CuDone, Installed, State
+from sparkflux.protocol.messages import Installed, State
 from sparkflux.protocol.site_boundary import (
     Close,
     Crash,
     Dial,
+    DriverLost,
     Reject,
     Scale,
     Send,
@@ -43,12 +45,9 @@ class Actions:
             match a:
                 case Send(dest=dest, message=msg, channel=Channel.CONTROL):
                     self._report(msg)  # type: ignore[arg-type]
-                case Send(dest=dest, message=State() | Installed() as msg):
-                    self._state_out(dest, msg)
+                case Send(dest=dest, message=msg, channel=Channel.STATE):
+                    self._state_out(dest, msg)  # type: ignore[arg-type]
                 case Send(dest=dest, message=msg):
-                    if isinstance(msg, CuDone):  # what the StateMover moved for it, how fast
-                        msg = CuDone(msg.stage, msg.q, msg.r, *host.mover.moved(msg.stage,
-                                                                                msg.q))
                     host.outbox.send(dest, msg)  # type: ignore[arg-type]
                 case Dial():
                     host.door.dial(a)
@@ -72,13 +71,14 @@ class Actions:
         host.door.known.set()
 
     def _report(self, msg: cm.ControlMessage) -> None:
-        """A report to the controller on the control connection (lost: the site stops)."""
+        """A report to the controller on the control connection (lost: the core's
+        ``DriverLost``)."""
         host = self.host
         try:
             assert host.control is not None
             host.control.send(msg)
-        except ConnectionLost:
-            host.fail("lost the driver")
+        except ConnectionLost as e:
+            host.handle(DriverLost(reason=str(e) or "the control connection closed"))
 
     def _state_out(self, site: int, msg: State | Installed) -> None:
         """A snapshot or ``installed``: outside the data path, by the StateMover."""

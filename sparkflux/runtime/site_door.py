@@ -1,7 +1,7 @@
 """The site host's door: its links to its peers, both ways. An incoming connection is
 authenticated (``handshake.py``), then kept only if the site's core admits the slot and
-incarnation it claims (``SiteBoundary.admissible``), waiting a while for news of a member it
-does not know yet; a ``Dial`` of the core is carried out in a task of its own, never on a
+incarnation it claims (``SiteBoundary.admissible``, which lets it wait a while for news of a
+member it does not know yet); a ``Dial`` of the core is carried out in a task of its own, never on a
 reader, and a peer it cannot reach goes back to the core (``DialFailed``). Every link that
 comes up, dialled or accepted, is offered to the core (``PeerLinked``), which may reject it
 as stale."""
@@ -12,7 +12,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from sparkflux.protocol.site_boundary import Dial, DialFailed, PeerLinked, Reject, Verdict
+from sparkflux.protocol.site_boundary import (
+    CLAIM_WAIT_S,
+    Dial,
+    DialFailed,
+    PeerLinked,
+    Reject,
+    Verdict,
+)
 from sparkflux.runtime import handshake
 from sparkflux.runtime.handshake import Claim
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect, serve
@@ -23,9 +30,10 @@ if TYPE_CHECKING:
 # The host's logger: what the door logs keeps the name it always had.
 log = logging.getLogger("sparkflux.runtime.site")
 DIAL_TIMEOUT_S = 10.0  # a peer not reached within this is reported as unreachable
-# An incoming link may come before this site has heard of the incarnation that dials it (the
-# view, an adoption or an ``avail`` still on its way): it waits this long for that news.
-CLAIM_WAIT_S = 10.0
+# ``CLAIM_WAIT_S`` (the core's default): how long a link may wait for news of the incarnation
+# it claims; ``Site`` gives its core the value found here.
+__all__ = ["CLAIM_WAIT_S", "DIAL_TIMEOUT_S", "Door"]
+CLAIM_POLL_S = 0.1  # a waiting link is asked about again at least this often
 
 
 class Door:
@@ -71,25 +79,23 @@ class Door:
             conn.close()
 
     async def _admissible(self, claim: Claim) -> tuple[str, str] | None:
-        """Why a link that authenticated with ``claim`` must still be refused, or None (the
-        boundary decides; what it does not know yet it may learn within ``CLAIM_WAIT_S``).
+        """Why a link that authenticated with ``claim`` must still be refused, or None: the
+        boundary decides, asked again whenever it may know more (and at least every
+        ``CLAIM_POLL_S``) with how long the link has waited, until it admits or refuses.
         Returns (what is counted, detail)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + CLAIM_WAIT_S
+        start = loop.time()
         while True:
             verdict = self.host.boundary.admissible(claim.site, claim.process,
-                                                    peer=claim.channel == handshake.PEER)
+                                                    peer=claim.channel == handshake.PEER,
+                                                    waited=loop.time() - start)
             if verdict is Verdict.ADMIT:
                 return None
             if isinstance(verdict, tuple):
                 return verdict
-            if loop.time() >= deadline:
-                return ("claimed an unknown incarnation",
-                        f"site {claim.site} attempt {claim.attempt} is not a member this "
-                        f"site knows")
             self.known.clear()
             try:
-                await asyncio.wait_for(self.known.wait(), deadline - loop.time())
+                await asyncio.wait_for(self.known.wait(), CLAIM_POLL_S)
             except TimeoutError:
                 pass
 

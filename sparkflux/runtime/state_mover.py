@@ -22,34 +22,26 @@ log = logging.getLogger(__name__)
 
 class StateMover:
     """Sends snapshots and ``installed`` for one site; ``claim``: this site's claim for a
-    state connection; ``spawn``: runs a coroutine as a task of the site's."""
+    state connection; ``spawn``: runs a coroutine as a task of the site's; ``sent``: called
+    with ``(stage, q, bytes, seconds)`` once a snapshot is written (for its ``cu-done``)."""
 
     def __init__(self, security: Security, claim: Callable[[], Claim],
-                 spawn: Callable[[Any], Any], dial_timeout: float) -> None:
+                 spawn: Callable[[Any], Any], dial_timeout: float,
+                 sent: Callable[[int, int, int, float], None]) -> None:
         self.security = security
         self.claim = claim
         self.spawn = spawn
         self.dial_timeout = dial_timeout
+        self.sent = sent
         self.conns: dict[tuple[str, int], Connection] = {}
         self._dialing: dict[tuple[str, int], asyncio.Lock] = {}
-        self.state_bytes: dict[tuple[int, int], int] = {}  # (stage, q) -> bytes sent
-        self.state_move_s: dict[tuple[int, int], float] = {}  # ... and how long it took
 
     def send(self, site: int, msg: State | Installed, addr: tuple[str, int],
              expect: tuple[int, int]) -> None:
         """Send ``msg`` to slot ``site``'s process ``expect``, listening at ``addr``."""
         pieces = [bytes(p) if isinstance(p, memoryview) else p for p in encode(msg)]
-        key = None
-        if isinstance(msg, State):
-            key = (msg.stage, msg.q)
-            self.state_bytes[key] = sum(len(p) for p in pieces)
+        key = (msg.stage, msg.q) if isinstance(msg, State) else None  # a snapshot is timed
         self.spawn(self._move(site, pieces, key, addr, expect))
-
-    def moved(self, stage: int, q: int) -> tuple[int, float]:
-        """What was sent for the catch-up of ``(stage, q)``, and how long it took (for its
-        ``cu-done``)."""
-        key = (stage, q)
-        return self.state_bytes.pop(key, 0), self.state_move_s.pop(key, 0.0)
 
     async def _move(self, site: int, pieces: list, key: tuple[int, int] | None,
                     addr: tuple[str, int], expect: tuple[int, int]) -> None:
@@ -66,6 +58,6 @@ class StateMover:
             conn._write(pieces)
             await conn.drain()
             if key is not None:
-                self.state_move_s[key] = time.perf_counter() - t
+                self.sent(*key, sum(len(p) for p in pieces), time.perf_counter() - t)
         except ConnectionLost as e:
             log.info("state move to site %d failed: %s", site, e)

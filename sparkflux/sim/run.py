@@ -40,6 +40,7 @@ from sparkflux.control.boundary import (
     InputEnd,
     RequestMoves,
     SendView,
+    StartTimes,
     Tell,
     boundary_for,
     event_of,
@@ -64,6 +65,7 @@ from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.messages import Outgoing, State
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site_boundary import (
+    Beat,
     Dial,
     Frames,
     FromDriver,
@@ -221,9 +223,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     core = boundary_for(plan, replicas, {
         "heartbeat_timeout": float(clock.heartbeat_timeout) if clock else 1e9,
         "recovery": recovery, "balance": balance, "policy": policy,
-        "link_settle": float(clock.settle if clock else 0),
-        **({"standby_wait": float(clock.standby_wait)} if clock else {})},
-        end_with_output=False)
+        "link_settle": float(clock.settle if clock else 0)}, end_with_output=False)
+    if clock:  # a fixed standby wait, as ``--standby-wait`` gives the runtime one
+        core.handle(StartTimes(fixed=float(clock.standby_wait)))
     link_timeout = float(clock.link_timeout) if clock else 1e9
     controller = core.controller
     slow = dict(failures.slow)
@@ -355,16 +357,13 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             if k in (src, dst) and src != dst and dst in sites and src in sites[dst].dead_sites:
                 q.clear()
 
-    def heartbeat(s: int) -> cm.Heartbeat:
-        """A synthetic load: every row costs the same; a slow site has its capacity
-        divided by its factor."""
+    def heartbeat(s: int) -> Beat:
+        """A synthetic load for the core's heartbeat: every row costs the same; a slow site
+        has its capacity divided by its factor."""
         site_core = sites[s].core
         assert site_core is not None
-        counts = site_core.processed.copy()
-        return cm.Heartbeat(site=s, attempt=attempt[s], pid=s, busy_s=float(counts.sum()),
-                            slept_s=0.0, passes=0, cpu_s=0.0, buffered=0,
-                            capacity_s=float(step) * 4 / slow.get(s, 1.0), at=float(step),
-                            counts=counts)
+        return Beat(pid=s, busy_s=float(site_core.processed.sum()),
+                    capacity_s=float(step) * 4 / slow.get(s, 1.0), at=float(step))
 
     def settled() -> bool:
         """The first recovery and every move it caused are complete (``after_settled``)."""
@@ -440,7 +439,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
             if (clock or balance) and step % beat == 0:
                 for s in sorted(sites):
                     if s not in crashed_now and s not in hung and sites[s].core is not None:
-                        net.send(s, DRIVER, heartbeat(s), CONTROL)
+                        site_do(s, sites[s].handle(heartbeat(s)))
             if clock and step % clock.link_every == 0:
                 for s in sorted(sites):
                     if s in crashed_now or s in hung:
