@@ -90,6 +90,32 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     return p, module
 
 
+def reference_page() -> str:
+    """docs/cli.md: every option of ``sparkflux run`` as its parser has it (flag, default,
+    help), for any example (an example's own options are listed in docs/usage.md). Written by
+    ``scripts/cli_reference.py``; tests/test_run_options_typed.py checks the page matches."""
+    parser, _ = _run_parser(None)
+    lines = ["# `sparkflux run` options", "",
+             "Generated from the command's parser, which is generated from `RunOptions` "
+             "(`sparkflux/runtime/run_options.py`): write `.venv/bin/python "
+             "scripts/cli_reference.py` after changing an option. docs/usage.md says more "
+             "about each.", "",
+             "| option | default | what it does |", "|---|---|---|"]
+    for action in parser._actions:  # argparse keeps its options there, in order
+        if not action.option_strings or action.dest == "help":
+            continue
+        flag = ", ".join(action.option_strings)
+        if action.nargs != 0:
+            flag += f" {action.metavar or action.dest.upper()}"
+        if action.choices:
+            flag = f"{', '.join(action.option_strings)} {{{','.join(action.choices)}}}"
+        default = action.default
+        shown = ("(repeatable)" if default == [] else "" if default is None or action.nargs == 0
+                 else f"`{default}`")
+        lines.append(f"| `{flag}` | {shown} | {action.help} |")
+    return "\n".join(lines) + "\n"
+
+
 def _first_positional(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
