@@ -90,6 +90,21 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     return p, module
 
 
+def run_args(example: str | Path, **overrides: Any) -> argparse.Namespace:
+    """The arguments of ``sparkflux run EXAMPLE`` with every default (``RunOptions``' and the
+    example's own), then ``overrides`` (names as parsed: ``spare_sites``, ``kill=["1@3"]``):
+    what a bench or a test runs an example with, instead of listing every option by hand."""
+    parser, _ = _run_parser(str(example))
+    args = parser.parse_args([str(example)])
+    unknown = sorted(set(overrides) - set(vars(args)))
+    if unknown:
+        raise PlanError(f"no option(s) {', '.join(unknown)} for {example}; the options are: "
+                        f"{', '.join(sorted(vars(args)))}")
+    for name, value in overrides.items():
+        setattr(args, name, value)
+    return args
+
+
 def reference_page() -> str:
     """docs/cli.md: every option of ``sparkflux run`` as its parser has it (flag, default,
     help), for any example (an example's own options are listed in docs/usage.md). Written by

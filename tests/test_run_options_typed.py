@@ -215,3 +215,14 @@ def test_the_sites_get_the_replica_count_and_timeouts_from_the_run() -> None:
 def test_the_cli_reference_page_is_the_parsers() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     assert page == cli.reference_page(), "run scripts/cli_reference.py"
+
+
+def test_run_args_has_every_default_and_refuses_an_unknown_name() -> None:
+    netmon = ROOT / "examples" / "netmon.py"
+    args = cli.run_args(netmon, events=100, kill=["1@3"], ha="flux")
+    assert (args.events, args.seed, args.batch_size) == (100, 7, 8192)
+    cfg = run_config(**options_of(args))
+    assert cfg.kills == (KillAt(1, 3.0),) and cfg.replicas == 2
+    assert RunOptions.of(**options_of(cli.run_args(netmon))) == RunOptions()
+    with pytest.raises(PlanError, match="no option.s. spares for"):
+        cli.run_args(netmon, spares=1)
