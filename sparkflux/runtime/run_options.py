@@ -11,7 +11,7 @@ defaults from here. It sits in the runtime layer, below those, so that ``RunConf
 
 from __future__ import annotations
 
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sparkflux.operators.base import PlanError
@@ -189,16 +189,6 @@ class RunOptions:
         """Copies of every partition: ``replicas``, else FLUX_REPLICAS with ``--ha flux`` and
         one without."""
         return self.replicas if self.replicas is not None else default_replicas(self.ha)
-
-
-def option_fields() -> tuple[Field[Any], ...]:
-    """``RunOptions``' fields, in the order the command lists them."""
-    return fields(RunOptions)
-
-
-def default_of(f: Field[Any]) -> Any:
-    assert f.default is not MISSING
-    return f.default
 
 
 def default_replicas(ha: str) -> int:
