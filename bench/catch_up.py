@@ -37,6 +37,7 @@ from sparkflux.dataflow.compiler import compile_plan  # noqa: E402
 from sparkflux.model.random import counter_random  # noqa: E402
 from sparkflux.model.schema import PART, SN, SNM, T0  # noqa: E402
 from sparkflux.operators.base import Operator, PartitionInfo  # noqa: E402
+from sparkflux.runtime.fault_specs import KillAt  # noqa: E402
 from sparkflux.runtime.run_config import RunConfig  # noqa: E402
 from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.job import run  # noqa: E402
@@ -136,7 +137,7 @@ def main() -> int:
                    ingress_buffer=max(200_000, int(a.rate * 4)))
         base = run(plan_for(keys, events), RunConfig(**cfg), NullSink(), DeadLetters(),
                    spark=spark).metrics
-        m = run(plan_for(keys, events), RunConfig(**cfg, kills=((1, kill_at),)), NullSink(),
+        m = run(plan_for(keys, events), RunConfig(**cfg, kills=(KillAt(1, kill_at),)), NullSink(),
                 DeadLetters(), spark=spark).metrics
         rec = m["recoveries"]
         moved = sum(r["state_bytes"] for r in rec)

@@ -28,20 +28,18 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sparkflux.cli import run_args  # noqa: E402
 from sparkflux.dataflow.examples import load_example  # noqa: E402
 from sparkflux.runner import reference_digest, run_example  # noqa: E402
 from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
+NETMON = ROOT / "examples" / "netmon.py"
+
 
 def args_for(events: int, rate: float | None, kill: list[str]) -> argparse.Namespace:
-    return argparse.Namespace(
-        events=events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, skew=False,
-        sites=4, partitions=32, ha="flux", replicas=None, master=None, rate=rate,
-        ingress_buffer=2_000_000, window=300_000, output=None, dead_letter=None, kill=kill,
-        heartbeat_timeout=10.0, spare_sites=0, site_cpu=None, slow=[], recovery="standby",
-        no_balance=True, balance_delta_min=0.25, balance_window=2.0,
-    )
+    return run_args(NETMON, events=events, ha="flux", rate=rate, ingress_buffer=2_000_000,
+                    kill=kill, balance=False)
 
 
 def main() -> int:
@@ -54,7 +52,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, help="write every run's figures here")
     a = p.parse_args()
     console = Console(stderr=True)
-    module = load_example(ROOT / "examples" / "netmon.py")
+    module = load_example(NETMON)
     spark = spark_session(default_master(6), "sparkflux-two-safe")
     console.print("unpaced run (1,500,000 events) ...")
     top = run_example(module, args_for(1_500_000, None, []), sink=NullSink(),

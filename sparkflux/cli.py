@@ -22,15 +22,9 @@ from rich.table import Table
 from sparkflux.dataflow.examples import load_example
 from sparkflux.display import live_progress
 from sparkflux.operators.base import PlanError
-from sparkflux.options import (
-    MIN_HEARTBEAT_TIMEOUT_S,
-    MIN_LINK_TIMEOUT_S,
-    options_of,
-    run_config,
-)
+from sparkflux.options import add_run_options, options_of, run_config
 from sparkflux.runner import reference_result, run_example
 from sparkflux.runtime.run_config import RunFailed, write_metrics
-from sparkflux.runtime.site import LINK_TIMEOUT_S
 
 console = Console(stderr=True)
 
@@ -78,90 +72,13 @@ def _example_parser(prog: str, example_path: str | None) -> tuple[argparse.Argum
 
 def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]:
     p, module = _example_parser("run", example_path)
-    p.add_argument("--sites", type=int, default=4, help="number of sites (Spark tasks)")
-    p.add_argument("--partitions", type=int, default=32, help="mini-partitions per stage")
-    p.add_argument("--ha", choices=["none", "flux"], default="none", help="availability mode")
-    p.add_argument("--replicas", type=int, default=None,
-                   help="with --ha flux: copies of every partition, on different sites "
-                        "(default 2; K copies survive any K-1 sites failing at once)")
-    p.add_argument("--master", default=None,
-                   help="Spark master URL (default: embedded local mode local[SITES,400])")
-    p.add_argument("--rate", type=float, default=None,
-                   help="pace the source at R events/s as a push source (drops when full)")
-    p.add_argument("--ingress-buffer", type=int, default=200_000,
-                   help="records the ingress buffers in --rate mode before it drops")
-    p.add_argument("--window", type=int, default=300_000,
-                   help="admission: input records admitted and not yet acknowledged by every "
-                        "first-stage replica (consumers acknowledge on receipt, so this never "
-                        "waits for a window to close)")
-    p.add_argument("--stall-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="the watchdog: warn, naming the stage and partition that hold the "
-                        "run, when neither output nor input has moved for this long; stop the "
-                        "run after 4 times as long unless the source is idle (0: off)")
+    add_run_options(p)  # every RunOptions field (sparkflux/options.py)
     p.add_argument("--output", default=None, help="write the ordered output to this Parquet file")
     p.add_argument("--dead-letter", default=None,
                    help="JSON-lines file for rejected input (default: next to --output)")
     p.add_argument("--metrics", default=None, help="write the run's metrics JSON here")
-    p.add_argument("--spare-sites", type=int, default=0,
-                   help="standby sites launched up front (with --ha flux they replace failed "
-                        "sites at once; Spark's retry of a crashed site is a standby too)")
-    p.add_argument("--site-cpu", type=float, default=None, metavar="FRACTION",
-                   help="emulate site capacity: each site's event loop is busy at most this "
-                        "fraction of wall time (all sites share this machine's cores)")
-    p.add_argument("--slow", action="append", default=[], metavar="SITE@SECONDS=FACTOR",
-                   help="from that moment the site gets FACTOR times its capacity")
-    p.add_argument("--kill", action="append", default=[], metavar="SITE@SECONDS",
-                   help="SIGKILL a site's process this many seconds after the input starts "
-                        "(a slot with no live process then: its next one, when it adopts the "
-                        "slot); SITE@recovered+SECONDS: that long after the first recovery "
-                        "completes; SITE@adopted+SECONDS: that long after the slot's next "
-                        "process adopts it; SITE@input+RECORDS: once that many input records "
-                        "are admitted; ROLE@move+SECONDS: that long after the first move "
-                        "starts, ROLE source, destination, from or a site. On a standalone "
-                        "cluster on this machine (a test tool): python:SITE@SECONDS, "
-                        "executor:SITE@SECONDS or worker:SITE@SECONDS SIGKILL the site's "
-                        "Python worker, its executor JVM or the Worker daemon that launched "
-                        "it (SITE 'most': the one hosting the most sites)")
-    p.add_argument("--cut", action="append", default=[], metavar="SITE@SECONDS=DURATION",
-                   help="drop the packets of a site's links to its peers for DURATION seconds "
-                        "(iptables on the loopback interface, a same-machine test tool; the "
-                        "processes and their driver links live): a partial partition")
-    p.add_argument("--isolate", action="append", default=[], metavar="SITE@SECONDS=DURATION",
-                   help="as --cut, and the site's links to the driver too")
-    p.add_argument("--hang", action="append", default=[], metavar="SITE@SECONDS=DURATION",
-                   help="freeze a site's process (SIGSTOP) at SECONDS for DURATION seconds, "
-                        "then let it go on (SIGCONT): a hung site, found by its heartbeat")
-    p.add_argument("--tls", action="store_true",
-                   help="TLS on every connection of the run (a certificate made for the run); "
-                        "connections are authenticated with the run's secret either way")
-    p.add_argument("--max-frame-mb", type=float, default=None, metavar="MB",
-                   help="the largest frame a data or control connection accepts (default 256; "
-                        "a larger frame closes the connection as a protocol error)")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw output rate and latency over time, kills marked (Fig. 3.16)")
-    p.add_argument("--heartbeat-timeout", type=float, default=10.0,
-                   help="seconds without a heartbeat before a site counts as failed (hung); "
-                        f"at least {MIN_HEARTBEAT_TIMEOUT_S:.1f} (a busy site's heartbeats can "
-                        "be a second apart)")
-    p.add_argument("--link-timeout", type=float, default=LINK_TIMEOUT_S,
-                   help="seconds a site may wait on a link to a peer and hear nothing before "
-                        "it reports the peer unreachable (a site cut off from its peers, or "
-                        f"hung, is excluded); at least {MIN_LINK_TIMEOUT_S:.1f}")
-    p.add_argument("--recovery", choices=["standby", "survivors"], default="standby",
-                   help="with --ha flux: rebuild a failed site's replicas on a standby (Spark's "
-                        "restarted task or a spare) or at once on the surviving sites")
-    p.add_argument("--standby-wait", type=float, default=None, metavar="SECONDS",
-                   help="with --recovery standby: recover onto the surviving sites if no "
-                        "standby has adopted a failed site's slot after this long (default: "
-                        "measured: at least 5 s, twice the sites' start, 1.5 times the "
-                        "slowest adoption so far, at most 60 s)")
-    p.add_argument("--no-balance", action="store_true",
-                   help="with --ha flux: turn the load-balancing policy off")
-    p.add_argument("--balance-delta-min", type=float, default=0.25, metavar="SECONDS",
-                   help="the shortest collection phase of the load-balancing policy")
-    p.add_argument("--balance-window", type=float, default=2.0, metavar="SECONDS",
-                   help="how far back the load-balancing policy's statistics reach while "
-                        "the placement is unchanged (0: each collection phase alone)")
     p.add_argument("--max-dead-letters", type=float, default=0.01, metavar="FRACTION",
                    help="exit with code 3 and say so when more than this fraction of the "
                         "input goes to the dead letters (default 0.01)")
@@ -171,6 +88,47 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
                         "compare: match or mismatch, with the differing rows (exit code 1 on a "
                         "mismatch)")
     return p, module
+
+
+def run_args(example: str | Path, **overrides: Any) -> argparse.Namespace:
+    """The arguments of ``sparkflux run EXAMPLE`` with every default (``RunOptions``' and the
+    example's own), then ``overrides`` (names as parsed: ``spare_sites``, ``kill=["1@3"]``):
+    what a bench or a test runs an example with, instead of listing every option by hand."""
+    parser, _ = _run_parser(str(example))
+    args = parser.parse_args([str(example)])
+    unknown = sorted(set(overrides) - set(vars(args)))
+    if unknown:
+        raise PlanError(f"no option(s) {', '.join(unknown)} for {example}; the options are: "
+                        f"{', '.join(sorted(vars(args)))}")
+    for name, value in overrides.items():
+        setattr(args, name, value)
+    return args
+
+
+def reference_page() -> str:
+    """docs/cli.md: every option of ``sparkflux run`` as its parser has it (flag, default,
+    help), for any example (an example's own options are listed in docs/usage.md). Written by
+    ``scripts/cli_reference.py``; tests/test_run_options_typed.py checks the page matches."""
+    parser, _ = _run_parser(None)
+    lines = ["# `sparkflux run` options", "",
+             "Generated from the command's parser, which is generated from `RunOptions` "
+             "(`sparkflux/runtime/run_options.py`): write `.venv/bin/python "
+             "scripts/cli_reference.py` after changing an option. docs/usage.md says more "
+             "about each.", "",
+             "| option | default | what it does |", "|---|---|---|"]
+    for action in parser._actions:  # argparse keeps its options there, in order
+        if not action.option_strings or action.dest == "help":
+            continue
+        flag = ", ".join(action.option_strings)
+        if action.nargs != 0:
+            flag += f" {action.metavar or action.dest.upper()}"
+        if action.choices:
+            flag = f"{', '.join(action.option_strings)} {{{','.join(action.choices)}}}"
+        default = action.default
+        shown = ("(repeatable)" if default == [] else "" if default is None or action.nargs == 0
+                 else f"`{default}`")
+        lines.append(f"| `{flag}` | {shown} | {action.help} |")
+    return "\n".join(lines) + "\n"
 
 
 def _first_positional(argv: list[str]) -> str | None:

@@ -13,7 +13,8 @@ dataflow in the background and returns a ``FluxQuery``, the handle Spark's
     print(query.metrics["output_digest"])
 
 The options are ``sparkflux run``'s, named in Python (``--spare-sites`` is ``spare_sites``;
-``kill=["1@3"]``); ``sparkflux/options.py`` checks them. The session is checked before
+``kill=["1@3"]``), the fields of ``RunOptions`` (``runtime/run_options.py``), which checks
+them. The session is checked before
 anything starts (``spark/session_check.py``): a setting that would break the run raises
 ``PlanError`` saying what to change. Without ``spark`` a session is made with every setting
 the job needs (the master from ``master=``, from spark-submit, or local mode).

@@ -90,7 +90,7 @@ def test_losing_both_replicas_of_a_partition_is_reported(netmon: Any, spark: Any
 def test_a_hung_site_is_found_by_its_silence_and_excluded(netmon: Any, spark: Any,
                                                         expected: tuple[str, int]) -> None:
     from sparkflux.dataflow.compiler import compile_plan
-    from sparkflux.options import parse_kills  # noqa: F401 - the CLI parses --kill the same way
+    from sparkflux.runtime.fault_specs import Hang
     from sparkflux.runtime.run_config import RunConfig
     from sparkflux.spark.job import run
 
@@ -98,7 +98,7 @@ def test_a_hung_site_is_found_by_its_silence_and_excluded(netmon: Any, spark: An
     opts = netmon.options(args)
     plan = compile_plan(netmon.build(opts), 16, 4)
     cfg = RunConfig(sites=4, partitions=16, ha="flux", rate=RATE, heartbeat_timeout=2.0,
-                    hangs=((2, 0.5, 4.0),))
+                    hangs=(Hang(2, 0.5, 4.0),))
     m = run(plan, cfg, NullSink(), DeadLetters(), spark=spark).metrics
     # On a loaded machine a starved (not hung) site can miss a deadline too; what matters is
     # that the hung one is excluded, found by its silence (its peers' links, within the link

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sparkflux.operators.base import PlanError
-from sparkflux.options import parse_kills, parse_process_kills
+from sparkflux.options import parse_kills
 from sparkflux.runtime import proctree
-from sparkflux.runtime.run_config import MOST_SITES
+from sparkflux.runtime.fault_specs import KillAt, KillProcess
 
 MASTER = "spark://127.0.0.1:7077"
 WORKER = ["java", "-cp", "x", proctree.WORKER_CLASS, MASTER, "--work-dir"]
@@ -88,16 +88,16 @@ def test_the_holder_of_the_most_sites(cluster_proc: Path) -> None:
 
 def test_kill_options() -> None:
     specs = ["1@3", "worker:most@20", "executor:2@1.5", "python:0@0"]
-    assert parse_kills(specs, 4) == ((1, 3.0),)
-    assert parse_process_kills(specs, 4, MASTER) == (
-        ("worker", MOST_SITES, 20.0), ("executor", 2, 1.5), ("python", 0, 0.0))
+    assert parse_kills(specs, 4, MASTER) == (
+        KillAt(1, 3.0), KillProcess("worker", None, 20.0), KillProcess("executor", 2, 1.5),
+        KillProcess("python", 0, 0.0))
     for bad, match in [("jvm:1@2", "not one of python, executor, worker"),
                        ("worker:4@2", r"site must be in 0..3 or 'most'"),
                        ("worker:1", "write LEVEL:SITE@SECONDS"),
                        ("worker:x@1", "write LEVEL:SITE@SECONDS")]:
         with pytest.raises(PlanError, match=match):
-            parse_process_kills([bad], 4, MASTER)
+            parse_kills([bad], 4, MASTER)
     with pytest.raises(PlanError, match="needs a Spark standalone cluster here"):
-        parse_process_kills(["worker:most@20"], 4, "local[4]")
+        parse_kills(["worker:most@20"], 4, "local[4]")
     # no --master: the session's, checked when the run starts (job.launch)
-    assert parse_process_kills(["worker:most@20"], 4, None) == (("worker", -1, 20.0),)
+    assert parse_kills(["worker:most@20"], 4, None) == (KillProcess("worker", None, 20.0),)

@@ -17,6 +17,7 @@ from sparkflux.options import (
     replicas_option,
     run_config,
 )
+from sparkflux.runtime.fault_specs import KillAt, KillAtInput, KillInMove
 from sparkflux.runtime.site import SiteConfig
 from sparkflux.spark import launcher
 
@@ -114,7 +115,7 @@ def test_the_link_timeout_defaults_to_its_floor_and_refuses_less() -> None:
 
 def test_a_kill_timed_by_the_input_admitted() -> None:
     cfg = run_config(kill=["2@input+20000", "1@3"], ha="flux")
-    assert cfg.input_kills == ((2, 20000),) and cfg.kills == ((1, 3.0),)
+    assert cfg.kills == (KillAtInput(2, 20000), KillAt(1, 3.0))
     with pytest.raises(PlanError, match=r"write SITE@input\+RECORDS, e\.g\. --kill "
                                         r"1@input\+100000"):
         run_config(kill=["2@input+lots"], ha="flux")
@@ -124,7 +125,7 @@ def test_a_kill_timed_by_the_input_admitted() -> None:
 
 def test_a_kill_timed_inside_the_first_move() -> None:
     cfg = run_config(kill=["from@move+0.3", "2@move+0", "1@3"], ha="flux")
-    assert cfg.move_kills == (("from", 0.3), ("2", 0.0)) and cfg.kills == ((1, 3.0),)
+    assert cfg.kills == (KillInMove("from", 0.3), KillInMove(2, 0.0), KillAt(1, 3.0))
     for bad in ("donor@move+1", "9@move+1", "source@move+soon"):
         with pytest.raises(PlanError, match=r"write ROLE@move\+SECONDS, ROLE one of source, "
                                             r"destination, from, bystander or a site in 0\.\.3"):

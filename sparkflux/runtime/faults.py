@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import netcut, proctree
-from sparkflux.runtime.run_config import MOST_SITES
+from sparkflux.runtime.fault_specs import (
+    KillAdopted,
+    KillAfterRecovery,
+    KillAt,
+    KillAtInput,
+    KillInMove,
+    KillProcess,
+)
 
 if TYPE_CHECKING:
     from sparkflux.runtime.driver import Host
@@ -47,28 +54,25 @@ class Faults:
         """Schedule the options' faults, timed from now (the input's start)."""
         loop = asyncio.get_running_loop()
         cfg = self.host.cfg
-        for site, after in cfg.kills:
-            if after >= 0:  # (negative: -(1 + delay) after the first recovery)
-                loop.call_later(after, self.kill, site, after)
-        for site, after, factor in cfg.slows:
-            loop.call_later(after, self.slow, site, factor)
-        for site, after, duration in cfg.hangs:
-            loop.call_later(after, self.hang, site, duration)
-        for site, after, duration, driver in cfg.cuts:
-            loop.call_later(after, self.cut, site, after, duration, driver)
-        self._on_input = sorted((n, site) for site, n in cfg.input_kills)
-        for site, delay in cfg.adopted_kills:  # ``--kill SITE@adopted+SECONDS``
-            self._on_adopt.setdefault(site, []).append(delay)
-        for level, site, after in cfg.process_kills:  # ``--kill LEVEL:SITE@SECONDS``
-            loop.call_later(after, self.kill_process, level, site, after)
+        for k in cfg.kills_of(KillAt):
+            loop.call_later(k.at_s, self.kill, k.site, k.at_s)
+        for s in cfg.slows:
+            loop.call_later(s.at_s, self.slow, s.site, s.factor)
+        for h in cfg.hangs:
+            loop.call_later(h.at_s, self.hang, h.site, h.for_s)
+        for c in cfg.cuts:
+            loop.call_later(c.at_s, self.cut, c.site, c.at_s, c.for_s, c.isolate)
+        self._on_input = sorted((k.records, k.site) for k in cfg.kills_of(KillAtInput))
+        for a in cfg.kills_of(KillAdopted):  # ``--kill SITE@adopted+SECONDS``
+            self._on_adopt.setdefault(a.site, []).append(a.after_s)
+        for p in cfg.kills_of(KillProcess):  # ``--kill LEVEL:SITE@SECONDS``
+            loop.call_later(p.at_s, self.kill_process, p.level, p.site, p.at_s)
 
     def after_recovery(self) -> None:
         """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
         loop = asyncio.get_running_loop()
-        for site, spec in self.host.cfg.kills:
-            if spec < 0:
-                delay = -spec - 1.0
-                loop.call_later(delay, self.kill, site, self._since_start(delay))
+        for k in self.host.cfg.kills_of(KillAfterRecovery):
+            loop.call_later(k.after_s, self.kill, k.site, self._since_start(k.after_s))
 
     def admitted(self, records: int) -> None:
         """``--kill SITE@input+RECORDS``: the kills due once ``records`` are admitted."""
@@ -95,12 +99,13 @@ class Faults:
                         - set(roles.values()))
         if others:
             roles["bystander"] = others[0]
-        for role, delay in self.host.cfg.move_kills:
+        for k in self.host.cfg.kills_of(KillInMove):
+            role, delay = k.role, k.after_s
             if role == "bystander" and role not in roles:
                 log.warning("--kill bystander@move+%.2f: every live site takes part in the "
                             "move; nobody killed", delay)
                 continue
-            site = roles[role] if role in roles else int(role)
+            site = roles[role] if isinstance(role, str) else role
             log.warning("a move started (site %d -> %d, built from %d): killing site %d (%s) "
                         "in %.2fs as asked", src, dst, built_from, site, role, delay)
             loop.call_later(delay, self.kill, site, self._since_start(delay))
@@ -126,25 +131,25 @@ class Faults:
         else:
             host.tell(site, cm.Kill())
 
-    def kill_process(self, level: str, site: int, after: float) -> None:
+    def kill_process(self, level: str, site: int | None, after: float) -> None:
         """``--kill LEVEL:SITE@SECONDS``: SIGKILL the process of ``level`` (``python``,
-        ``executor``, ``worker``) that holds ``site`` (MOST_SITES: the one holding the most
-        live sites) on this machine, and record a kill for every live site it held."""
+        ``executor``, ``worker``) that holds ``site`` (None: the one holding the most live
+        sites) on this machine, and record a kill for every live site it held."""
         host = self.host
         if host.over():
             return
-        what = f"--kill {level}:{'most' if site == MOST_SITES else site}@{after:g}"
+        what = f"--kill {KillProcess(level, site, after)}"
         members = host.controller.view.members
         live = {s: m.pid for s, m in members.items() if s not in host.dead}
         groups = proctree.group_by_holder(live, level)
-        if site == MOST_SITES:
+        if site is None:
             target = proctree.most_sites(groups)
         else:
             target = next((h for h, sites in groups.items() if site in sites), None)
         if target is None:
             log.error("%s: no %s process found on this machine for %s (live sites and pids: "
                       "%s); this kill needs the sites on the driver's machine", what, level,
-                      "any site" if site == MOST_SITES else f"site {site}", live)
+                      "any site" if site is None else f"site {site}", live)
             return
         sites = groups[target]
         now = time.time()

@@ -1,73 +1,95 @@
-"""What a run is given and what it gives back: its configuration (``RunConfig``, one field per
-``sparkflux run`` option), the counters the progress display reads, the error that ends a run,
+"""What a run is given and what it gives back: its configuration (``RunConfig``, the runtime's
+view of its ``RunOptions``), the counters the progress display reads, the error that ends a run,
 its result, and the metrics file."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from sparkflux.runtime.fault_specs import Cut, Hang, Kill, Slow
 from sparkflux.runtime.metrics import EgressMetrics
+from sparkflux.runtime.run_options import RunOptions, default_replicas
 from sparkflux.runtime.security import Security
 
-MOST_SITES = -1  # ``--kill worker:most@SECONDS``: the holder of the most sites
+K = TypeVar("K")
 
 
 class RunFailed(RuntimeError):
     """The run could not finish; the message says why and what to change."""
 
 
+Opts = RunOptions  # the defaults of the fields below that are options: RunOptions' own
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    sites: int = 4
-    partitions: int = 32
-    master: str | None = None
-    ha: str = "none"
-    replicas: int = 2  # --replicas, with --ha flux (--ha none is one copy)
-    rate: float | None = None
-    ingress_buffer: int = 200_000
-    window: int = 300_000  # input records not yet acknowledged by every first-stage replica
-    stall_timeout: float = 30.0  # --stall-timeout: the watchdog warns after it (0: off)
-    heartbeat_timeout: float = 10.0
-    link_timeout: float = 1.0  # --link-timeout: a peer link silent this long is reported
-    start_timeout: float = 180.0
+    """The runtime's view of a run: its options as the driver reads them (made from a
+    ``RunOptions`` by ``RunConfig.of``; made directly, its defaults are RunOptions') and what
+    the launch adds (addresses, security, the dataflow file)."""
+
+    sites: int = Opts.sites
+    partitions: int = Opts.partitions
+    master: str | None = Opts.master
+    ha: str = Opts.ha
+    # copies of every partition (1 with --ha none); None: the default for ``ha``, set on
+    # construction, so the driver and the sites read one int
+    replicas: int | None = Opts.replicas
+    rate: float | None = Opts.rate
+    ingress_buffer: int = Opts.ingress_buffer
+    window: int = Opts.window  # input records not yet acknowledged by every first-stage replica
+    stall_timeout: float = Opts.stall_timeout  # --stall-timeout: the watchdog warns after it
+    heartbeat_timeout: float = Opts.heartbeat_timeout
+    link_timeout: float = Opts.link_timeout  # --link-timeout: a peer link silent this long
+    start_timeout: float = Opts.start_timeout
     bind_host: str = "127.0.0.1"
-    kills: tuple[tuple[int, float], ...] = ()
-    hangs: tuple[tuple[int, float, float], ...] = ()  # (site, at, for): SIGSTOP then SIGCONT
-    # --cut / --isolate (site, at, for, the driver's links too): packets dropped (netcut.py)
-    cuts: tuple[tuple[int, float, float, bool], ...] = ()
+    # --kill, every form (``fault_specs.py``), in the order given
+    kills: tuple[Kill, ...] = ()
+    hangs: tuple[Hang, ...] = ()  # --hang: SIGSTOP then SIGCONT
+    cuts: tuple[Cut, ...] = ()  # --cut and --isolate: packets dropped (netcut.py)
     flush_ms: float = 20.0
-    spares: int = 0  # standby sites launched up front (--spare-sites)
-    site_cpu: float | None = None  # --site-cpu: each site's busy-time cap
-    slows: tuple[tuple[int, float, float], ...] = ()  # --slow (site, at, factor)
-    recovery: str = "standby"  # --recovery: standby | survivors
-    balance: bool = True  # the load-balancing policy (with --ha flux)
-    delta_min: float = 0.25  # --balance-delta-min
-    window_s: float = 2.0  # --balance-window
-    standby_wait: float | None = None  # --standby-wait (None: measured, control/standby_wait.py)
+    spares: int = Opts.spare_sites  # standby sites launched up front (--spare-sites)
+    site_cpu: float | None = Opts.site_cpu  # --site-cpu: each site's busy-time cap
+    slows: tuple[Slow, ...] = ()  # --slow
+    recovery: str = Opts.recovery  # --recovery: standby | survivors
+    balance: bool = Opts.balance  # the load-balancing policy (with --ha flux)
+    delta_min: float = Opts.balance_delta_min  # --balance-delta-min
+    window_s: float = Opts.balance_window  # --balance-window
+    standby_wait: float | None = Opts.standby_wait  # None: measured (control/standby_wait.py)
     local: bool = True
     security: Security | None = None  # None: made by ``run`` (the user's secret or a fresh one)
-    tls: bool = False  # --tls (when ``run`` makes the security settings)
-    max_frame_mb: float | None = None  # --max-frame-mb
-    # kills of a slot with no live process at that moment: (site, seconds after adoption)
-    adopted_kills: tuple[tuple[int, float], ...] = ()
-    # kills once that many input records are admitted: (site, records)
-    input_kills: tuple[tuple[int, int], ...] = ()
-    # kills timed inside the first move: (role, seconds after it starts); role ``source``
-    # (the old copy's site), ``destination``, ``from`` (the site the new copy is built from),
-    # ``bystander`` or a site number
-    move_kills: tuple[tuple[str, float], ...] = ()
-    # --kill LEVEL:SITE@SECONDS (a standalone cluster on this machine): (level, site, seconds),
-    # level python/executor/worker (``runtime/proctree.py``), site MOST_SITES for ``most``
-    process_kills: tuple[tuple[str, int, float], ...] = ()
+    tls: bool = Opts.tls  # --tls (when ``run`` makes the security settings)
+    max_frame_mb: float | None = Opts.max_frame_mb  # --max-frame-mb
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
     dataflow: str = ""
     shipped: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if self.replicas is None or self.ha != "flux":  # --ha none keeps one copy
+            object.__setattr__(self, "replicas", default_replicas(self.ha))
+
+    @classmethod
+    def of(cls, options: RunOptions) -> RunConfig:
+        """The runtime's view of checked ``options``: the one place the options' names
+        meet the runtime's."""
+        o = options
+        return cls(
+            sites=o.sites, partitions=o.partitions, master=o.master, ha=o.ha,
+            replicas=o.replica_count, rate=o.rate, ingress_buffer=o.ingress_buffer,
+            window=o.window, stall_timeout=o.stall_timeout,
+            heartbeat_timeout=o.heartbeat_timeout, link_timeout=o.link_timeout,
+            start_timeout=o.start_timeout, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
+            spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
+            balance=o.balance, delta_min=o.balance_delta_min, window_s=o.balance_window,
+            standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb)
+
+    def kills_of(self, kind: type[K]) -> tuple[K, ...]:
+        """The ``--kill`` records of one form."""
+        return tuple(k for k in self.kills if isinstance(k, kind))
 
 @dataclass
 class LiveStats:

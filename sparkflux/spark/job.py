@@ -22,6 +22,7 @@ from typing import Any
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.operators.base import PlanError
 from sparkflux.runtime.driver import Host
+from sparkflux.runtime.fault_specs import KillProcess
 from sparkflux.runtime.plot import timeline_events
 from sparkflux.runtime.reports import result_metrics
 from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed, RunResult
@@ -40,6 +41,7 @@ from sparkflux.spark.launcher import (
 from sparkflux.spark.session_check import check_session
 from sparkflux.spark.session_facts import facts
 from sparkflux.spark.shipping import ship_beside
+from sparkflux.spark.site_task import SiteSettings
 
 log = logging.getLogger(__name__)
 FAILED_POLL_S = 1.0  # how often the sites' failed attempts are counted until the run starts
@@ -74,7 +76,7 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     if own:
         spark = spark_session(master)
     master = spark.sparkContext.master
-    if cfg.process_kills and is_local(master):
+    if cfg.kills_of(KillProcess) and is_local(master):
         raise PlanError("--kill LEVEL:SITE@SECONDS kills a site's process, executor or Worker on "
                         "this machine: it needs a Spark standalone cluster here (--master "
                         "spark://...); in local mode the JVM above the sites is the driver's")
@@ -108,8 +110,8 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
         host.start_watch.logs = f"Spark's log is {spark_log_file()}"
     host.executor_start_s = facts(spark.sparkContext).executor_start_s
     host.launched_at = time.time()
-    job = launch_sites(spark, plan, (advertise, host.port), site_bind, site_bind, tasks,
-                       host.replicas, cfg.security, cfg.site_cpu, cfg.link_timeout)
+    job = launch_sites(spark, plan, SiteSettings.of(cfg, (advertise, host.port), site_bind),
+                       tasks)
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()
     return Launched(host=host, job=job, spark=spark, plan=plan, cfg=cfg, thread=thread,

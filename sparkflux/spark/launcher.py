@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.runtime.security import Security
 from sparkflux.spark.session_facts import facts
-from sparkflux.spark.site_task import make_site_task
+from sparkflux.spark.site_task import SiteSettings, make_site_task
 
 log = logging.getLogger(__name__)
 
@@ -156,20 +155,18 @@ class SiteJob:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def launch_sites(spark: Any, plan: PhysicalPlan, controller: tuple[str, int], bind_host: str,
-                 advertise_host: str, tasks: int, replicas: int, security: Security,
-                 cpu_cap: float | None = None, link_timeout: float = 1.0) -> SiteJob:
-    """Start ``tasks`` site tasks in a background thread and return at once. The run's
-    ``security`` (its secret, and TLS material if on) travels inside the task closure, as the
-    plan does: Spark's own channel to the executors carries it (``spark.authenticate`` and
-    ``spark.network.crypto.enabled`` protect that channel on a cluster)."""
+def launch_sites(spark: Any, plan: PhysicalPlan, settings: SiteSettings, tasks: int
+                 ) -> SiteJob:
+    """Start ``tasks`` site tasks, each with ``settings``, in a background thread and return
+    at once. The run's security (in ``settings``: its secret, and TLS material if on)
+    travels inside the task closure, as the plan does: Spark's own channel to the executors
+    carries it (``spark.authenticate`` and ``spark.network.crypto.enabled`` protect that
+    channel on a cluster)."""
     from pyspark import cloudpickle
 
     site_plan = plan.for_sites()
     blob = cloudpickle.dumps(site_plan)
-    host, port = controller
-    site_task = make_site_task(blob, host, port, bind_host, advertise_host, replicas, security,
-                               cpu_cap, link_timeout)
+    site_task = make_site_task(blob, settings)
 
     sc = spark.sparkContext
     job = SiteJob(thread=threading.Thread(target=lambda: None),

@@ -14,14 +14,42 @@ cannot listen) is reported to the driver before the task fails (``runtime/start_
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 
-def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_host: str,
-                   replicas: int, security: Any, cpu_cap: float | None = None,
-                   link_timeout: float = 1.0) -> Callable[[int, Any], Iterator[dict[str, Any]]]:
-    """The site task; ``bind_host`` "" (a cluster): the site listens on, and advertises, its
-    own address towards the driver, not every interface."""
+@dataclass(frozen=True)
+class SiteSettings:
+    """What every site task of a run is started with besides the plan, the same for all of
+    them: where the driver listens, where the site listens and is reached (``bind_host`` "",
+    on a cluster: its own address towards the driver, not every interface), the run's
+    security, and the options the sites read: the replica count (1 with ``--ha none``),
+    ``--site-cpu`` and ``--link-timeout``. Made once from the run's ``RunConfig``
+    (``of``); light to unpickle, so the heavy imports wait for the task body."""
+
+    controller_host: str
+    controller_port: int
+    bind_host: str
+    advertise_host: str
+    security: Any
+    replicas: int
+    cpu_cap: float | None
+    link_timeout: float
+
+    @classmethod
+    def of(cls, cfg: Any, controller: tuple[str, int], site_bind: str) -> SiteSettings:
+        """The settings of a run of ``cfg`` (a ``RunConfig``) whose driver listens at
+        ``controller``; ``site_bind``: where its sites listen ("": their own address)."""
+        assert cfg.replicas is not None and cfg.security is not None
+        return cls(controller_host=controller[0], controller_port=controller[1],
+                   bind_host=site_bind, advertise_host=site_bind, security=cfg.security,
+                   replicas=cfg.replicas, cpu_cap=cfg.site_cpu, link_timeout=cfg.link_timeout)
+
+
+def make_site_task(blob: bytes, settings: SiteSettings
+                   ) -> Callable[[int, Any], Iterator[dict[str, Any]]]:
+    """The site task: the pickled plan ``blob`` run with ``settings`` in slot ``index``."""
+    s = settings
 
     def site_task(index: int, _rows: Any) -> Iterator[dict[str, Any]]:
         from pyspark import TaskContext
@@ -30,18 +58,19 @@ def make_site_task(blob: bytes, host: str, port: int, bind_host: str, advertise_
         attempt = ctx.attemptNumber() if ctx is not None else 0
         from sparkflux.runtime.start_report import StartGuard
 
-        with StartGuard(host, port, security, index, attempt) as guard:
+        host, port = s.controller_host, s.controller_port
+        with StartGuard(host, port, s.security, index, attempt) as guard:
             from pyspark import cloudpickle
 
             from sparkflux.runtime.site import SiteConfig, run_site
 
-            bind, advertise = bind_host, advertise_host
+            bind, advertise = s.bind_host, s.advertise_host
             if not bind:
                 bind = advertise = local_address_towards(host, port)
             cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
                              controller_port=port, bind_host=bind, advertise_host=advertise,
-                             security=security, replicas=replicas, cpu_cap=cpu_cap,
-                             link_timeout=link_timeout)
+                             security=s.security, replicas=s.replicas, cpu_cap=s.cpu_cap,
+                             link_timeout=s.link_timeout)
             plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
             yield run_site(cfg, plan, guard.registered)
 

@@ -1,0 +1,279 @@
+"""The faults a run's options ask for, as typed records: ``--kill`` (six forms), ``--hang``,
+``--cut``/``--isolate`` and ``--slow``, each parsed from its spec string here and only here,
+and each printing back as the spec it came from (``str(KillAfterRecovery(1, 2.0))`` is
+``1@recovered+2``). A bad spec is a ``PlanError`` that says what to write.
+
+    SITE@SECONDS              KillAt             SIGKILL the site that long after the input starts
+    SITE@recovered+SECONDS    KillAfterRecovery  that long after the first recovery completes
+    SITE@adopted+SECONDS      KillAdopted        that long after the slot's next process adopts it
+    SITE@input+RECORDS        KillAtInput        once that many input records are admitted
+    ROLE@move+SECONDS         KillInMove         that long after the run's first move starts
+    LEVEL:SITE@SECONDS        KillProcess        the site's Python worker, executor or Worker
+
+``faults.py`` carries them out; the records are what ``RunOptions`` holds and ``RunConfig``
+hands the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sparkflux.operators.base import PlanError
+
+# ``--kill ROLE@move+SECONDS``: the move's old copy's site, the new copy's, the site it is
+# built from, the lowest live site that is none of them
+MOVE_ROLES = ("source", "destination", "from", "bystander")
+# ``--kill LEVEL:SITE@SECONDS``: the process SIGKILLed (``proctree.py``)
+PROCESS_LEVELS = ("python", "executor", "worker")
+MOST = "most"  # ``--kill worker:most@SECONDS``: the holder of the most sites
+
+
+@dataclass(frozen=True)
+class KillAt:
+    """``SITE@SECONDS``: SIGKILL the site's process this long after the input starts (a slot
+    with no live process then: its next one, once it adopts the slot)."""
+
+    site: int
+    at_s: float
+
+    def __str__(self) -> str:
+        return f"{self.site}@{_num(self.at_s)}"
+
+
+@dataclass(frozen=True)
+class KillAfterRecovery:
+    """``SITE@recovered+SECONDS``: kill the site this long after the first recovery
+    completes."""
+
+    site: int
+    after_s: float
+
+    def __str__(self) -> str:
+        return f"{self.site}@recovered+{_num(self.after_s)}"
+
+
+@dataclass(frozen=True)
+class KillAdopted:
+    """``SITE@adopted+SECONDS``: kill the slot's next process this long after it adopts the
+    slot (a standby killed right after its adoption)."""
+
+    site: int
+    after_s: float
+
+    def __str__(self) -> str:
+        return f"{self.site}@adopted+{_num(self.after_s)}"
+
+
+@dataclass(frozen=True)
+class KillAtInput:
+    """``SITE@input+RECORDS``: kill the site once that many input records are admitted (a
+    fault timed by the run's progress, not the clock: the same moment of the run on a fast
+    machine and a slow one)."""
+
+    site: int
+    records: int
+
+    def __str__(self) -> str:
+        return f"{self.site}@input+{self.records}"
+
+
+@dataclass(frozen=True)
+class KillInMove:
+    """``ROLE@move+SECONDS``: kill a site this long after the run's first move starts (a
+    failure timed inside a move, the moment make before break is for). ``role`` is one of
+    ``MOVE_ROLES`` or a site number."""
+
+    role: str | int
+    after_s: float
+
+    def __str__(self) -> str:
+        return f"{self.role}@move+{_num(self.after_s)}"
+
+
+@dataclass(frozen=True)
+class KillProcess:
+    """``LEVEL:SITE@SECONDS``: SIGKILL, from outside, the process of ``level`` (one of
+    ``PROCESS_LEVELS``) that holds the site on this machine; ``site`` None: the one holding
+    the most sites (``most``). A test tool for a standalone cluster on the driver's
+    machine."""
+
+    level: str
+    site: int | None
+    at_s: float
+
+    def __str__(self) -> str:
+        return f"{self.level}:{MOST if self.site is None else self.site}@{_num(self.at_s)}"
+
+
+def _num(x: float) -> str:
+    """``x`` as a spec writes it: ``3`` for 3.0, every digit kept (the spec parses back to the
+    same record)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
+Kill = KillAt | KillAfterRecovery | KillAdopted | KillAtInput | KillInMove | KillProcess
+
+
+@dataclass(frozen=True)
+class Hang:
+    """``--hang SITE@SECONDS=DURATION``: SIGSTOP the site's process, SIGCONT it after
+    ``for_s``."""
+
+    site: int
+    at_s: float
+    for_s: float
+
+    def __str__(self) -> str:
+        return f"{self.site}@{_num(self.at_s)}={_num(self.for_s)}"
+
+
+@dataclass(frozen=True)
+class Cut:
+    """``--cut SITE@SECONDS=DURATION``: drop the packets of the site's links to its peers for
+    ``for_s``; ``isolate`` (``--isolate``): its links to the driver too."""
+
+    site: int
+    at_s: float
+    for_s: float
+    isolate: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--isolate" if self.isolate else "--cut"
+
+    def __str__(self) -> str:
+        return f"{self.site}@{_num(self.at_s)}={_num(self.for_s)}"
+
+
+@dataclass(frozen=True)
+class Slow:
+    """``--slow SITE@SECONDS=FACTOR``: from that moment the site gets ``factor`` times its
+    capacity."""
+
+    site: int
+    at_s: float
+    factor: float
+
+    def __str__(self) -> str:
+        return f"{self.site}@{_num(self.at_s)}={_num(self.factor)}"
+
+
+KILL_FORMS = ("SITE@SECONDS (e.g. --kill 1@3), SITE@recovered+SECONDS, SITE@adopted+SECONDS "
+              "or SITE@input+RECORDS")
+
+
+def parse_kill(spec: str, sites: int, master: str | None = None) -> Kill:
+    """One ``--kill`` spec, checked against the run's ``sites`` (and, for ``LEVEL:SITE``,
+    its ``master``: those need a standalone cluster on this machine)."""
+    if ":" in spec:
+        return _process_kill(spec, sites, master)
+    if "@move+" in spec:
+        return _move_kill(spec, sites)
+    if "@adopted+" in spec:
+        site, after = _site_after(spec, "@adopted+", "SECONDS", "1@adopted+0.2", float, sites)
+        return KillAdopted(site, after)
+    if "@input+" in spec:
+        site, records = _site_after(spec, "@input+", "RECORDS", "1@input+100000", int, sites)
+        return KillAtInput(site, records)
+    try:
+        site_s, at_s = spec.split("@")
+        site = int(site_s)
+        recovered = at_s.startswith("recovered+")
+        at = float(at_s.removeprefix("recovered+"))
+    except ValueError:
+        raise PlanError(f"--kill {spec!r}: write {KILL_FORMS}") from None
+    if not 0 <= site < sites or at < 0:
+        raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, seconds >= 0")
+    return KillAfterRecovery(site, at) if recovered else KillAt(site, at)
+
+
+def _process_kill(spec: str, sites: int, master: str | None) -> KillProcess:
+    try:
+        level, rest = spec.split(":", 1)
+        site_s, at_s = rest.split("@")
+        site = None if site_s == MOST else int(site_s)
+        at = float(at_s)
+    except ValueError:
+        raise PlanError(f"--kill {spec!r}: write LEVEL:SITE@SECONDS, LEVEL one of "
+                        f"{', '.join(PROCESS_LEVELS)} and SITE a site or 'most' (e.g. --kill "
+                        f"worker:most@20)") from None
+    if level not in PROCESS_LEVELS:
+        raise PlanError(f"--kill {spec!r}: {level!r} is not one of {', '.join(PROCESS_LEVELS)}")
+    if not (site is None or 0 <= site < sites) or at < 0:
+        raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1} or 'most', "
+                        f"seconds >= 0")
+    if master is not None and master.startswith("local"):
+        raise PlanError(f"--kill {spec!r} kills a site's process, executor or Worker on "
+                        f"this machine: it needs a Spark standalone cluster here (--master "
+                        f"spark://...); in local mode the JVM above the sites is the "
+                        f"driver's own")
+    return KillProcess(level, site, at)
+
+
+def _move_kill(spec: str, sites: int) -> KillInMove:
+    role_s, _, value_s = spec.partition("@move+")
+    try:
+        delay = float(value_s)
+        role: str | int = role_s if role_s in MOVE_ROLES else int(role_s)
+        if isinstance(role, int) and not 0 <= role < sites:
+            raise ValueError
+    except ValueError:
+        raise PlanError(f"--kill {spec!r}: write ROLE@move+SECONDS, ROLE one of "
+                        f"{', '.join(MOVE_ROLES)} or a site in 0..{sites - 1}, e.g. "
+                        f"--kill from@move+0.5") from None
+    if delay < 0:
+        raise PlanError(f"--kill {spec!r}: seconds >= 0")
+    return KillInMove(role, delay)
+
+
+N = TypeVar("N", int, float)
+
+
+def _site_after(spec: str, marker: str, what: str, example: str, kind: Callable[[str], N],
+                sites: int) -> tuple[int, N]:
+    """``SITE{marker}{what}``, checked."""
+    try:
+        site_s, value_s = spec.split(marker)
+        site, value = int(site_s), kind(value_s)
+    except ValueError:
+        raise PlanError(f"--kill {spec!r}: write SITE{marker}{what}, e.g. "
+                        f"--kill {example}") from None
+    if not 0 <= site < sites or value < 0:
+        raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1}, "
+                        f"{what.lower()} >= 0")
+    return site, value
+
+
+def _site_at_value(option: str, what: str, example: str, spec: str, sites: int
+                   ) -> tuple[int, float, float]:
+    """``SITE@SECONDS=VALUE``, checked: a site of the run, seconds >= 0, a value above 0."""
+    try:
+        where, value_s = spec.split("=")
+        site_s, at_s = where.split("@")
+        site, at, value = int(site_s), float(at_s), float(value_s)
+    except ValueError:
+        raise PlanError(f"{option} {spec!r}: write SITE@SECONDS={what}, e.g. "
+                        f"{option} {example}") from None
+    if not 0 <= site < sites or at < 0 or value <= 0:
+        raise PlanError(f"{option} {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+                        f"{what.lower()} > 0")
+    return site, at, value
+
+
+def parse_hang(spec: str, sites: int) -> Hang:
+    """One ``--hang SITE@SECONDS=DURATION``, checked."""
+    return Hang(*_site_at_value("--hang", "DURATION", "1@3=8", spec, sites))
+
+
+def parse_cut(spec: str, sites: int, isolate: bool = False) -> Cut:
+    """One ``--cut SITE@SECONDS=DURATION`` (``isolate``: ``--isolate``), checked."""
+    flag = "--isolate" if isolate else "--cut"
+    return Cut(*_site_at_value(flag, "DURATION", "1@3=45", spec, sites), isolate=isolate)
+
+
+def parse_slow(spec: str, sites: int) -> Slow:
+    """One ``--slow SITE@SECONDS=FACTOR``, checked."""
+    return Slow(*_site_at_value("--slow", "FACTOR", "2@2=0.5", spec, sites))

@@ -1,0 +1,276 @@
+"""A run's options as one typed, frozen record (``RunOptions``): every option of ``sparkflux
+run`` and ``sparkflux.start`` with its type, its default (written here and nowhere else), its
+help text and flag, and its check. ``RunOptions(...)`` checks itself and raises a
+``PlanError`` that says what to write instead, before anything starts.
+
+The command's parser and its reference page are generated from these fields
+(``sparkflux/options.py``), ``sparkflux.start(**options)`` builds one, and the runtime's view
+of a run (``RunConfig``, ``run_config.py``) is derived from one (``RunConfig.of``), taking its
+defaults from here. It sits in the runtime layer, below those, so that ``RunConfig`` can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from sparkflux.operators.base import PlanError
+from sparkflux.protocol.site_boundary import LINK_TIMEOUT_S
+from sparkflux.runtime.fault_specs import (
+    Cut,
+    Hang,
+    Kill,
+    Slow,
+    parse_cut,
+    parse_hang,
+    parse_kill,
+    parse_slow,
+)
+from sparkflux.runtime.site import SiteConfig
+
+# The smallest --heartbeat-timeout: the longest a live site's heartbeats were seen apart, with
+# a margin. The sites send one every HEARTBEAT_INTERVAL_S on their event loop, and the driver
+# reads them and ticks the controller on its own, so a heartbeat is late whenever either loop
+# is busy (a scheduler pass on a big batch, GC, a machine overloaded by the sites, the driver
+# and the JVM). bench/heartbeat_gaps.py on this 2-core machine (netmon, 2M events, --ha flux):
+# 0.2 s at 4 sites with the default batch, unpaced or --site-cpu 0.4; 0.46 s at 8 sites with
+# --batch-size 65536; 0.94 s with --batch-size 262144 (the driver's loop held by the batch).
+# Twice that worst, and 20 intervals.
+HEARTBEAT_INTERVAL_S: float = SiteConfig.heartbeat_interval
+MIN_HEARTBEAT_TIMEOUT_S: float = max(2.0, 20 * HEARTBEAT_INTERVAL_S)
+# The smallest --link-timeout: twice the longest a site's loop was seen late (0.46 s).
+MIN_LINK_TIMEOUT_S: float = 1.0
+FLUX_REPLICAS = 2  # the copies --ha flux keeps of every partition unless --replicas says
+
+
+def option(default: Any, help: str, *, metavar: str | None = None,
+           choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
+    """A ``RunOptions`` field: its default and what the command's parser shows for it
+    (``flag``: when not ``--`` and the field's name with dashes)."""
+    meta = {"help": help, "metavar": metavar, "choices": choices, "flag": flag}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Every option of a run, checked on construction (PlanError says what to change).
+    Repeatable fault specs (``kill``, ``hang``, ``cut``, ``isolate``, ``slow``) may be given as
+    spec strings or as ``fault_specs`` records; they are kept as records."""
+
+    sites: int = option(4, "number of sites (Spark tasks)")
+    partitions: int = option(32, "mini-partitions per stage")
+    ha: str = option("none", "availability mode", choices=("none", "flux"))
+    replicas: int | None = option(
+        None, f"with --ha flux: copies of every partition, on different sites (default "
+              f"{FLUX_REPLICAS}; K copies survive any K-1 sites failing at once)")
+    master: str | None = option(
+        None, "Spark master URL (default: embedded local mode local[SITES,400])")
+    rate: float | None = option(
+        None, "pace the source at R events/s as a push source (drops when full)")
+    ingress_buffer: int = option(
+        200_000, "records the ingress buffers in --rate mode before it drops")
+    window: int = option(
+        300_000, "admission: input records admitted and not yet acknowledged by every "
+                 "first-stage replica (consumers acknowledge on receipt, so this never waits "
+                 "for a window to close)")
+    stall_timeout: float = option(
+        30.0, "the watchdog: warn, naming the stage and partition that hold the run, when "
+              "neither output nor input has moved for this long; stop the run after 4 times as "
+              "long unless the source is idle (0: off)", metavar="SECONDS")
+    spare_sites: int = option(
+        0, "standby sites launched up front (with --ha flux they replace failed sites at "
+           "once; Spark's retry of a crashed site is a standby too)")
+    site_cpu: float | None = option(
+        None, "emulate site capacity: each site's event loop is busy at most this fraction of "
+              "wall time (all sites share this machine's cores)", metavar="FRACTION")
+    slow: tuple[Slow, ...] = option(
+        (), "from that moment the site gets FACTOR times its capacity",
+        metavar="SITE@SECONDS=FACTOR")
+    kill: tuple[Kill, ...] = option(
+        (), "SIGKILL a site's process this many seconds after the input starts (a slot with "
+            "no live process then: its next one, when it adopts the slot); "
+            "SITE@recovered+SECONDS: that long after the first recovery completes; "
+            "SITE@adopted+SECONDS: that long after the slot's next process adopts it; "
+            "SITE@input+RECORDS: once that many input records are admitted; "
+            "ROLE@move+SECONDS: that long after the first move starts, ROLE source, "
+            "destination, from or a site. On a standalone cluster on this machine (a test "
+            "tool): python:SITE@SECONDS, executor:SITE@SECONDS or worker:SITE@SECONDS SIGKILL "
+            "the site's Python worker, its executor JVM or the Worker daemon that launched it "
+            "(SITE 'most': the one hosting the most sites)", metavar="SITE@SECONDS")
+    cut: tuple[Cut, ...] = option(
+        (), "drop the packets of a site's links to its peers for DURATION seconds (iptables on "
+            "the loopback interface, a same-machine test tool; the processes and their driver "
+            "links live): a partial partition", metavar="SITE@SECONDS=DURATION")
+    isolate: tuple[Cut, ...] = option(
+        (), "as --cut, and the site's links to the driver too", metavar="SITE@SECONDS=DURATION")
+    hang: tuple[Hang, ...] = option(
+        (), "freeze a site's process (SIGSTOP) at SECONDS for DURATION seconds, then let it go "
+            "on (SIGCONT): a hung site, found by its heartbeat", metavar="SITE@SECONDS=DURATION")
+    tls: bool = option(
+        False, "TLS on every connection of the run (a certificate made for the run); "
+               "connections are authenticated with the run's secret either way")
+    max_frame_mb: float | None = option(
+        None, "the largest frame a data or control connection accepts (default 256; a larger "
+              "frame closes the connection as a protocol error)", metavar="MB")
+    heartbeat_timeout: float = option(
+        10.0, f"seconds without a heartbeat before a site counts as failed (hung); at least "
+              f"{MIN_HEARTBEAT_TIMEOUT_S:.1f} (a busy site's heartbeats can be a second apart)")
+    link_timeout: float = option(
+        LINK_TIMEOUT_S, "seconds a site may wait on a link to a peer and hear nothing before it "
+                        "reports the peer unreachable (a site cut off from its peers, or hung, "
+                        f"is excluded); at least {MIN_LINK_TIMEOUT_S:.1f}")
+    recovery: str = option(
+        "standby", "with --ha flux: rebuild a failed site's replicas on a standby (Spark's "
+                   "restarted task or a spare) or at once on the surviving sites",
+        choices=("standby", "survivors"))
+    standby_wait: float | None = option(
+        None, "with --recovery standby: recover onto the surviving sites if no standby has "
+              "adopted a failed site's slot after this long (default: measured: at least 5 s, "
+              "twice the sites' start, 1.5 times the slowest adoption so far, at most 60 s)",
+        metavar="SECONDS")
+    balance: bool = option(True, "with --ha flux: turn the load-balancing policy off",
+                           flag="--no-balance")
+    balance_delta_min: float = option(
+        0.25, "the shortest collection phase of the load-balancing policy", metavar="SECONDS")
+    balance_window: float = option(
+        2.0, "how far back the load-balancing policy's statistics reach while the placement "
+             "is unchanged (0: each collection phase alone)", metavar="SECONDS")
+    start_timeout: float = option(
+        180.0, "give up, saying what the Spark master lacks, when the sites have not all "
+               "registered this long after the job was submitted", metavar="SECONDS")
+
+    @classmethod
+    def of(cls, **options: Any) -> RunOptions:
+        """The options named in ``options`` (None: the default; an unknown name: PlanError
+        listing the options)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise PlanError(f"unknown option(s) {', '.join(unknown)}; the options are: "
+                            f"{', '.join(sorted(names))}")
+        return cls(**{k: v for k, v in options.items() if v is not None})
+
+    def __post_init__(self) -> None:
+        sites = self.sites
+        if isinstance(sites, bool) or not isinstance(sites, int) or sites < 1:
+            raise PlanError(f"sites={sites!r}: give a number of sites, 1 or more")
+        if self.ha not in ("none", "flux"):
+            raise PlanError(f"ha={self.ha!r}: use 'none' or 'flux'")
+        if self.recovery not in ("standby", "survivors"):
+            raise PlanError(f"recovery={self.recovery!r}: use 'standby' or 'survivors'")
+        if self.rate is not None and self.rate <= 0:
+            raise PlanError("--rate must be positive")
+        if self.spare_sites < 0:
+            raise PlanError(f"--spare-sites {self.spare_sites}: give 0 or more")
+        replicas_option(self.ha, self.replicas, sites)
+        window_option(self.window)
+        stall_timeout(self.stall_timeout)
+        self._set("kill", tuple(parse_kill(str(k), sites, self.master) for k in self.kill))
+        self._set("hang", tuple(parse_hang(str(h), sites) for h in self.hang))
+        self._set("cut", tuple(parse_cut(str(c), sites) for c in self.cut))
+        self._set("isolate", tuple(parse_cut(str(c), sites, True) for c in self.isolate))
+        self._set("heartbeat_timeout", heartbeat_timeout_option(self.heartbeat_timeout))
+        self._set("link_timeout", link_timeout_option(self.link_timeout))
+        site_cpu_option(self.site_cpu)
+        self._set("slow", tuple(parse_slow(str(s), sites) for s in self.slow))
+        self._set("tls", bool(self.tls))
+        self._set("balance", bool(self.balance))
+        seconds_option("--balance-delta-min", self.balance_delta_min)
+        balance_window(self.balance_window)
+        if self.standby_wait is not None:
+            seconds_option("--standby-wait", self.standby_wait)
+        seconds_option("start_timeout", self.start_timeout)
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # normalised while constructed (frozen after)
+
+    @property
+    def replica_count(self) -> int:
+        """Copies of every partition: ``replicas``, else FLUX_REPLICAS with ``--ha flux`` and
+        one without."""
+        return self.replicas if self.replicas is not None else default_replicas(self.ha)
+
+
+def default_replicas(ha: str) -> int:
+    """The copies of every partition without ``--replicas``."""
+    return FLUX_REPLICAS if ha == "flux" else 1
+
+
+def replicas_option(ha: str, replicas: int | None, sites: int) -> int:
+    """``--replicas``, checked against ``--ha`` and ``--sites`` (a bad one fails fast)."""
+    if replicas is None:
+        return default_replicas(ha)
+    if ha != "flux":
+        raise PlanError("--replicas needs --ha flux (--ha none keeps one copy of every "
+                        "partition)")
+    if replicas < FLUX_REPLICAS:
+        raise PlanError(f"--replicas {replicas}: Flux-HA keeps at least {FLUX_REPLICAS} copies "
+                        f"of every partition (for one copy, use --ha none)")
+    if replicas > sites:
+        raise PlanError(f"--replicas {replicas} keeps {replicas} copies of every partition on "
+                        f"different sites: use --sites >= {replicas}")
+    return replicas
+
+
+def seconds_option(option: str, value: float) -> float:
+    if not value > 0:
+        raise PlanError(f"{option} {value}: give a positive number of seconds")
+    return value
+
+
+def heartbeat_timeout_option(value: float) -> float:
+    """``--heartbeat-timeout``: at least ``MIN_HEARTBEAT_TIMEOUT_S``; a shorter one excludes
+    live sites whose heartbeat is merely late, and the run then ends on a lost partition or a
+    failed start that hides why."""
+    least = f"{MIN_HEARTBEAT_TIMEOUT_S:.1f}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"--heartbeat-timeout {value!r}: give a number of seconds, at least "
+                        f"{least}")
+    if not value >= MIN_HEARTBEAT_TIMEOUT_S:
+        raise PlanError(f"--heartbeat-timeout {value} is too close to the sites' heartbeat "
+                        f"interval ({HEARTBEAT_INTERVAL_S:g} s): a site that is merely busy (a "
+                        f"big batch, GC, a loaded machine) sends none for up to a second and "
+                        f"would be excluded as hung; use at least {least}")
+    return float(value)
+
+
+def link_timeout_option(value: float) -> float:
+    """``--link-timeout``: at least ``MIN_LINK_TIMEOUT_S``. A peer link waited on in silence
+    this long is reported, and its cut-off or hung end excluded; a live site's event loop
+    can be half a second late (see ``MIN_HEARTBEAT_TIMEOUT_S``), so a shorter one would
+    exclude busy sites."""
+    least = f"{MIN_LINK_TIMEOUT_S:.1f}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"--link-timeout {value!r}: give a number of seconds, at least {least}")
+    if not value >= MIN_LINK_TIMEOUT_S:
+        raise PlanError(f"--link-timeout {value} is too short: a site that is merely busy can "
+                        f"leave its links quiet for half a second and would be excluded as cut "
+                        f"off; use at least {least}")
+    return float(value)
+
+
+def window_option(value: int) -> int:
+    """``--window``: input records admitted and not yet acknowledged by every first-stage
+    replica. A window smaller than a source batch admits one batch at a time."""
+    if not value >= 1:
+        raise PlanError(f"--window {value}: give a number of input records, 1 or more")
+    return value
+
+
+def stall_timeout(value: float) -> float:
+    if not value >= 0:
+        raise PlanError(f"--stall-timeout {value}: give seconds, 0 or more (0: no watchdog)")
+    return value
+
+
+def balance_window(value: float) -> float:
+    if not value >= 0:
+        raise PlanError(f"--balance-window {value}: give seconds, 0 or more (0: each "
+                        "collection phase alone)")
+    return value
+
+
+def site_cpu_option(value: float | None) -> float | None:
+    if value is not None and not 0.0 < value <= 1.0:
+        raise PlanError(f"--site-cpu {value}: give a fraction of wall time in (0, 1], e.g. 0.4")
+    return value

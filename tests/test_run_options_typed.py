@@ -1,0 +1,228 @@
+"""One typed option set: ``RunOptions`` is what the command's parser, ``sparkflux.start`` and
+the runtime's ``RunConfig`` are built from; the fault specs are typed records that print back
+as the spec they came from; a bad spec says what to write."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+import sparkflux
+from sparkflux import cli, query
+from sparkflux.operators.base import PlanError
+from sparkflux.options import flag_of, options_of, run_config
+from sparkflux.runtime.fault_specs import (
+    Cut,
+    Hang,
+    KillAdopted,
+    KillAfterRecovery,
+    KillAt,
+    KillAtInput,
+    KillInMove,
+    KillProcess,
+    Slow,
+    parse_cut,
+    parse_hang,
+    parse_kill,
+    parse_slow,
+)
+from sparkflux.runtime.run_config import RunConfig
+from sparkflux.runtime.run_options import RunOptions
+from sparkflux.spark import launcher
+from sparkflux.spark.site_task import SiteSettings
+
+from .conftest import ROOT
+
+CLUSTER = "spark://127.0.0.1:7077"
+
+
+@pytest.mark.parametrize("spec,record", [
+    ("1@3", KillAt(1, 3.0)),
+    ("0@0.25", KillAt(0, 0.25)),
+    ("2@recovered+0.3", KillAfterRecovery(2, 0.3)),
+    ("1@adopted+0.2", KillAdopted(1, 0.2)),
+    ("3@input+100000", KillAtInput(3, 100_000)),
+    ("from@move+0.5", KillInMove("from", 0.5)),
+    ("bystander@move+0", KillInMove("bystander", 0.0)),
+    ("2@move+1", KillInMove(2, 1.0)),
+    ("worker:most@20", KillProcess("worker", None, 20.0)),
+    ("executor:2@1.5", KillProcess("executor", 2, 1.5)),
+    ("python:0@0", KillProcess("python", 0, 0.0)),
+])
+def test_each_kill_form_is_a_record_that_prints_back_as_its_spec(spec: str, record: Any
+                                                                 ) -> None:
+    assert parse_kill(spec, 4, CLUSTER) == record
+    assert str(record) == spec
+    assert parse_kill(str(record), 4, CLUSTER) == record
+
+
+def test_a_record_prints_every_digit_it_holds() -> None:
+    kill = KillAt(1, 0.1234567891)
+    assert parse_kill(str(kill), 4) == kill
+
+
+@pytest.mark.parametrize("parse,spec,record", [
+    (parse_hang, "1@3=8", Hang(1, 3.0, 8.0)),
+    (parse_cut, "1@3=45", Cut(1, 3.0, 45.0)),
+    (lambda spec, sites: parse_cut(spec, sites, isolate=True), "2@0.5=4",
+     Cut(2, 0.5, 4.0, isolate=True)),
+    (parse_slow, "2@2=0.5", Slow(2, 2.0, 0.5)),
+])
+def test_hangs_cuts_and_slows_are_records_that_print_back(parse: Any, spec: str, record: Any
+                                                          ) -> None:
+    assert parse(spec, 4) == record
+    assert str(record) == spec
+
+
+@pytest.mark.parametrize("kill,message", [
+    ("1", r"write SITE@SECONDS \(e\.g\. --kill 1@3\), SITE@recovered\+SECONDS, "
+          r"SITE@adopted\+SECONDS or SITE@input\+RECORDS"),
+    ("x@3", "write SITE@SECONDS"),
+    ("1@soon", "write SITE@SECONDS"),
+    ("1@recovered+soon", "write SITE@SECONDS"),
+    ("7@3", r"site must be in 0\.\.3, seconds >= 0"),
+    ("1@-2", r"site must be in 0\.\.3, seconds >= 0"),
+    ("7@recovered+1", r"site must be in 0\.\.3, seconds >= 0"),
+    ("1@adopted+x", r"write SITE@adopted\+SECONDS, e\.g\. --kill 1@adopted\+0\.2"),
+    ("9@adopted+1", r"site must be in 0\.\.3, seconds >= 0"),
+    ("1@input+lots", r"write SITE@input\+RECORDS, e\.g\. --kill 1@input\+100000"),
+    ("1@input+-5", r"site must be in 0\.\.3, records >= 0"),
+    ("donor@move+1", r"write ROLE@move\+SECONDS, ROLE one of source, destination, from, "
+                     r"bystander or a site in 0\.\.3"),
+    ("source@move+-1", r"seconds >= 0"),
+    ("jvm:1@2", "not one of python, executor, worker"),
+    ("worker:1", "write LEVEL:SITE@SECONDS"),
+    ("worker:4@2", r"site must be in 0\.\.3 or 'most'"),
+])
+def test_a_bad_kill_says_what_to_write(kill: str, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        RunOptions(kill=(kill,), master=CLUSTER)
+
+
+@pytest.mark.parametrize("option,spec,message", [
+    ("hang", "1@3", r"--hang '1@3': write SITE@SECONDS=DURATION, e\.g\. --hang 1@3=8"),
+    ("hang", "1@3=0", r"--hang '1@3=0': site in 0\.\.3, seconds >= 0, duration > 0"),
+    ("cut", "1=3", r"--cut '1=3': write SITE@SECONDS=DURATION, e\.g\. --cut 1@3=45"),
+    ("isolate", "5@1=2", r"--isolate '5@1=2': site in 0\.\.3"),
+    ("slow", "2@2", r"--slow '2@2': write SITE@SECONDS=FACTOR, e\.g\. --slow 2@2=0\.5"),
+    ("slow", "2@2=-1", r"factor > 0"),
+])
+def test_a_bad_hang_cut_or_slow_says_what_to_write(option: str, spec: str, message: str
+                                                   ) -> None:
+    with pytest.raises(PlanError, match=message):
+        RunOptions(**{option: [spec]})
+
+
+def test_a_process_kill_in_local_mode_says_it_needs_a_cluster() -> None:
+    with pytest.raises(PlanError, match="needs a Spark standalone cluster here"):
+        RunOptions(kill=["worker:most@20"], master="local[4]")
+
+
+def test_records_given_in_python_are_checked_as_specs_are() -> None:
+    opts = RunOptions(kill=[KillAt(1, 3.0), "2@input+5"], hang=[Hang(0, 1.0, 2.0)])
+    assert opts.kill == (KillAt(1, 3.0), KillAtInput(2, 5)) and opts.hang == (Hang(0, 1, 2),)
+    with pytest.raises(PlanError, match=r"--kill '9@3': site must be in 0\.\.3"):
+        RunOptions(kill=[KillAt(9, 3.0)])
+
+
+def test_the_options_are_frozen_and_normalised() -> None:
+    opts = RunOptions(heartbeat_timeout=3, kill=["1@3"])
+    assert opts.heartbeat_timeout == 3.0 and isinstance(opts.heartbeat_timeout, float)
+    assert isinstance(opts.kill, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.sites = 8  # type: ignore[misc]
+
+
+def test_the_replica_count_is_one_int() -> None:
+    assert RunOptions().replica_count == 1 and RunOptions(ha="flux").replica_count == 2
+    assert RunOptions(ha="flux", replicas=3).replica_count == 3
+    assert run_config().replicas == 1 and run_config(ha="flux").replicas == 2
+    assert RunConfig(ha="flux").replicas == 2 and RunConfig().replicas == 1
+
+
+def test_the_runtime_view_takes_its_defaults_from_the_options() -> None:
+    assert RunConfig.of(RunOptions()) == RunConfig()
+    assert RunConfig.of(RunOptions(ha="flux")) == RunConfig(ha="flux")
+    cfg = run_config(spare_sites=2, balance_delta_min=0.5, balance_window=0, kill=["1@3"],
+                     cut=["1@2=3"], isolate=["2@2=3"])
+    assert (cfg.spares, cfg.delta_min, cfg.window_s) == (2, 0.5, 0)
+    assert cfg.kills == (KillAt(1, 3.0),)
+    assert cfg.cuts == (Cut(1, 2.0, 3.0), Cut(2, 2.0, 3.0, isolate=True))
+    assert cfg.kills_of(KillAt) == (KillAt(1, 3.0),) and cfg.kills_of(KillProcess) == ()
+
+
+def test_the_command_has_a_flag_for_every_option_with_its_default() -> None:
+    parser, _ = cli._run_parser(None)
+    actions = {a.dest: a for a in parser._actions}
+    for f in dataclasses.fields(RunOptions):
+        action = actions[f.name]
+        assert flag_of(f) in action.option_strings
+        assert action.help == f.metadata["help"]
+        if f.default == ():
+            assert action.default == []  # repeatable: --kill 1@3 --kill 2@5
+        else:
+            assert action.default == f.default, f.name
+        if f.metadata["choices"]:
+            assert list(action.choices) == list(f.metadata["choices"])
+
+
+def test_parsed_arguments_become_typed_options() -> None:
+    parser, _ = cli._run_parser(None)
+    args = parser.parse_args(["x.py", "--sites", "3", "--ha", "flux", "--kill", "1@3",
+                              "--kill", "2@recovered+0.5", "--no-balance", "--isolate",
+                              "0@1=2", "--heartbeat-timeout", "4"])
+    opts = RunOptions.of(**options_of(args))
+    assert opts.sites == 3 and opts.replica_count == 2 and opts.balance is False
+    assert opts.kill == (KillAt(1, 3.0), KillAfterRecovery(2, 0.5))
+    assert opts.isolate == (Cut(0, 1.0, 2.0, isolate=True),)
+    assert opts.heartbeat_timeout == 4.0
+    assert RunOptions.of(**options_of(parser.parse_args(["x.py"]))) == RunOptions()
+
+
+def test_a_hand_made_namespace_may_still_say_no_balance() -> None:
+    import argparse
+
+    assert options_of(argparse.Namespace(no_balance=True, sites=2)) == {
+        "sites": 2, "balance": False}
+
+
+def test_an_unknown_option_fails_listing_the_options(monkeypatch: pytest.MonkeyPatch,
+                                                     netmon: Any) -> None:
+    def started(*a: Any, **kw: Any) -> None:
+        raise AssertionError("the run started before its options were checked")
+
+    monkeypatch.setattr(launcher, "spark_session", started)
+    monkeypatch.setattr(query, "launch", started)
+    flow = netmon.build(netmon.NetmonOptions())
+    names = ", ".join(sorted(f.name for f in dataclasses.fields(RunOptions)))
+    with pytest.raises(PlanError, match=rf"unknown option\(s\) heartbeat; the options are: "
+                                        rf"{names}$"):
+        sparkflux.start(flow, spark=object(), heartbeat=1)
+
+
+def test_the_sites_get_the_replica_count_and_timeouts_from_the_run() -> None:
+    cfg = dataclasses.replace(run_config(ha="flux", replicas=3, sites=4, link_timeout=2.5,
+                                         site_cpu=0.4), security=object())
+    s = SiteSettings.of(cfg, ("10.0.0.1", 7000), "")
+    assert (s.replicas, s.link_timeout, s.cpu_cap) == (3, 2.5, 0.4)
+    assert (s.controller_host, s.controller_port, s.bind_host) == ("10.0.0.1", 7000, "")
+    none = dataclasses.replace(run_config(), security=object())
+    assert SiteSettings.of(none, ("h", 1), "127.0.0.1").replicas == 1
+
+
+def test_the_cli_reference_page_is_the_parsers() -> None:
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert page == cli.reference_page(), "run scripts/cli_reference.py"
+
+
+def test_run_args_has_every_default_and_refuses_an_unknown_name() -> None:
+    netmon = ROOT / "examples" / "netmon.py"
+    args = cli.run_args(netmon, events=100, kill=["1@3"], ha="flux")
+    assert (args.events, args.seed, args.batch_size) == (100, 7, 8192)
+    cfg = run_config(**options_of(args))
+    assert cfg.kills == (KillAt(1, 3.0),) and cfg.replicas == 2
+    assert RunOptions.of(**options_of(cli.run_args(netmon))) == RunOptions()
+    with pytest.raises(PlanError, match="no option.s. spares for"):
+        cli.run_args(netmon, spares=1)
