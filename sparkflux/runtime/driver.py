@@ -84,7 +84,7 @@ class Host:
         self.sink = self.sinks[0]
         self.digests = [Digest() for _ in plan.sinks]
         self.dead_letters = dead_letters
-        self.replicas = cfg.replicas if cfg.ha == "flux" else 1
+        self.replicas = cfg.replicas  # 1 with --ha none
         # The sans-I/O core of the driver side: everything the host does is carry out its
         # actions (``Actions.carry_out``) and feed it events.
         self.core = boundary_for(plan, self.replicas, {
