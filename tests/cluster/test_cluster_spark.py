@@ -1,6 +1,6 @@
 """Flux-HA on a Spark standalone cluster (a master and two workers the tests start on this
-machine: ``standalone`` in conftest.py, ``tests/cluster.py``), through real kills of a site's
-Python worker, of a whole executor JVM and of a Worker daemon, each run by the ``sparkflux``
+machine: ``standalone`` in conftest.py, ``tests/support/cluster.py``), through real kills of a
+site's Python worker, of a whole executor JVM and of a Worker daemon, each run by the ``sparkflux``
 command against the cluster and checked against netmon's Spark SQL reference, digest for
 digest. Each test prints the run's figures (start-up, detection, adoption, recovery). One
 reads its packets from Parquet files landing while it runs, read on the sites (the rows go

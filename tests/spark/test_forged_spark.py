@@ -3,9 +3,9 @@ output stays exact.
 
 The security issue: every server of a run (the driver's, each site's) used to unpickle
 whatever reached its port. Now each connection starts with a mutual HMAC challenge-response
-over the run's secret before a frame is read. ``tests/forge.py`` plays a local process without
-the secret: it finds the servers through ``/proc`` and sends random bytes, a pickle that would
-create a canary file (framed as the old wire did, and raw), well-formed HELLOs claiming live
+over the run's secret before a frame is read. ``tests/support/forge.py`` plays a local process
+without the secret: it finds the servers through ``/proc`` and sends random bytes, a pickle that
+would create a canary file (framed as the old wire did, and raw), well-formed HELLOs claiming live
 sites with a proof it cannot compute, a replayed handshake, the server's own MAC reflected, a
 4 GB frame header, and floods of idle connections. The quick tests below check the forger
 itself (its pickle does fire on the old wire; its HELLO is well-formed; the project's door

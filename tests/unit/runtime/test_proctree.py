@@ -1,5 +1,5 @@
 """``--kill LEVEL:SITE@SECONDS``: the options, and finding a site's executor JVM and Worker
-daemon in a fake ``/proc`` (the real one is used by tests/test_cluster_spark.py)."""
+daemon in a fake ``/proc`` (the real one is used by tests/cluster/test_cluster_spark.py)."""
 
 from __future__ import annotations
 
