@@ -27,11 +27,11 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Spark standalone master and two workers of 3 cores on this machine, on free ports
-    under a directory of the session's (``tests/cluster.py``); stopped, and only it, however
+    under a directory of the session's (``tests/support/cluster.py``); stopped, and only it, however
     the tests end. 2 x 3 cores: the 4 sites are dealt two per executor and leave one core
     free on each, so a killed site's retry starts at once on either, and after an executor
     or a worker kill one retry finds a core on the survivor while the other waits."""
-    from .cluster import StandaloneCluster
+    from .support.cluster import StandaloneCluster
 
     cluster = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, cores=3)
     try:

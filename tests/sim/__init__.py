@@ -1,0 +1,1 @@
+"""The deterministic simulator: the protocol cores run together, with crashes, seeds and mutants."""

@@ -1,0 +1,1 @@
+"""Real dataflows on Spark local mode (marked ``spark`` by the fixtures they use)."""

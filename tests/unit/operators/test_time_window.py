@@ -1,0 +1,199 @@
+"""TimeWindowAggregate against a model, with watermarks, batch splits and state moves."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import sparkflux.operators.time_window as time_window_mod
+from sparkflux.model.batch import child_minor, rank_within_runs
+from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
+from sparkflux.operators.base import PlanError
+from sparkflux.operators.time_window import TimeWindowAggregate
+from tests.support.op_helpers import (
+    assert_sn_increasing_per_partition,
+    everywhere,
+    make_batch,
+    per_partition,
+    run,
+    run_with_move,
+    split,
+    user_rows,
+)
+
+AGGS = {"hi": "max", "lo": "min", "total": "sum", "n": "count", "mean": "avg"}
+
+
+def factory(size: int, slide: int | None = None, by: tuple[str, ...] = ("g",)):
+    return lambda: TimeWindowAggregate(by=list(by), time="t", value="v", size=size,
+                                       slide=slide, aggs=AGGS)
+
+
+class Stream:
+    """A random input with bounded disorder in event time, and its honest progress markers."""
+
+    def __init__(self, seed: int, n: int = 400, string_key: bool = False) -> None:
+        rng = np.random.default_rng(seed)
+        # Some inputs share a major SN (as after an upstream 1:many operator).
+        self.sn = np.cumsum(rng.choice([0, 1, 1, 1], n)) + 5
+        snm = rank_within_runs(self.sn) * 3
+        self.t = np.arange(n) * 2 + rng.integers(0, 9, n) - 20
+        g = rng.integers(0, 4, n)
+        self.batch = make_batch(
+            {"g": [f"g{x}" for x in g] if string_key else g, "t": self.t,
+             "v": rng.integers(-100, 100, n)},
+            part=rng.integers(0, 3, n), sn=self.sn, snm=snm,
+            types={"v": pa.int16()},
+        )
+        # After the row with SN s: everything with a lower SN is done, and no later row has
+        # a time below the minimum of the times still to come.
+        future = np.minimum.accumulate(np.r_[self.t, ENDED.wm][::-1])[::-1]
+        after = zip(self.sn.tolist(), snm.tolist(), future[1:].tolist(),
+                    np.r_[self.sn[1:], ENDED.sn].tolist(), strict=True)
+        self.after = {(s, m): Progress(nxt - 1, wm) for s, m, wm, nxt in after}
+
+    def progress(self, batch: pa.RecordBatch) -> Progress | None:
+        if batch.num_rows == 0:
+            return None
+        return self.after[(batch.column("_sn")[-1].as_py(), batch.column("_snm")[-1].as_py())]
+
+
+def model(batch: pa.RecordBatch, size: int, slide: int) -> list[tuple]:
+    """Every (mini-partition, group, window) with its aggregates, in output SN order."""
+    windows: dict[tuple, list[dict]] = {}
+    for r in batch.to_pylist():
+        start = r["t"] // slide * slide
+        while start > r["t"] - size:
+            windows.setdefault((r["_part"], r["g"], start), []).append(r)
+            start -= slide
+    out = []
+    for (_, g, start), rs in windows.items():
+        last = max(rs, key=lambda r: (r["_sn"], r["_snm"]))
+        vs = [r["v"] for r in rs]
+        j = (start // slide) % (size // slide)
+        minor = int(child_minor(np.array([last["_snm"]]), np.array([j]))[0])
+        out.append((g, start, start + size, max(vs), min(vs), sum(vs), len(vs),
+                    sum(vs) / len(vs), last["_sn"], minor))
+    return sorted(out, key=lambda r: (r[-2], r[-1]))
+
+
+@pytest.mark.parametrize(("size", "slide"), [(10, None), (10, 5), (12, 4), (7, 1)])
+def test_matches_model_with_watermarks(size: int, slide: int | None) -> None:
+    s = Stream(size)
+    batches = split(s.batch, np.random.default_rng(size), 12)
+    out = run(factory(size, slide), batches, s.progress, finish=True)
+    rows = user_rows(out)
+    assert sorted(rows, key=lambda r: (r[-2], r[-1])) == model(s.batch, size, slide or size)
+    assert_sn_increasing_per_partition(out)
+    assert out.schema.names[:3] == ["g", "window_start", "window_end"]
+    assert out.schema.field("hi").type == pa.int64()
+
+
+def test_progress_claims_are_never_undercut() -> None:
+    """Per partition: no later output row has an SN at or below a claimed SN, nor a
+    window_start below a claimed watermark (the watermark is held back with the rows)."""
+    s = Stream(3)
+    op = factory(12, 4)()
+    op.bind(s.batch.schema)
+    emitted: list[tuple[pa.RecordBatch, Frontier]] = []
+    for b in split(s.batch, np.random.default_rng(3), 25):
+        assert op.process(b).num_rows == 0  # process itself emits nothing
+        p = s.progress(b)
+        if p is not None:
+            out, claim = op.advance(everywhere(p))
+            assert (claim.wm <= p.wm).all() and (claim.sn <= p.sn).all()
+            emitted.append((out, claim))
+    out, claim = op.advance(everywhere(ENDED))
+    emitted.append((out, claim))
+    assert (claim.sn == ENDED.sn).all() and (claim.wm == ENDED.wm).all()
+    assert sum(o.num_rows for o, _ in emitted[:-1]) > 0  # windows close before the end
+    assert any((c.wm[:3] < everywhere(s.progress(s.batch)).wm[:3]).any() for _, c in emitted)
+    for k, (rows, claim_k) in enumerate(emitted):
+        part = rows.column("_part").to_numpy()
+        assert (rows.column("_sn").to_numpy() <= claim_k.sn[part]).all()
+        for later, _ in emitted[k + 1:]:
+            lp = later.column("_part").to_numpy()
+            assert (later.column("_sn").to_numpy() > claim_k.sn[lp]).all()
+            assert (later.column("window_start").to_numpy() >= claim_k.wm[lp]).all()
+
+
+def test_a_partition_closes_on_its_own_watermark() -> None:
+    """A site hosts some partitions; the others never progress there. Partition 1's window
+    closes on partition 1's watermark although partition 0's stays at the start."""
+    batch = make_batch({"g": [1, 1], "t": [3, 5], "v": [1, 2]}, part=[1, 1])
+    op = factory(10, None)()
+    op.bind(batch.schema)
+    op.process(batch)
+    f = Frontier(np.array([-1, 1]), np.array([NO_WATERMARK, 10]))
+    out, claim = op.advance(f)
+    assert out.to_pydict()["hi"] == [2] and out.to_pydict()["_part"] == [1]
+    assert claim.sn.tolist() == [-1, 1] and claim.wm.tolist() == [NO_WATERMARK, 10]
+
+
+def test_an_open_window_holds_the_watermark_at_its_start() -> None:
+    batch = make_batch({"g": [1, 2], "t": [3, 14], "v": [1, 2]}, part=[0, 0])
+    op = factory(10, 5)()  # windows [-5, 5), [0, 10) for t=3; [5, 15), [10, 20) for t=14
+    op.bind(batch.schema)
+    op.process(batch)
+    out, claim = op.advance(Frontier(np.array([1]), np.array([12])))
+    assert out.to_pydict()["window_start"] == [0, -5]  # minors: (start // slide) % 2
+    assert claim.wm.tolist() == [5]  # [5, 15) is still open
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_batch_boundaries_do_not_matter(seed: int) -> None:
+    s = Stream(seed, string_key=seed == 2)
+    make = factory(10, 5)
+    whole = per_partition(run(make, [s.batch], s.progress, finish=True))
+    rng = np.random.default_rng(seed)
+    for pieces in (3, 17, 80):
+        cut = run(make, split(s.batch, rng, pieces), s.progress, finish=True)
+        assert per_partition(cut).equals(whole)
+
+
+@pytest.mark.parametrize("string_key", [False, True])
+def test_state_moves_to_a_fresh_operator(string_key: bool) -> None:
+    s = Stream(8, string_key=string_key)
+    batches = split(s.batch, np.random.default_rng(8), 10)
+    make = factory(12, 4)
+    whole = per_partition(run(make, batches, s.progress, finish=True))
+    for cut in (2, 5, 9):
+        moved = run_with_move(make, batches, cut, s.progress, finish=True)
+        assert per_partition(moved).equals(whole)
+
+
+def test_partition_info_counts_groups() -> None:
+    batch = make_batch({"g": [1, 2, 1], "t": [1, 2, 3], "v": [1, 1, 1]}, part=[0, 0, 1])
+    op = factory(10, 5)()
+    op.bind(batch.schema)
+    op.process(batch)
+    assert {(i.part, i.keys) for i in op.partition_info()} == {(0, 2), (1, 1)}
+
+
+def test_unknown_column_and_bad_sizes_are_plan_errors() -> None:
+    schema = Stream(0, n=4).batch.schema
+    for kwargs, match in (({"by": ["nope"]}, "'nope'"), ({"time": "when"}, "'when'"),
+                          ({"value": "x"}, "'x'")):
+        args = {"by": ["g"], "time": "t", "value": "v", "size": 10, **kwargs}
+        with pytest.raises(PlanError, match=match):
+            TimeWindowAggregate(**args).bind(schema)
+    with pytest.raises(PlanError, match="multiple"):
+        TimeWindowAggregate(by=["g"], time="t", value="v", size=10, slide=3)
+    with pytest.raises(PlanError, match="size"):
+        TimeWindowAggregate(by=["g"], time="t", value="v", size=0)
+    with pytest.raises(PlanError, match="median"):
+        TimeWindowAggregate(by=["g"], time="t", value="v", size=4, aggs={"m": "median"})
+
+
+def test_default_aggregate_is_count() -> None:
+    batch = make_batch({"g": [1, 1], "t": [0, 3], "v": [1.5, 2.5]})
+    out = run(lambda: TimeWindowAggregate(by=["g"], time="t", value="v", size=5), [batch],
+              finish=True)
+    assert out.to_pydict()["count"] == [2]
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(time_window_mod).failed == 0

@@ -1,0 +1,298 @@
+"""WindowTopK and KeyedTopK against models, with watermarks, batch splits and state moves."""
+
+from __future__ import annotations
+
+import doctest
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import sparkflux.operators.topk as topk_mod
+from sparkflux.model.batch import child_minor, rank_within_runs
+from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
+from sparkflux.operators.base import Operator, PlanError
+from sparkflux.operators.topk import KeyedTopK, WindowTopK
+from tests.support.op_helpers import (
+    assert_sn_increasing_per_partition,
+    everywhere,
+    make_batch,
+    per_partition,
+    run,
+    run_with_move,
+    split,
+    user_rows,
+)
+
+ORDER = [("price", "desc"), ("name", "asc")]
+
+
+def honest(sn: np.ndarray, snm: np.ndarray, t: np.ndarray) -> dict[tuple[int, int], Progress]:
+    """After the row (sn, snm): every lower SN is done, and no later row has a time below
+    the minimum of the times still to come."""
+    future = np.minimum.accumulate(np.r_[t, ENDED.wm][::-1])[::-1]
+    after = zip(sn.tolist(), snm.tolist(), future[1:].tolist(),
+                np.r_[sn[1:], ENDED.sn].tolist(), strict=True)
+    return {(s, m): Progress(nxt - 1, wm) for s, m, wm, nxt in after}
+
+
+class Stream:
+    """Rows with prices and names full of ties, bounded disorder in time, SN majors shared
+    by some rows, and their honest progress markers."""
+
+    def __init__(self, seed: int, n: int = 400, string_key: bool = False,
+                 auctions: bool = False) -> None:
+        rng = np.random.default_rng(seed)
+        self.sn = np.cumsum(rng.choice([0, 1, 1, 1], n)) + 5
+        snm = rank_within_runs(self.sn) * 3
+        self.t = np.arange(n) * 2 + rng.integers(0, 9, n) - 20
+        g = rng.integers(0, 4, n)
+        columns = {"g": [f"g{x}" for x in g] if string_key else g, "t": self.t,
+                   "price": rng.integers(0, 6, n),
+                   "name": [f"n{x}" for x in rng.integers(0, 3, n)]}
+        if auctions:
+            # The key's deadline is the same for all its rows and beyond their times.
+            opened = np.arange(n) * 2 - rng.integers(0, 40, n)
+            key = opened // 30
+            columns["g"] = [f"g{x}" for x in key] if string_key else key
+            columns["until"] = key * 30 + 60 + (key % 7) * 13
+        self.batch = make_batch(columns, part=rng.integers(0, 3, n), sn=self.sn, snm=snm,
+                                types={"price": pa.int16()})
+        self.after = honest(self.sn, snm, self.t)
+
+    def progress(self, batch: pa.RecordBatch) -> Progress | None:
+        if batch.num_rows == 0:
+            return None
+        return self.after[(batch.column("_sn")[-1].as_py(), batch.column("_snm")[-1].as_py())]
+
+
+def best(rows: list[dict], k: int) -> list[dict]:
+    """The first k rows by price desc, name asc, then SN."""
+    return sorted(rows, key=lambda r: (-r["price"], r["name"], r["_sn"], r["_snm"]))[:k]
+
+
+def window_model(batch: pa.RecordBatch, size: int, slide: int, k: int) -> list[tuple]:
+    """Every (partition, group, window)'s top rows, per partition in output SN order."""
+    windows: dict[tuple, list[dict]] = {}
+    for r in batch.to_pylist():
+        start = r["t"] // slide * slide
+        while start > r["t"] - size:
+            windows.setdefault((r["_part"], r["g"], start), []).append(r)
+            start -= slide
+    out = []
+    for (part, _, start), rs in windows.items():
+        last = max(rs, key=lambda r: (r["_sn"], r["_snm"]))
+        j = (start // slide) % (size // slide)
+        for rank, r in enumerate(best(rs, k)):
+            minor = int(child_minor(np.array([last["_snm"]]), np.array([j * k + rank]))[0])
+            out.append((part, r["g"], r["t"], r["price"], r["name"], start, start + size,
+                        rank + 1, last["_sn"], minor))
+    return [r[1:] for r in sorted(out, key=lambda r: (r[0], r[-2], r[-1]))]
+
+
+def keyed_model(batch: pa.RecordBatch, k: int) -> list[tuple]:
+    keys: dict[tuple, list[dict]] = {}
+    for r in batch.to_pylist():
+        keys.setdefault((r["_part"], r["g"]), []).append(r)
+    out = []
+    for (part, _), rs in keys.items():
+        last = max(rs, key=lambda r: (r["_sn"], r["_snm"]))
+        for rank, r in enumerate(best(rs, k)):
+            minor = int(child_minor(np.array([last["_snm"]]), np.array([rank]))[0])
+            out.append((part, r["g"], r["t"], r["price"], r["name"], r["until"], rank + 1,
+                        last["_sn"], minor))
+    return [r[1:] for r in sorted(out, key=lambda r: (r[0], r[-2], r[-1]))]
+
+
+def windows(size: int, slide: int | None = None, k: int = 2) -> Callable[[], Operator]:
+    return lambda: WindowTopK(by=["g"], time="t", size=size, order=ORDER, k=k, slide=slide)
+
+
+def keyed(k: int = 2) -> Callable[[], Operator]:
+    return lambda: KeyedTopK(by=["g"], order=ORDER, until="until", k=k)
+
+
+@pytest.mark.parametrize(("size", "slide", "k"),
+                         [(10, None, 1), (10, 5, 2), (12, 4, 3), (7, 1, 2)])
+def test_window_top_k_matches_model(size: int, slide: int | None, k: int) -> None:
+    s = Stream(size + k)
+    batches = split(s.batch, np.random.default_rng(size), 12)
+    out = run(windows(size, slide, k), batches, s.progress, finish=True)
+    assert user_rows(per_partition(out)) == window_model(s.batch, size, slide or size, k)
+    assert_sn_increasing_per_partition(out)
+    assert out.schema.names[:7] == ["g", "t", "price", "name", "window_start", "window_end",
+                                    "rank"]
+    assert out.schema.field("price").type == pa.int16()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_keyed_top_k_matches_model(k: int) -> None:
+    s = Stream(k, auctions=True)
+    batches = split(s.batch, np.random.default_rng(k), 15)
+    out = run(keyed(k), batches, s.progress, finish=True)
+    assert user_rows(per_partition(out)) == keyed_model(s.batch, k)
+    assert_sn_increasing_per_partition(out)
+    assert out.schema.names[-5:] == ["rank", "_sn", "_snm", "_t0", "_part"]
+
+
+def test_keys_come_out_before_the_end_and_are_forgotten() -> None:
+    s = Stream(5, auctions=True)
+    op = keyed()()
+    op.bind(s.batch.schema)
+    emitted = 0
+    for b in split(s.batch, np.random.default_rng(5), 20)[:-1]:
+        op.process(b)
+        p = s.progress(b)
+        if p is not None:
+            emitted += op.advance(everywhere(p))[0].num_rows
+    assert emitted > 0
+    keys = sum(i.keys for i in op.partition_info())
+    assert 0 < keys < len(set(s.batch.column("g").to_pylist())) // 2
+
+
+@pytest.mark.parametrize("make", [windows(12, 4), keyed()], ids=["window", "keyed"])
+def test_progress_claims_are_never_undercut(make: Callable[[], Operator]) -> None:
+    """Per partition: no later output has an SN at or below a claimed SN, nor an event time
+    (window start, or until) below a claimed watermark."""
+    keyed_op = isinstance(make(), KeyedTopK)
+    s = Stream(3, auctions=keyed_op)
+    when = "until" if keyed_op else "window_start"
+    op = make()
+    op.bind(s.batch.schema)
+    emitted: list[tuple[pa.RecordBatch, Frontier]] = []
+    for b in split(s.batch, np.random.default_rng(3), 25):
+        assert op.process(b).num_rows == 0
+        p = s.progress(b)
+        if p is not None:
+            out, claim = op.advance(everywhere(p))
+            assert (claim.wm <= p.wm).all() and (claim.sn <= p.sn).all()
+            emitted.append((out, claim))
+    emitted.append(op.advance(everywhere(ENDED)))
+    assert (emitted[-1][1].sn == ENDED.sn).all() and (emitted[-1][1].wm == ENDED.wm).all()
+    assert sum(o.num_rows for o, _ in emitted[:-1]) > 0
+    for i, (rows, claim) in enumerate(emitted):
+        part = rows.column("_part").to_numpy()
+        assert (rows.column("_sn").to_numpy() <= claim.sn[part]).all()
+        for later, _ in emitted[i + 1:]:
+            lp = later.column("_part").to_numpy()
+            assert (later.column("_sn").to_numpy() > claim.sn[lp]).all()
+            assert (later.column(when).to_numpy() >= claim.wm[lp]).all()
+
+
+def test_a_partition_closes_on_its_own_watermark() -> None:
+    batch = make_batch({"g": [1, 1], "t": [3, 5], "price": [1, 2], "name": ["a", "b"]},
+                       part=[1, 1])
+    op = windows(10, k=1)()
+    op.bind(batch.schema)
+    op.process(batch)
+    out, claim = op.advance(Frontier(np.array([-1, 1]), np.array([NO_WATERMARK, 10])))
+    assert out.to_pydict()["price"] == [2] and out.to_pydict()["_part"] == [1]
+    assert claim.sn.tolist() == [-1, 1] and claim.wm.tolist() == [NO_WATERMARK, 10]
+
+
+def test_ranks_break_ties_by_later_keys_then_sn_and_put_nulls_last() -> None:
+    batch = make_batch({"g": [1] * 6, "t": [0] * 6, "price": [2.0, None, 2.0, np.nan, 5.0, 2.0],
+                        "name": ["b", "a", "a", "a", "z", "a"]})
+    for direction, expected in (("desc", [5.0, 2.0, 2.0, 2.0]), ("asc", [2.0, 2.0, 2.0, 5.0])):
+        op = WindowTopK(by=["g"], time="t", size=5, k=6,
+                        order=[("price", direction), ("name", "asc")])
+        out = run(lambda op=op: op, [batch], finish=True).to_pydict()
+        assert out["price"][:4] == expected
+        assert np.isnan(out["price"][4]) and out["price"][5] is None
+        assert out["rank"] == [1, 2, 3, 4, 5, 6]
+    tied = [r for r in zip(out["price"], out["name"], out["t"], strict=True) if r[0] == 2.0]
+    assert [n for _, n, _ in tied] == ["a", "a", "b"]  # name decides, then the earlier SN
+
+
+def test_a_late_row_of_an_emitted_key_opens_a_new_group() -> None:
+    first = make_batch({"g": [1, 1], "t": [0, 1], "price": [3, 4], "name": ["a", "b"],
+                        "until": [10, 10]})
+    late = make_batch({"g": [1], "t": [12], "price": [1], "name": ["c"], "until": [10]},
+                      sn=[2])
+    op = keyed(k=1)()
+    op.bind(first.schema)
+    op.process(first)
+    out, _ = op.advance(everywhere(Progress(1, 11)))
+    assert out.to_pydict()["price"] == [4] and op.partition_info() == []
+    op.process(late)
+    out, _ = op.advance(everywhere(Progress(2, 13)))
+    assert out.to_pydict()["price"] == [1] and out.to_pydict()["_sn"] == [2]
+
+
+@pytest.mark.parametrize("make,auctions", [(windows(10, 5), False), (keyed(), True)],
+                         ids=["window", "keyed"])
+@pytest.mark.parametrize("string_key", [False, True])
+def test_batch_boundaries_do_not_matter(make: Callable[[], Operator], auctions: bool,
+                                        string_key: bool) -> None:
+    s = Stream(2, string_key=string_key, auctions=auctions)
+    whole = per_partition(run(make, [s.batch], s.progress, finish=True))
+    assert whole.num_rows > 20
+    rng = np.random.default_rng(2)
+    for pieces in (3, 17, 80):
+        cut = run(make, split(s.batch, rng, pieces), s.progress, finish=True)
+        assert per_partition(cut).equals(whole)
+
+
+@pytest.mark.parametrize("make,auctions", [(windows(12, 4), False), (keyed(), True)],
+                         ids=["window", "keyed"])
+@pytest.mark.parametrize("string_key", [False, True])
+def test_state_moves_to_a_fresh_operator(make: Callable[[], Operator], auctions: bool,
+                                         string_key: bool) -> None:
+    s = Stream(8, string_key=string_key, auctions=auctions)
+    batches = split(s.batch, np.random.default_rng(8), 10)
+    whole = per_partition(run(make, batches, s.progress, finish=True))
+    for cut in (2, 5, 9):
+        for wire in (False, True):
+            moved = run_with_move(make, batches, cut, s.progress, finish=True, wire=wire)
+            assert per_partition(moved).equals(whole)
+
+
+def test_partition_info_counts_keys() -> None:
+    batch = make_batch({"g": [1, 2, 1], "t": [1, 2, 3], "price": [1, 1, 1],
+                        "name": ["a", "b", "c"], "until": [9, 9, 9]}, part=[0, 0, 1])
+    for make in (windows(10, 5), keyed()):
+        op = make()
+        op.bind(batch.schema)
+        op.process(batch)
+        info = op.partition_info()
+        assert {(i.part, i.keys) for i in info} == {(0, 2), (1, 1)}
+        assert all(i.nbytes > 0 for i in info)
+        op.drop_partition(0)
+        assert [i.part for i in op.partition_info()] == [1]
+
+
+def test_plan_errors_say_what_to_change() -> None:
+    schema = Stream(0, n=4, auctions=True).batch.schema
+    cases: list[tuple[Callable[[], Operator], str]] = [
+        (lambda: WindowTopK(by=["nope"], time="t", size=5, order=ORDER), "'nope'"),
+        (lambda: WindowTopK(by=["g"], time="when", size=5, order=ORDER), "'when'"),
+        (lambda: WindowTopK(by=["g"], time="t", size=5, order=[("cost", "desc")]), "'cost'"),
+        (lambda: WindowTopK(by=["g"], time="name", size=5, order=ORDER), "integer or a time"),
+        (lambda: WindowTopK(by=["g"], time="t", size=5, order=ORDER, rank="price"), "twice"),
+        (lambda: KeyedTopK(by=["g"], order=ORDER, until="deadline"), "'deadline'"),
+        (lambda: KeyedTopK(by=["g"], order=ORDER, until="name"), "integer or a time"),
+    ]
+    for make, match in cases:
+        with pytest.raises(PlanError, match=match):
+            make().bind(schema)
+    for kwargs, match in (({"size": 10, "slide": 3}, "multiple"), ({"size": 0}, "size"),
+                          ({"size": 5, "k": 0}, "k must"), ({"size": 5, "order": "price"},
+                                                            "pairs"),
+                          ({"size": 5, "order": [("price", "down")]}, "pairs"),
+                          ({"size": 5, "order": [("price", "asc"), ("price", "desc")]},
+                           "twice"),
+                          ({"size": 1 << 12, "slide": 1, "k": 1 << 10}, "lower k")):
+        args = {"by": ["g"], "time": "t", "order": ORDER, **kwargs}
+        with pytest.raises(PlanError, match=match):
+            WindowTopK(**args)
+
+
+def test_unsortable_order_column_is_a_plan_error() -> None:
+    batch = make_batch({"g": [1], "t": [0], "tags": [[1, 2]]})
+    with pytest.raises(PlanError, match="cannot be sorted"):
+        WindowTopK(by=["g"], time="t", size=5, order=[("tags", "asc")]).bind(batch.schema)
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(topk_mod).failed == 0

@@ -1,0 +1,1 @@
+"""Unit tests of the top-level modules (cli, options, query, check, runner)."""
