@@ -1,5 +1,5 @@
 """Write docs/cli.md, the reference of ``sparkflux run``'s options, from the command's parser
-(itself generated from ``RunOptions``). tests/test_run_options_typed.py checks the page
+(itself generated from ``RunOptions``). tests/unit/surface/test_run_options_typed.py checks the page
 matches.
 
     .venv/bin/python scripts/cli_reference.py

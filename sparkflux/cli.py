@@ -108,7 +108,8 @@ def run_args(example: str | Path, **overrides: Any) -> argparse.Namespace:
 def reference_page() -> str:
     """docs/cli.md: every option of ``sparkflux run`` as its parser has it (flag, default,
     help), for any example (an example's own options are listed in docs/usage.md). Written by
-    ``scripts/cli_reference.py``; tests/test_run_options_typed.py checks the page matches."""
+    ``scripts/cli_reference.py``; tests/unit/surface/test_run_options_typed.py checks that the
+    page matches."""
     parser, _ = _run_parser(None)
     lines = ["# `sparkflux run` options", "",
              "Generated from the command's parser, which is generated from `RunOptions` "

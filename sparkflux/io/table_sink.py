@@ -27,7 +27,7 @@ sizes and reads each footer at that size later, so a file replaced in between ca
 the same name, and when its output passes a range it removes that range's files numbered
 beyond its own (the earlier run may have cut the range into more files: ``flush_interval``
 depends on timing). Once the rewrite has passed a range, that range holds exactly its rows,
-once each, and at the end the whole table does (``tests/test_io_sinks.py`` writes,
+once each, and at the end the whole table does (``tests/unit/io/test_table_sink.py`` writes,
 "crashes" halfway, rewrites from the start); meanwhile a range being rewritten may show rows
 of both runs. A run over *different* input (other files, another start position) numbers its
 output from SN 0 again, so its ranges would replace the earlier run's: give it a directory

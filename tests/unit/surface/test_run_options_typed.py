@@ -32,8 +32,7 @@ from sparkflux.runtime.run_config import RunConfig
 from sparkflux.runtime.run_options import RunOptions
 from sparkflux.spark import launcher
 from sparkflux.spark.site_task import SiteSettings
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 CLUSTER = "spark://127.0.0.1:7077"
 
