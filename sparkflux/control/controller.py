@@ -68,6 +68,18 @@ from sparkflux.control.events import (
     View,
 )
 from sparkflux.control.link_judge import SETTLE_S, LinkJudge
+from sparkflux.control.membership import (
+    Mode,
+    Recovery,
+    RecoveryEv,
+    Slot,
+    SlotEv,
+    StandbyEv,
+    recovery_step,
+    slot_step,
+    standby_step,
+)
+from sparkflux.control.membership import Standby as StandbyState
 from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, move_step
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.control.rounds import Ev as RoundEv
@@ -164,6 +176,10 @@ class Controller:
         self.aborted: str | None = None
         self.failures: list[tuple[float, int, str]] = []
         self.ha = ha
+        self.mode = Mode.NONE if not ha else Mode(f"--recovery {recovery}")
+        # each slot's place in ``membership.py``'s slot table, and the recovery task's
+        self.slot_state: dict[int, Slot] = dict.fromkeys(range(sites), Slot.OPEN)
+        self.recovery_phase = Recovery.IDLE
         self.dead: set[int] = set()
         self.standbys: list[SiteAddress] = []  # idle standby processes
         self.layout = layout.copy() if layout is not None else None  # the current placement
@@ -329,30 +345,20 @@ class Controller:
         spare = a.site >= self.sites  # --spare-sites: standbys from the start
         if a.site < 0 or (spare and not self.ha):
             return [StopSite(site=a.site, attempt=a.attempt, reason="no such site slot")]
-        if (self.view.number > 0 or spare) and self.ha:
-            if self.recovery == "survivors":
-                return [StopSite(site=a.site, attempt=a.attempt, reason=(
-                    "--recovery survivors: failed replicas are recovered onto the surviving "
-                    "sites; no standby is needed"))]
-            self.standbys.append(a)
-            return [Standby(site=a.site, attempt=a.attempt), *self._next_task()]
+        if self.view.number > 0 or spare:  # a standby (or, with --ha none, no role)
+            return self._standby_step(a, StandbyState.NEW, StandbyEv.REGISTERED)
         old = self._pending.get(a.site)
-        if self.view.number == 0 and old is not None and a.attempt > old.attempt:
-            # Spark retries a task only once its attempt has failed: the newer attempt takes
-            # the slot, even before the old one's lost connection has been handled here
-            # (whose close is then stale and ignored).
-            log.warning("site %d: attempt %d replaces attempt %d before the view", a.site,
-                        a.attempt, old.attempt)
-            del self._pending[a.site]
-        if self.view.number > 0 or a.site in self._pending:
-            reason = ("the job no longer accepts sites (with --ha none a restarted site has no "
-                      "role)" if self.view.number > 0 else "the slot already has a live site")
-            return [StopSite(site=a.site, attempt=a.attempt, reason=reason)]
-        self._pending[a.site] = a
-        self._last_seen[a.site] = ev.now
-        if len(self._pending) < self.sites:
-            return []
+        # Spark retries a task only once its attempt has failed: the newer attempt takes the
+        # slot, even before the old one's lost connection has been handled here (whose close
+        # is then stale and ignored).
+        event = (SlotEv.REGISTERED if old is None else
+                 SlotEv.RETRIED if a.attempt > old.attempt else SlotEv.DUPLICATE)
+        out = self._slot_step(a.site, event, address=a, now=ev.now)
+        if out or len(self._pending) < self.sites:
+            return out
         self.view = View(number=1, members=dict(self._pending))
+        for s in self.view.members:
+            self._slot_step(s, SlotEv.VIEW)
         # Heartbeats before the view count for nobody (no member yet): every member is timed
         # from view 1, not from its registration, however long the others took to register.
         for s in self.view.members:
@@ -392,17 +398,12 @@ class Controller:
         return tuple(ring)
 
     def _ready_site(self, ev: SiteReady) -> list[Action]:
-        if (self.recovering == ev.site and self.adopted is not None
-                and self.adopted.attempt == ev.attempt and not self.in_flight):
-            return self._next_catch_up()
+        if (self.recovery_phase is Recovery.ADOPTING and self.recovering == ev.site
+                and self.adopted is not None and self.adopted.attempt == ev.attempt):
+            return self._recovery_step(RecoveryEv.READY)
         if not self._is_member(ev.site, ev.attempt) or self.started:
             return []
-        self._ready.add(ev.site)
-        if len(self._ready) == self.sites:
-            self.started = True
-            self.lb_at = self.now + self.delta
-            return [StartIngress()]
-        return []
+        return self._slot_step(ev.site, SlotEv.READY)
 
     def _lost(self, site: int, attempt: int, reason: str, now: float) -> list[Action]:
         """Process ``attempt`` of slot ``site`` is gone (connection lost, hung, or a peer
@@ -418,27 +419,38 @@ class Controller:
             pending = self._pending.get(site)
             if pending is None or pending.attempt != attempt:
                 return []
-            log.warning("site %d (attempt %d) was lost before every site registered (%s); "
-                        "waiting for its next attempt", site, attempt, reason)
-            del self._pending[site]
-            self._last_seen.pop(site, None)
-            return []
+            return self._slot_step(site, SlotEv.LOST, why=reason)
         if not self._is_member(site, attempt):
             return []
         self.failures.append((now, site, reason))
-        if self.ha:
-            return self._fail_site(site)
-        self.aborted = (
-            f"site {site} failed ({reason}); with --ha none a failed site stops the job. "
-            f"Run with --ha flux to keep running through site failures."
-        )
-        return [Abort(reason=self.aborted)]
+        if not self.ha:
+            return self._slot_step(site, SlotEv.FAILED, why=(
+                f"site {site} failed ({reason}); with --ha none a failed site stops the job. "
+                f"Run with --ha flux to keep running through site failures."))
+        if set(self.view.members) == {site}:
+            return self._slot_step(site, SlotEv.LAST_FAILED, why="every site failed")
+        return self._fail_site(site)
 
     def _fail_site(self, site: int) -> list[Action]:
+        """Slot ``site``'s process failed, with Flux-HA: its table's ``fail`` (the next
+        view), then what recovers it; catch-ups it was the survivor of are orphaned."""
+        actions = self._slot_step(site, SlotEv.FAILED)
+        if self.aborted:
+            return actions
+        orphans = self._orphaned(site)
+        aborts = [a for a in orphans if isinstance(a, Abort)]
+        actions += [a for a in orphans if not isinstance(a, Abort)]
+        if aborts:
+            return [*aborts, *actions]  # the reason the user sees comes first
+        if self.moving:  # a site that died cannot confirm a move: don't wait for it
+            actions += self._moves_ready() if not self._catching_up else self._next_catch_up()
+        return actions + self._next_task()
+
+    def _fail_view(self, site: int) -> list[Action]:
+        """The slot table's ``fail``: the next view without ``site`` (``FailSites``: the
+        other copies take over), its replicas incomplete; the run stops if that left a
+        partition with no complete copy; balancing stops and the running moves learn of it."""
         members = {s: m for s, m in self.view.members.items() if s != site}
-        if not members:
-            self.aborted = "every site failed"
-            return [Abort(reason=self.aborted)]
         self.dead.add(site)
         self.links.forget(site)  # reports about its process, or by it, are moot now
         self.view = View(number=self.view.number + 1, members=members)
@@ -460,23 +472,9 @@ class Controller:
             self.aborted = lost
             return [Abort(reason=lost), *actions]  # the reason the user sees comes first
         self._stop_balancing()
-        if self.recovering == site:  # the standby died mid-recovery: start over later
-            self.recovering, self.adopted, self.in_flight, self.queue = None, None, set(), []
-            self.awaiting.insert(0, site)
-        actions += self._moves_lose(site)
-        if self.recovery == "survivors":
-            self._plan_recovery(site)
-        elif site not in self.awaiting and self.recovering != site:
-            self.awaiting.append(site)
-            self.awaiting_since[site] = self.now
-        orphans = self._orphaned(site)
-        aborts = [a for a in orphans if isinstance(a, Abort)]
-        actions += [a for a in orphans if not isinstance(a, Abort)]
-        if aborts:
-            return [*aborts, *actions]  # the reason the user sees comes first
-        if self.moving:  # a site that died cannot confirm a move: don't wait for it
-            actions += self._moves_ready() if not self._catching_up else self._next_catch_up()
-        return actions + self._next_task()
+        # (a recovery and a group of moves never run at once: an adoptee's failure touches
+        # no move)
+        return actions + self._moves_lose(site)
 
     def _lost_partition(self, site: int) -> str | None:
         """Why the run cannot go on, if ``site``'s failure left a partition of some stage
@@ -530,11 +528,11 @@ class Controller:
     def _next_task(self) -> list[Action]:
         """Start the next piece of work if none is in progress: adopt a failed slot, then
         recovery moves, then load-balancing moves."""
-        if (self.recovering is not None or self.moving or self.finished
+        if (self.recovery_phase is not Recovery.IDLE or self.moving or self.finished
                 or self.layout is None or self.aborted):
             return []
         if self.awaiting and self.standbys:
-            return self._adopt_next()
+            return self._recovery_step(RecoveryEv.ADOPT)
         if self.pending_moves:
             actions = self._start_moves()
             return actions if actions else self._next_task()
@@ -543,11 +541,11 @@ class Controller:
         return []
 
     def _adopt_next(self) -> list[Action]:
-        """Give the oldest failed slot to an idle standby (``avail``): the one whose failure
-        domain the fewest of the slot's partitions' other copies share, the longest idle
-        among equals."""
+        """The recovery task's ``adopt``: give the oldest failed slot to an idle standby
+        (``avail``): the one whose failure domain the fewest of the slot's partitions' other
+        copies share, the longest idle among equals."""
         assert self.layout is not None
-        slot = self.awaiting.pop(0)
+        slot = self.awaiting[0]
         live = self._live_domains()
         hosted = self.layout.hosted(slot)
 
@@ -558,8 +556,14 @@ class Controller:
             return sum(c[0] for c in per), sum(c[1] for c in per)
 
         proc = min(self.standbys, key=cost) if len(self.standbys) > 1 else self.standbys[0]
-        self.standbys.remove(proc)
-        self._registered_as[slot] = proc.site
+        self._standby_step(proc, StandbyState.IDLE, StandbyEv.CHOSEN, slot=slot)
+        return self._slot_step(slot, SlotEv.ADOPT, address=proc)
+
+    def _adopt(self, slot: int, proc: SiteAddress) -> list[Action]:
+        """The slot table's ``adopt``: the view with ``proc`` as ``slot``'s process, its
+        replicas queued for catching up."""
+        assert self.layout is not None
+        self.awaiting.remove(slot)
         adopted = dataclasses.replace(proc, site=slot)
         self.domains[slot] = proc.domain()
         members = {**self.view.members, slot: adopted}
@@ -777,12 +781,7 @@ class Controller:
                     self.moves.append(m)
                 self.moving, self._catching_up = {}, False
                 return breaks + self._next_task()
-            assert self.recovering is not None
-            slot = self.recovering
-            log.warning("site %d recovered: every replica caught up and folded in", slot)
-            self.recovering, self.adopted = None, None
-            self.pending_moves += self._relayout(slot)
-            return [Recovered(slot=slot), *self._next_task()]
+            return self._recovery_step(RecoveryEv.CAUGHT_UP)
         actions: list[Action] = breaks
         while self.queue and len(self.in_flight) < CATCH_UP_PARALLEL:
             s, q, r = self.queue[0]
@@ -881,6 +880,114 @@ class Controller:
         self.recoveries.append({"stage": ev.stage, "partition": ev.q, "replica": ev.r,
                                 "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
         return actions + self._next_catch_up()
+
+    # -- the membership tables' actions (``membership.py`` names them) -----------------------
+    def _slot_step(self, slot: int, event: SlotEv, address: SiteAddress | None = None,
+                   now: float = 0.0, why: str = "") -> list[Action]:
+        """One transition of site slot ``slot``, its actions carried out in order (until
+        one stops the run)."""
+        state, names = slot_step(slot, self.mode, self.slot_state[slot], event)
+        self.slot_state[slot] = state
+        out: list[Action] = []
+        for name in names:
+            if self.aborted:
+                break
+            match name:
+                case "admit":
+                    assert address is not None
+                    self._pending[slot] = address
+                    self._last_seen[slot] = now
+                case "replace":
+                    assert address is not None
+                    log.warning("site %d: attempt %d replaces attempt %d before the view",
+                                slot, address.attempt, self._pending[slot].attempt)
+                    del self._pending[slot]
+                case "stop":
+                    assert address is not None
+                    out.append(StopSite(site=slot, attempt=address.attempt,
+                                        reason="the slot already has a live site"))
+                case "forget":
+                    log.warning("site %d (attempt %d) was lost before every site registered "
+                                "(%s); waiting for its next attempt", slot,
+                                self._pending[slot].attempt, why)
+                    del self._pending[slot]
+                    self._last_seen.pop(slot, None)
+                case "count-ready":
+                    self._ready.add(slot)
+                    if len(self._ready) == self.sites:
+                        self.started = True
+                        self.lb_at = self.now + self.delta
+                        out.append(StartIngress())
+                case "abort":
+                    self.aborted = why
+                    out.append(Abort(reason=why))
+                case "fail":
+                    out += self._fail_view(slot)
+                case "await":
+                    self.awaiting.append(slot)
+                    self.awaiting_since[slot] = self.now
+                case "await-first":  # the standby died mid-recovery: start over later
+                    out += self._recovery_step(RecoveryEv.ADOPTEE_FAILED)
+                    self.awaiting.insert(0, slot)
+                case "dequeue":
+                    self.awaiting.remove(slot)
+                case "re-place":
+                    self._plan_recovery(slot)
+                case "adopt":
+                    assert address is not None
+                    out += self._adopt(slot, address)
+                case "relayout":
+                    self.pending_moves += self._relayout(slot)
+        return out
+
+    def _standby_step(self, proc: SiteAddress, state: StandbyState, event: StandbyEv,
+                      slot: int = -1) -> list[Action]:
+        """One transition of standby process ``proc``, its actions carried out."""
+        _, names = standby_step(f"{proc.site}/{proc.attempt} (pid {proc.pid})", self.mode,
+                                state, event)
+        out: list[Action] = []
+        for name in names:
+            match name:
+                case "standby":
+                    self.standbys.append(proc)
+                    out.append(Standby(site=proc.site, attempt=proc.attempt))
+                case "next-task":
+                    out += self._next_task()
+                case "stop":
+                    out.append(StopSite(site=proc.site, attempt=proc.attempt, reason=(
+                        "--recovery survivors: failed replicas are recovered onto the "
+                        "surviving sites; no standby is needed" if self.mode is Mode.SURVIVORS
+                        else "the job no longer accepts sites (with --ha none a restarted "
+                        "site has no role)")))
+                case "take-over":
+                    self.standbys.remove(proc)
+                    self._registered_as[slot] = proc.site
+        return out
+
+    def _recovery_step(self, event: RecoveryEv) -> list[Action]:
+        """One transition of the recovery task, its actions carried out in order."""
+        self.recovery_phase, names = recovery_step(self.recovering, self.recovery_phase, event)
+        out: list[Action] = []
+        for name in names:
+            match name:
+                case "adopt":
+                    out += self._adopt_next()
+                case "catch-up":
+                    out += self._next_catch_up()
+                case "recovered":
+                    slot = self.recovering
+                    assert slot is not None
+                    log.warning("site %d recovered: every replica caught up and folded in",
+                                slot)
+                    self.recovering, self.adopted = None, None
+                    out += self._slot_step(slot, SlotEv.RECOVERED)
+                    out.append(Recovered(slot=slot))
+                case "start-over":
+                    self.recovering, self.adopted = None, None
+                    self.in_flight, self.queue = set(), []
+                case "next-task":
+                    out += self._next_task()
+        return out
 
     # -- load balancing (thesis §4.4, ch. 5) -------------------------------------------------------
     def _balancing(self) -> bool:
@@ -1010,8 +1117,7 @@ class Controller:
         for k in late:
             log.warning("no standby for site %d after %.0fs: recovering its replicas onto the "
                         "surviving sites", k, self.standby_wait)
-            self.awaiting.remove(k)
-            self._plan_recovery(k)
+            self._slot_step(k, SlotEv.WAITED)
         if late:
             actions += self._next_task()
         if self._balancing() and self.lb_state in (Phase.WAIT, Phase.COLLECT) \
