@@ -35,17 +35,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from sparkflux.control.balancing import Balancing
 from sparkflux.control.events import (
     Abort,
     Action,
     Adopt,
     CatchUp,
     CatchUpDone,
-    Collect,
     ConnectionClosed,
     Event,
     FailSites,
@@ -68,6 +67,7 @@ from sparkflux.control.events import (
     View,
 )
 from sparkflux.control.link_judge import SETTLE_S, LinkJudge
+from sparkflux.control.lost_partition import lost_partition
 from sparkflux.control.membership import (
     Mode,
     Recovery,
@@ -80,12 +80,10 @@ from sparkflux.control.membership import (
     standby_step,
 )
 from sparkflux.control.membership import Standby as StandbyState
-from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, move_step
-from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
+from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, MoveRecord, move_step
+from sparkflux.control.policy import PolicyConfig, recovery_site
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
-from sparkflux.control.rounds import step as round_step
-from sparkflux.control.utilisation import utilisation
 from sparkflux.dataflow.placement import (
     DRIVER,
     NOWHERE,
@@ -97,7 +95,6 @@ from sparkflux.dataflow.placement import (
 )
 
 log = logging.getLogger(__name__)
-RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved again yet
 # Catch-ups run this many at a time (each one partition replica: recovery stays incremental,
 # no single transfer long enough to stall the output, but a site comes back sooner).
 CATCH_UP_PARALLEL = 4
@@ -107,54 +104,7 @@ CATCH_UP_PARALLEL = 4
 MOVE_GROUP = 8
 
 
-@dataclass(slots=True, kw_only=True)
-class MoveRecord:
-    """One move of copy r of partition q from site ``src`` to ``dst`` (thesis ch. 5), from
-    its start to the fold-in of its last stage: the controller's bookkeeping while it runs
-    (``Controller.moving``) and the run's record once done (``Controller.moves``, reported by
-    ``runtime/reports.move_report``). Mutable: confirmations and catch-ups fill it in.
-    Times are the controller's clock (``Controller.now``).
-
-    Make before break: the new copy is built in column ``c``, q's free one, while copy r keeps
-    running; r is retired once c is folded in. A move whose source is already gone (recovery
-    onto the survivors) rebuilds the copy in its own column (``c == r``), nothing to retire."""
-
-    q: int
-    r: int
-    src: int
-    dst: int
-    epoch: int  # the move's epoch: the new copy's incarnation
-    reason: str  # "balance", "recovery" or "domain"
-    start: float
-    survivor: int  # the copy of q the move named to rebuild the new copy from
-    left: int  # stages still to be caught up
-    c: int = -1  # the column the new copy is built in (-1: r's own)
-    nbytes: int = 0  # state moved by its catch-ups (``CuDone.nbytes``)
-    confirmed: float | None = None  # every live site had applied it (``moved``)
-    end: float | None = None  # its last stage folded in
-    retired: float | None = None  # the old copy was retired (make before break)
-    abandoned: str | None = None  # why the new copy was given up (a failure during the build)
-    # copies of q lost to failures while the move ran: the move is not what took them
-    lost_to_failures: int = 0
-    # seconds during which q had fewer complete copies than when the move started (at most
-    # --replicas), failures aside: what the move itself cost the partition's safety (0 for
-    # make before break)
-    baseline: int = 0
-    short_s: float = 0.0
-    short_since: float | None = None
-    # (party, consumer stage) that have folded the new copy in (``folded``): the old copy is
-    # retired once every live one has
-    folded: set[tuple[int, int]] = field(default_factory=set)
-    phase: MovePhase = MovePhase.APPLYING  # its place in ``control/moves.py``'s table
-
-    def __post_init__(self) -> None:
-        if self.c < 0:
-            self.c = self.r
-        if self.c == self.r:
-            self.phase = MovePhase.REBUILD_APPLYING
-
-
-class Controller:
+class Controller(Balancing):
     """Membership, views, recovery and load balancing for ``sites`` site slots."""
 
     def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False,
@@ -478,51 +428,11 @@ class Controller:
 
     def _lost_partition(self, site: int) -> str | None:
         """Why the run cannot go on, if ``site``'s failure left a partition of some stage
-        with no live and complete replica: the message the user sees (the runtime carries
-        out the ``Abort`` before the view change that would make the egress notice). It names
-        the failed sites that held the lost partitions (and the live ones whose copies were
-        still being caught up), the partitions per stage as the plan lists the stages (the
-        egress is no stage), and what makes such failures survivable."""
+        with no live and complete replica (``lost_partition.py``)."""
         if self.layout is None:
             return None
-        replicas = self.layout.replicas
-        lost: dict[int, list[int]] = {}  # stage -> partitions with no complete live replica
-        failed: set[int] = set()  # failed sites that held a copy of a lost partition
-        rebuilding: set[int] = set()  # live sites whose copy was not caught up yet
-        for s in range(self.stages):
-            for q in range(self.layout.partitions):
-                holders = [self.layout.site_of(q, r) for r in range(self.layout.columns)
-                           if self.layout.site_of(q, r) != NOWHERE]
-                if any(self._complete(s, q, r) for r in range(self.layout.columns)):
-                    continue
-                lost.setdefault(s, []).append(q)
-                failed |= {j for j in holders if j in self.dead}
-                rebuilding |= {j for j in holders if j not in self.dead}
-        if not lost:
-            return None
-        who = f"{_sites(sorted(failed or {site}))} failed"
-        if rebuilding:
-            who += (f" while {_sites(sorted(rebuilding))} "
-                    f"{'was' if len(rebuilding) == 1 else 'were'} still being caught up")
-        elif len(failed) > 1:
-            who += (" before either could be recovered" if len(failed) == 2
-                    else " before any of them could be recovered")
-        gone = "; ".join(f"stage {s}: partition{'s' if len(qs) > 1 else ''} {_some(qs)}"
-                         for s, qs in sorted(lost.items()))
-        sooner = (": standbys launched up front (--spare-sites) start a recovery at once "
-                  "instead of after Spark restarts the failed task" if self.recovery ==
-                  "standby" else "")
-        n = self.layout.sites
-        start = (f"on site (q + r) mod {n}" if self.layout.ring == tuple(range(n)) else
-                 f"on site ring[(q + r) mod {n}], ring {', '.join(map(str, self.layout.ring))}")
-        return (f"{who}; no complete replica is left of {gone}. Their state is lost, so the "
-                f"run cannot go on. Each partition has {replicas} "
-                f"replica{'s' if replicas > 1 else ''} (at the start, replica r of partition q "
-                f"{start}), so the run survives {replicas} sites "
-                f"that share a partition failing only if the first is recovered before the "
-                f"last fails. Have fewer sites fail at once, recover sooner{sooner}, or keep "
-                f"more replicas (--replicas {replicas + 1} survives any {replicas} sites "
-                f"failing at once; it needs --sites >= {replicas + 1}).")
+        return lost_partition(self.layout, self.stages, self._complete, self.dead, site,
+                              self.recovery)
 
     # -- recovery and moves (catch-up orchestration, thesis §3.3, ch. 5) -----------------------
     def _next_task(self) -> list[Action]:
@@ -989,118 +899,6 @@ class Controller:
                     out += self._next_task()
         return out
 
-    # -- load balancing (thesis §4.4, ch. 5) -------------------------------------------------------
-    def _balancing(self) -> bool:
-        return (self.balance and self.started and not self.finished and not self.aborted
-                and not self.incomplete and not self.awaiting and not self.moving
-                and self.recovering is None and not self.pending_moves)
-
-    def _stop_balancing(self) -> None:
-        """A failure ends load balancing at once: stale statistics are ignored (round
-        numbers) and planned moves are dropped; it resumes once recovery is complete."""
-        self._round(RoundEv.FAILURE)
-
-    # -- the balancing round's actions (``rounds.py`` names them) ----------------------------
-    def _round(self, event: RoundEv) -> list[Action]:
-        """One transition of the balancing round, its actions carried out in order."""
-        self.lb_state, names = round_step(self.round, self.lb_state, event)
-        out: list[Action] = []
-        for name in names:
-            out += _ROUND_ACTIONS[name](self)
-        return out
-
-    def _round_collect(self) -> list[Action]:
-        self.round += 1
-        self._samples = {}
-        return [Collect(round=self.round)]
-
-    def _round_pool(self) -> list[Action]:
-        self._base = self._pooled_base(dict(self._samples))
-        if self._settled_at is None:
-            self._settled_at = self.now + self.policy.window_s
-        self.lb_at = self.now + self.delta
-        return []
-
-    def _round_shorten(self) -> list[Action]:
-        self.delta = max(self.delta / 2, self.policy.delta_min)
-        self.lb_at = self.now
-        return []
-
-    def _round_move(self) -> list[Action]:
-        self._moving_since = self.now
-        return self._next_task()
-
-    def _round_lengthen(self) -> list[Action]:
-        self.delta = max(self.now - self._moving_since, self.policy.delta_min)
-        self.lb_at = self.now
-        return []
-
-    def _round_abandon(self) -> list[Action]:
-        self.round += 1  # late samples of the abandoned round are stale
-        return []
-
-    def _round_drop_moves(self) -> list[Action]:
-        # (a re-layout over failure domains is planned afresh after the next recovery)
-        self.pending_moves = [m for m in self.pending_moves if m[3] not in ("balance", "domain")]
-        self._previous = ({}, {})  # the sites' loads before the failure say nothing now
-        self._pool = []
-        self._settled_at = None
-        self.lb_at = self.now + self.delta
-        return []
-
-    def _stats(self, ev: Stats) -> list[Action]:
-        if ev.round != self.round or not self._is_member(ev.site, ev.attempt):
-            return []  # a reply from an earlier round (or an old process): stale
-        self.now = max(self.now, ev.now)
-        self._samples[ev.site] = ev
-        if not set(self._live()) <= set(self._samples):
-            return []  # a live site's sample is still missing
-        return self._round(RoundEv.SAMPLED)
-
-    def _pooled_base(self, samples: dict[int, Stats]) -> dict[int, Stats]:
-        """The baseline a round's statistics start from: the oldest one taken in the last
-        ``window_s`` seconds while the placement was what it is now, from the same site
-        processes. Counters are cumulative, so a longer phase is just an older baseline;
-        a move, a failure or a recovery changes the placement and starts the pool afresh."""
-        assert self.layout is not None
-        table = self.layout.table()
-        if self._pool_table is None or not np.array_equal(table, self._pool_table):
-            self._pool, self._pool_table = [], table.copy()
-        attempts = {j: s.attempt for j, s in samples.items()}
-        self._pool = [(t, b) for t, b in self._pool if t >= self.now - self.policy.window_s
-                      and {j: s.attempt for j, s in b.items()} == attempts]
-        self._pool.append((self.now, samples))
-        return self._pool[0][1]
-
-    def _movement_phase(self) -> list[Action]:
-        assert self.layout is not None
-        u = utilisation(self._base, self._samples, self.layout.table())
-        util, counts, measured = u.util, u.load, u.busy
-        recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
-        gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
-        planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured,
-                             u.per_row, gave, self._previous, self._live_domains())
-        if self.policy.hysteresis and self._settled_at is not None \
-                and self.now < self._settled_at:
-            planned = []  # still ramping up after a start or a failure
-        self._previous = (util, measured)
-        self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
-                            # (a round always has its baseline in the pool)
-                            "window_s": round(self.now - self._pool[0][0], 3),
-                            "utilisation": {j: round(u, 3) for j, u in util.items()},
-                            "busy": {j: round(u, 3) for j, u in measured.items()},
-                            "replicas": {j: int((self.layout.table() == j).sum())
-                                         for j in util},
-                            # rows the site processed, and the demand of what it hosts
-                            "rows": u.rows,
-                            "load": {j: int(counts[j].sum()) for j in util},
-                            "fixed": round(u.fixed, 4),
-                            "moves": [(m.q, m.donor, m.receiver) for m in planned]})
-        if not planned:
-            return self._round(RoundEv.NO_MOVES)
-        self.pending_moves += [(m.q, m.r, m.receiver, "balance") for m in planned]
-        return self._round(RoundEv.PLANNED)
-
     def _tick(self, now: float) -> list[Action]:
         self.now = max(self.now, now)
         actions: list[Action] = []
@@ -1124,24 +922,3 @@ class Controller:
                 and now >= self.lb_at:
             actions += self._round(RoundEv.DUE)
         return actions
-
-
-def _sites(sites: Sequence[int]) -> str:
-    """``site 1``, ``sites 1 and 2`` or ``sites 0, 1 and 2``."""
-    if len(sites) == 1:
-        return f"site {sites[0]}"
-    return f"sites {', '.join(map(str, sites[:-1]))} and {sites[-1]}"
-
-
-def _some(items: Sequence[int], at_most: int = 8) -> str:
-    """``1, 5, 9`` or ``1, 5, 9, ... (12 in all)``."""
-    shown = ", ".join(map(str, items[:at_most]))
-    return shown if len(items) <= at_most else f"{shown}, ... ({len(items)} in all)"
-
-
-_ROUND_ACTIONS = {
-    "collect": Controller._round_collect, "pool": Controller._round_pool,
-    "plan": Controller._movement_phase, "shorten": Controller._round_shorten,
-    "move": Controller._round_move, "lengthen": Controller._round_lengthen,
-    "abandon": Controller._round_abandon, "drop-moves": Controller._round_drop_moves,
-}
