@@ -320,10 +320,10 @@ def test_mutation_adopting_while_another_recovery_runs_is_caught(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A controller that gives an awaiting slot to a standby while another slot is still
     being caught up (two recoveries at once, the first one's catch-ups mixed with the
-    second's) is caught by the recovery task's table in the simulator (its ``RecoveryError``, as the
-    simulator's violation): three replicas, two
-    sites fail and two standbys come (``test_sim_replicas``' plans). The seed that catches
-    it passes unmutated."""
+    second's) is caught by the recovery task's table in the simulator (its
+    ``RecoveryError``, reported as a violation): three replicas, two sites fail and two
+    standbys come (``test_sim_replicas``' plans). The seed that catches it passes
+    unmutated."""
     from sparkflux.sim.run import FailurePlan, Violation, check, simulate
     from sparkflux.sim.workload import tiny_plan
 
