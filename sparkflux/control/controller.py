@@ -15,8 +15,14 @@ mode* otherwise. Recovery gives a failed slot to a standby (``--recovery standby
 re-places its replicas on the surviving sites (``--recovery survivors``), one catch-up at a
 time. Load balancing runs rounds of a collection phase (``Collect``/``Stats``, tagged with the
 round number so stale replies are ignored) and a movement phase (``policy.plan_moves``); a
-move fails the copy on the donor and catches up a new one on the receiver. A failure stops
-load balancing at once.
+move catches up a new copy on the receiver and retires the donor's once every party has
+folded the new one in (made before it breaks). A failure stops load balancing at once.
+
+Each of these lives is a transition table the controller feeds events to, carrying out the
+actions it names: a site slot's, a standby process's and the recovery task's
+(``membership.py``: ``_slot_step``, ``_standby_step``, ``_recovery_step``), a move's
+(``moves.py``: ``_move_step``) and a balancing round's (``rounds.py``: ``_round``, whose
+actions are in ``balancing.py``).
 
 Placement over failure domains (``dataflow/placement.py``): every site registers with its
 executor and host (``SiteAddress.domain``). At view 1 the controller chooses the ring of
