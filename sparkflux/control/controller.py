@@ -15,8 +15,14 @@ mode* otherwise. Recovery gives a failed slot to a standby (``--recovery standby
 re-places its replicas on the surviving sites (``--recovery survivors``), one catch-up at a
 time. Load balancing runs rounds of a collection phase (``Collect``/``Stats``, tagged with the
 round number so stale replies are ignored) and a movement phase (``policy.plan_moves``); a
-move fails the copy on the donor and catches up a new one on the receiver. A failure stops
-load balancing at once.
+move catches up a new copy on the receiver and retires the donor's once every party has
+folded the new one in (made before it breaks). A failure stops load balancing at once.
+
+Each of these lives is a transition table the controller feeds events to, carrying out the
+actions it names: a site slot's, a standby process's and the recovery task's
+(``membership.py``: ``_slot_step``, ``_standby_step``, ``_recovery_step``), a move's
+(``moves.py``: ``_move_step``) and a balancing round's (``rounds.py``: ``_round``, whose
+actions are in ``balancing.py``).
 
 Placement over failure domains (``dataflow/placement.py``): every site registers with its
 executor and host (``SiteAddress.domain``). At view 1 the controller chooses the ring of
@@ -35,17 +41,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from sparkflux.control.balancing import Balancing
 from sparkflux.control.events import (
     Abort,
     Action,
     Adopt,
     CatchUp,
     CatchUpDone,
-    Collect,
     ConnectionClosed,
     Event,
     FailSites,
@@ -68,11 +73,23 @@ from sparkflux.control.events import (
     View,
 )
 from sparkflux.control.link_judge import SETTLE_S, LinkJudge
-from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, move_step
-from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
+from sparkflux.control.lost_partition import lost_partition
+from sparkflux.control.membership import (
+    Mode,
+    Recovery,
+    RecoveryEv,
+    Slot,
+    SlotEv,
+    StandbyEv,
+    recovery_step,
+    slot_step,
+    standby_step,
+)
+from sparkflux.control.membership import Standby as StandbyState
+from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, MoveRecord, move_step
+from sparkflux.control.policy import PolicyConfig, recovery_site
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
-from sparkflux.control.rounds import step as round_step
 from sparkflux.dataflow.placement import (
     DRIVER,
     NOWHERE,
@@ -84,7 +101,6 @@ from sparkflux.dataflow.placement import (
 )
 
 log = logging.getLogger(__name__)
-RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved again yet
 # Catch-ups run this many at a time (each one partition replica: recovery stays incremental,
 # no single transfer long enough to stall the output, but a site comes back sooner).
 CATCH_UP_PARALLEL = 4
@@ -94,54 +110,7 @@ CATCH_UP_PARALLEL = 4
 MOVE_GROUP = 8
 
 
-@dataclass(slots=True, kw_only=True)
-class MoveRecord:
-    """One move of copy r of partition q from site ``src`` to ``dst`` (thesis ch. 5), from
-    its start to the fold-in of its last stage: the controller's bookkeeping while it runs
-    (``Controller.moving``) and the run's record once done (``Controller.moves``, reported by
-    ``runtime/reports.move_report``). Mutable: confirmations and catch-ups fill it in.
-    Times are the controller's clock (``Controller.now``).
-
-    Make before break: the new copy is built in column ``c``, q's free one, while copy r keeps
-    running; r is retired once c is folded in. A move whose source is already gone (recovery
-    onto the survivors) rebuilds the copy in its own column (``c == r``), nothing to retire."""
-
-    q: int
-    r: int
-    src: int
-    dst: int
-    epoch: int  # the move's epoch: the new copy's incarnation
-    reason: str  # "balance", "recovery" or "domain"
-    start: float
-    survivor: int  # the copy of q the move named to rebuild the new copy from
-    left: int  # stages still to be caught up
-    c: int = -1  # the column the new copy is built in (-1: r's own)
-    nbytes: int = 0  # state moved by its catch-ups (``CuDone.nbytes``)
-    confirmed: float | None = None  # every live site had applied it (``moved``)
-    end: float | None = None  # its last stage folded in
-    retired: float | None = None  # the old copy was retired (make before break)
-    abandoned: str | None = None  # why the new copy was given up (a failure during the build)
-    # copies of q lost to failures while the move ran: the move is not what took them
-    lost_to_failures: int = 0
-    # seconds during which q had fewer complete copies than when the move started (at most
-    # --replicas), failures aside: what the move itself cost the partition's safety (0 for
-    # make before break)
-    baseline: int = 0
-    short_s: float = 0.0
-    short_since: float | None = None
-    # (party, consumer stage) that have folded the new copy in (``folded``): the old copy is
-    # retired once every live one has
-    folded: set[tuple[int, int]] = field(default_factory=set)
-    phase: MovePhase = MovePhase.APPLYING  # its place in ``control/moves.py``'s table
-
-    def __post_init__(self) -> None:
-        if self.c < 0:
-            self.c = self.r
-        if self.c == self.r:
-            self.phase = MovePhase.REBUILD_APPLYING
-
-
-class Controller:
+class Controller(Balancing):
     """Membership, views, recovery and load balancing for ``sites`` site slots."""
 
     def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False,
@@ -163,6 +132,10 @@ class Controller:
         self.aborted: str | None = None
         self.failures: list[tuple[float, int, str]] = []
         self.ha = ha
+        self.mode = Mode.NONE if not ha else Mode(f"--recovery {recovery}")
+        # each slot's place in ``membership.py``'s slot table, and the recovery task's
+        self.slot_state: dict[int, Slot] = dict.fromkeys(range(sites), Slot.OPEN)
+        self.recovery_phase = Recovery.IDLE
         self.dead: set[int] = set()
         self.standbys: list[SiteAddress] = []  # idle standby processes
         self.layout = layout.copy() if layout is not None else None  # the current placement
@@ -328,30 +301,20 @@ class Controller:
         spare = a.site >= self.sites  # --spare-sites: standbys from the start
         if a.site < 0 or (spare and not self.ha):
             return [StopSite(site=a.site, attempt=a.attempt, reason="no such site slot")]
-        if (self.view.number > 0 or spare) and self.ha:
-            if self.recovery == "survivors":
-                return [StopSite(site=a.site, attempt=a.attempt, reason=(
-                    "--recovery survivors: failed replicas are recovered onto the surviving "
-                    "sites; no standby is needed"))]
-            self.standbys.append(a)
-            return [Standby(site=a.site, attempt=a.attempt), *self._next_task()]
+        if self.view.number > 0 or spare:  # a standby (or, with --ha none, no role)
+            return self._standby_step(a, StandbyState.NEW, StandbyEv.REGISTERED)
         old = self._pending.get(a.site)
-        if self.view.number == 0 and old is not None and a.attempt > old.attempt:
-            # Spark retries a task only once its attempt has failed: the newer attempt takes
-            # the slot, even before the old one's lost connection has been handled here
-            # (whose close is then stale and ignored).
-            log.warning("site %d: attempt %d replaces attempt %d before the view", a.site,
-                        a.attempt, old.attempt)
-            del self._pending[a.site]
-        if self.view.number > 0 or a.site in self._pending:
-            reason = ("the job no longer accepts sites (with --ha none a restarted site has no "
-                      "role)" if self.view.number > 0 else "the slot already has a live site")
-            return [StopSite(site=a.site, attempt=a.attempt, reason=reason)]
-        self._pending[a.site] = a
-        self._last_seen[a.site] = ev.now
-        if len(self._pending) < self.sites:
-            return []
+        # Spark retries a task only once its attempt has failed: the newer attempt takes the
+        # slot, even before the old one's lost connection has been handled here (whose close
+        # is then stale and ignored).
+        event = (SlotEv.REGISTERED if old is None else
+                 SlotEv.RETRIED if a.attempt > old.attempt else SlotEv.DUPLICATE)
+        out = self._slot_step(a.site, event, address=a, now=ev.now)
+        if out or len(self._pending) < self.sites:
+            return out
         self.view = View(number=1, members=dict(self._pending))
+        for s in self.view.members:
+            self._slot_step(s, SlotEv.VIEW)
         # Heartbeats before the view count for nobody (no member yet): every member is timed
         # from view 1, not from its registration, however long the others took to register.
         for s in self.view.members:
@@ -391,17 +354,12 @@ class Controller:
         return tuple(ring)
 
     def _ready_site(self, ev: SiteReady) -> list[Action]:
-        if (self.recovering == ev.site and self.adopted is not None
-                and self.adopted.attempt == ev.attempt and not self.in_flight):
-            return self._next_catch_up()
+        if (self.recovery_phase is Recovery.ADOPTING and self.recovering == ev.site
+                and self.adopted is not None and self.adopted.attempt == ev.attempt):
+            return self._recovery_step(RecoveryEv.READY)
         if not self._is_member(ev.site, ev.attempt) or self.started:
             return []
-        self._ready.add(ev.site)
-        if len(self._ready) == self.sites:
-            self.started = True
-            self.lb_at = self.now + self.delta
-            return [StartIngress()]
-        return []
+        return self._slot_step(ev.site, SlotEv.READY)
 
     def _lost(self, site: int, attempt: int, reason: str, now: float) -> list[Action]:
         """Process ``attempt`` of slot ``site`` is gone (connection lost, hung, or a peer
@@ -417,27 +375,38 @@ class Controller:
             pending = self._pending.get(site)
             if pending is None or pending.attempt != attempt:
                 return []
-            log.warning("site %d (attempt %d) was lost before every site registered (%s); "
-                        "waiting for its next attempt", site, attempt, reason)
-            del self._pending[site]
-            self._last_seen.pop(site, None)
-            return []
+            return self._slot_step(site, SlotEv.LOST, why=reason)
         if not self._is_member(site, attempt):
             return []
         self.failures.append((now, site, reason))
-        if self.ha:
-            return self._fail_site(site)
-        self.aborted = (
-            f"site {site} failed ({reason}); with --ha none a failed site stops the job. "
-            f"Run with --ha flux to keep running through site failures."
-        )
-        return [Abort(reason=self.aborted)]
+        if not self.ha:
+            return self._slot_step(site, SlotEv.FAILED, why=(
+                f"site {site} failed ({reason}); with --ha none a failed site stops the job. "
+                f"Run with --ha flux to keep running through site failures."))
+        if set(self.view.members) == {site}:
+            return self._slot_step(site, SlotEv.LAST_FAILED, why="every site failed")
+        return self._fail_site(site)
 
     def _fail_site(self, site: int) -> list[Action]:
+        """Slot ``site``'s process failed, with Flux-HA: its table's ``fail`` (the next
+        view), then what recovers it; catch-ups it was the survivor of are orphaned."""
+        actions = self._slot_step(site, SlotEv.FAILED)
+        if self.aborted:
+            return actions
+        orphans = self._orphaned(site)
+        aborts = [a for a in orphans if isinstance(a, Abort)]
+        actions += [a for a in orphans if not isinstance(a, Abort)]
+        if aborts:
+            return [*aborts, *actions]  # the reason the user sees comes first
+        if self.moving:  # a site that died cannot confirm a move: don't wait for it
+            actions += self._moves_ready() if not self._catching_up else self._next_catch_up()
+        return actions + self._next_task()
+
+    def _fail_view(self, site: int) -> list[Action]:
+        """The slot table's ``fail``: the next view without ``site`` (``FailSites``: the
+        other copies take over), its replicas incomplete; the run stops if that left a
+        partition with no complete copy; balancing stops and the running moves learn of it."""
         members = {s: m for s, m in self.view.members.items() if s != site}
-        if not members:
-            self.aborted = "every site failed"
-            return [Abort(reason=self.aborted)]
         self.dead.add(site)
         self.links.forget(site)  # reports about its process, or by it, are moot now
         self.view = View(number=self.view.number + 1, members=members)
@@ -459,81 +428,27 @@ class Controller:
             self.aborted = lost
             return [Abort(reason=lost), *actions]  # the reason the user sees comes first
         self._stop_balancing()
-        if self.recovering == site:  # the standby died mid-recovery: start over later
-            self.recovering, self.adopted, self.in_flight, self.queue = None, None, set(), []
-            self.awaiting.insert(0, site)
-        actions += self._moves_lose(site)
-        if self.recovery == "survivors":
-            self._plan_recovery(site)
-        elif site not in self.awaiting and self.recovering != site:
-            self.awaiting.append(site)
-            self.awaiting_since[site] = self.now
-        orphans = self._orphaned(site)
-        aborts = [a for a in orphans if isinstance(a, Abort)]
-        actions += [a for a in orphans if not isinstance(a, Abort)]
-        if aborts:
-            return [*aborts, *actions]  # the reason the user sees comes first
-        if self.moving:  # a site that died cannot confirm a move: don't wait for it
-            actions += self._moves_ready() if not self._catching_up else self._next_catch_up()
-        return actions + self._next_task()
+        # (a recovery and a group of moves never run at once: an adoptee's failure touches
+        # no move)
+        return actions + self._moves_lose(site)
 
     def _lost_partition(self, site: int) -> str | None:
         """Why the run cannot go on, if ``site``'s failure left a partition of some stage
-        with no live and complete replica: the message the user sees (the runtime carries
-        out the ``Abort`` before the view change that would make the egress notice). It names
-        the failed sites that held the lost partitions (and the live ones whose copies were
-        still being caught up), the partitions per stage as the plan lists the stages (the
-        egress is no stage), and what makes such failures survivable."""
+        with no live and complete replica (``lost_partition.py``)."""
         if self.layout is None:
             return None
-        replicas = self.layout.replicas
-        lost: dict[int, list[int]] = {}  # stage -> partitions with no complete live replica
-        failed: set[int] = set()  # failed sites that held a copy of a lost partition
-        rebuilding: set[int] = set()  # live sites whose copy was not caught up yet
-        for s in range(self.stages):
-            for q in range(self.layout.partitions):
-                holders = [self.layout.site_of(q, r) for r in range(self.layout.columns)
-                           if self.layout.site_of(q, r) != NOWHERE]
-                if any(self._complete(s, q, r) for r in range(self.layout.columns)):
-                    continue
-                lost.setdefault(s, []).append(q)
-                failed |= {j for j in holders if j in self.dead}
-                rebuilding |= {j for j in holders if j not in self.dead}
-        if not lost:
-            return None
-        who = f"{_sites(sorted(failed or {site}))} failed"
-        if rebuilding:
-            who += (f" while {_sites(sorted(rebuilding))} "
-                    f"{'was' if len(rebuilding) == 1 else 'were'} still being caught up")
-        elif len(failed) > 1:
-            who += (" before either could be recovered" if len(failed) == 2
-                    else " before any of them could be recovered")
-        gone = "; ".join(f"stage {s}: partition{'s' if len(qs) > 1 else ''} {_some(qs)}"
-                         for s, qs in sorted(lost.items()))
-        sooner = (": standbys launched up front (--spare-sites) start a recovery at once "
-                  "instead of after Spark restarts the failed task" if self.recovery ==
-                  "standby" else "")
-        n = self.layout.sites
-        start = (f"on site (q + r) mod {n}" if self.layout.ring == tuple(range(n)) else
-                 f"on site ring[(q + r) mod {n}], ring {', '.join(map(str, self.layout.ring))}")
-        return (f"{who}; no complete replica is left of {gone}. Their state is lost, so the "
-                f"run cannot go on. Each partition has {replicas} "
-                f"replica{'s' if replicas > 1 else ''} (at the start, replica r of partition q "
-                f"{start}), so the run survives {replicas} sites "
-                f"that share a partition failing only if the first is recovered before the "
-                f"last fails. Have fewer sites fail at once, recover sooner{sooner}, or keep "
-                f"more replicas (--replicas {replicas + 1} survives any {replicas} sites "
-                f"failing at once; it needs --sites >= {replicas + 1}).")
+        return lost_partition(self.layout, self.stages, self._complete, self.dead, site,
+                              self.recovery)
 
     # -- recovery and moves (catch-up orchestration, thesis §3.3, ch. 5) -----------------------
     def _next_task(self) -> list[Action]:
         """Start the next piece of work if none is in progress: adopt a failed slot, then
         recovery moves, then load-balancing moves."""
-        if (self.recovering is not None or self.moving or self.finished
+        if (self.recovery_phase is not Recovery.IDLE or self.moving or self.finished
                 or self.layout is None or self.aborted):
             return []
         if self.awaiting and self.standbys:
-            return self._adopt_next()
+            return self._recovery_step(RecoveryEv.ADOPT)
         if self.pending_moves:
             actions = self._start_moves()
             return actions if actions else self._next_task()
@@ -542,11 +457,11 @@ class Controller:
         return []
 
     def _adopt_next(self) -> list[Action]:
-        """Give the oldest failed slot to an idle standby (``avail``): the one whose failure
-        domain the fewest of the slot's partitions' other copies share, the longest idle
-        among equals."""
+        """The recovery task's ``adopt``: give the oldest failed slot to an idle standby
+        (``avail``): the one whose failure domain the fewest of the slot's partitions' other
+        copies share, the longest idle among equals."""
         assert self.layout is not None
-        slot = self.awaiting.pop(0)
+        slot = self.awaiting[0]
         live = self._live_domains()
         hosted = self.layout.hosted(slot)
 
@@ -557,8 +472,14 @@ class Controller:
             return sum(c[0] for c in per), sum(c[1] for c in per)
 
         proc = min(self.standbys, key=cost) if len(self.standbys) > 1 else self.standbys[0]
-        self.standbys.remove(proc)
-        self._registered_as[slot] = proc.site
+        self._standby_step(proc, StandbyState.IDLE, StandbyEv.CHOSEN, slot=slot)
+        return self._slot_step(slot, SlotEv.ADOPT, address=proc)
+
+    def _adopt(self, slot: int, proc: SiteAddress) -> list[Action]:
+        """The slot table's ``adopt``: the view with ``proc`` as ``slot``'s process, its
+        replicas queued for catching up."""
+        assert self.layout is not None
+        self.awaiting.remove(slot)
         adopted = dataclasses.replace(proc, site=slot)
         self.domains[slot] = proc.domain()
         members = {**self.view.members, slot: adopted}
@@ -776,12 +697,7 @@ class Controller:
                     self.moves.append(m)
                 self.moving, self._catching_up = {}, False
                 return breaks + self._next_task()
-            assert self.recovering is not None
-            slot = self.recovering
-            log.warning("site %d recovered: every replica caught up and folded in", slot)
-            self.recovering, self.adopted = None, None
-            self.pending_moves += self._relayout(slot)
-            return [Recovered(slot=slot), *self._next_task()]
+            return self._recovery_step(RecoveryEv.CAUGHT_UP)
         actions: list[Action] = breaks
         while self.queue and len(self.in_flight) < CATCH_UP_PARALLEL:
             s, q, r = self.queue[0]
@@ -881,117 +797,113 @@ class Controller:
                                 "site": site, "state_bytes": ev.nbytes, "done_at": ev.now})
         return actions + self._next_catch_up()
 
-    # -- load balancing (thesis §4.4, ch. 5) -------------------------------------------------------
-    def _balancing(self) -> bool:
-        return (self.balance and self.started and not self.finished and not self.aborted
-                and not self.incomplete and not self.awaiting and not self.moving
-                and self.recovering is None and not self.pending_moves)
-
-    def _stop_balancing(self) -> None:
-        """A failure ends load balancing at once: stale statistics are ignored (round
-        numbers) and planned moves are dropped; it resumes once recovery is complete."""
-        self._round(RoundEv.FAILURE)
-
-    # -- the balancing round's actions (``rounds.py`` names them) ----------------------------
-    def _round(self, event: RoundEv) -> list[Action]:
-        """One transition of the balancing round, its actions carried out in order."""
-        self.lb_state, names = round_step(self.round, self.lb_state, event)
+    # -- the membership tables' actions (``membership.py`` names them) -----------------------
+    def _slot_step(self, slot: int, event: SlotEv, address: SiteAddress | None = None,
+                   now: float = 0.0, why: str = "") -> list[Action]:
+        """One transition of site slot ``slot``, its actions carried out in order (until
+        one stops the run)."""
+        state, names = slot_step(slot, self.mode, self.slot_state[slot], event)
+        self.slot_state[slot] = state
         out: list[Action] = []
         for name in names:
-            out += _ROUND_ACTIONS[name](self)
+            if self.aborted:
+                break
+            match name:
+                case "admit":
+                    assert address is not None
+                    self._pending[slot] = address
+                    self._last_seen[slot] = now
+                case "replace":
+                    assert address is not None
+                    log.warning("site %d: attempt %d replaces attempt %d before the view",
+                                slot, address.attempt, self._pending[slot].attempt)
+                    del self._pending[slot]
+                case "stop":
+                    assert address is not None
+                    out.append(StopSite(site=slot, attempt=address.attempt,
+                                        reason="the slot already has a live site"))
+                case "forget":
+                    log.warning("site %d (attempt %d) was lost before every site registered "
+                                "(%s); waiting for its next attempt", slot,
+                                self._pending[slot].attempt, why)
+                    del self._pending[slot]
+                    self._last_seen.pop(slot, None)
+                case "count-ready":
+                    self._ready.add(slot)
+                    if len(self._ready) == self.sites:
+                        self.started = True
+                        self.lb_at = self.now + self.delta
+                        out.append(StartIngress())
+                case "abort":
+                    self.aborted = why
+                    out.append(Abort(reason=why))
+                case "fail":
+                    out += self._fail_view(slot)
+                case "await":
+                    self.awaiting.append(slot)
+                    self.awaiting_since[slot] = self.now
+                case "await-first":  # the standby died mid-recovery: start over later
+                    out += self._recovery_step(RecoveryEv.ADOPTEE_FAILED)
+                    self.awaiting.insert(0, slot)
+                case "dequeue":
+                    self.awaiting.remove(slot)
+                case "re-place":
+                    self._plan_recovery(slot)
+                case "adopt":
+                    assert address is not None
+                    out += self._adopt(slot, address)
+                case "relayout":
+                    self.pending_moves += self._relayout(slot)
         return out
 
-    def _round_collect(self) -> list[Action]:
-        self.round += 1
-        self._samples = {}
-        return [Collect(round=self.round)]
+    def _standby_step(self, proc: SiteAddress, state: StandbyState, event: StandbyEv,
+                      slot: int = -1) -> list[Action]:
+        """One transition of standby process ``proc``, its actions carried out."""
+        _, names = standby_step(f"{proc.site}/{proc.attempt} (pid {proc.pid})", self.mode,
+                                state, event)
+        out: list[Action] = []
+        for name in names:
+            match name:
+                case "standby":
+                    self.standbys.append(proc)
+                    out.append(Standby(site=proc.site, attempt=proc.attempt))
+                case "next-task":
+                    out += self._next_task()
+                case "stop":
+                    out.append(StopSite(site=proc.site, attempt=proc.attempt, reason=(
+                        "--recovery survivors: failed replicas are recovered onto the "
+                        "surviving sites; no standby is needed" if self.mode is Mode.SURVIVORS
+                        else "the job no longer accepts sites (with --ha none a restarted "
+                        "site has no role)")))
+                case "take-over":
+                    self.standbys.remove(proc)
+                    self._registered_as[slot] = proc.site
+        return out
 
-    def _round_pool(self) -> list[Action]:
-        self._base = self._pooled_base(dict(self._samples))
-        if self._settled_at is None:
-            self._settled_at = self.now + self.policy.window_s
-        self.lb_at = self.now + self.delta
-        return []
-
-    def _round_shorten(self) -> list[Action]:
-        self.delta = max(self.delta / 2, self.policy.delta_min)
-        self.lb_at = self.now
-        return []
-
-    def _round_move(self) -> list[Action]:
-        self._moving_since = self.now
-        return self._next_task()
-
-    def _round_lengthen(self) -> list[Action]:
-        self.delta = max(self.now - self._moving_since, self.policy.delta_min)
-        self.lb_at = self.now
-        return []
-
-    def _round_abandon(self) -> list[Action]:
-        self.round += 1  # late samples of the abandoned round are stale
-        return []
-
-    def _round_drop_moves(self) -> list[Action]:
-        # (a re-layout over failure domains is planned afresh after the next recovery)
-        self.pending_moves = [m for m in self.pending_moves if m[3] not in ("balance", "domain")]
-        self._previous = ({}, {})  # the sites' loads before the failure say nothing now
-        self._pool = []
-        self._settled_at = None
-        self.lb_at = self.now + self.delta
-        return []
-
-    def _stats(self, ev: Stats) -> list[Action]:
-        if ev.round != self.round or not self._is_member(ev.site, ev.attempt):
-            return []  # a reply from an earlier round (or an old process): stale
-        self.now = max(self.now, ev.now)
-        self._samples[ev.site] = ev
-        if not set(self._live()) <= set(self._samples):
-            return []  # a live site's sample is still missing
-        return self._round(RoundEv.SAMPLED)
-
-    def _pooled_base(self, samples: dict[int, Stats]) -> dict[int, Stats]:
-        """The baseline a round's statistics start from: the oldest one taken in the last
-        ``window_s`` seconds while the placement was what it is now, from the same site
-        processes. Counters are cumulative, so a longer phase is just an older baseline;
-        a move, a failure or a recovery changes the placement and starts the pool afresh."""
-        assert self.layout is not None
-        table = self.layout.table()
-        if self._pool_table is None or not np.array_equal(table, self._pool_table):
-            self._pool, self._pool_table = [], table.copy()
-        attempts = {j: s.attempt for j, s in samples.items()}
-        self._pool = [(t, b) for t, b in self._pool if t >= self.now - self.policy.window_s
-                      and {j: s.attempt for j, s in b.items()} == attempts]
-        self._pool.append((self.now, samples))
-        return self._pool[0][1]
-
-    def _movement_phase(self) -> list[Action]:
-        assert self.layout is not None
-        u = utilisation(self._base, self._samples, self.layout.table())
-        util, counts, measured = u.util, u.load, u.busy
-        recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
-        gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
-        planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured,
-                             u.per_row, gave, self._previous, self._live_domains())
-        if self.policy.hysteresis and self._settled_at is not None \
-                and self.now < self._settled_at:
-            planned = []  # still ramping up after a start or a failure
-        self._previous = (util, measured)
-        self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
-                            # (a round always has its baseline in the pool)
-                            "window_s": round(self.now - self._pool[0][0], 3),
-                            "utilisation": {j: round(u, 3) for j, u in util.items()},
-                            "busy": {j: round(u, 3) for j, u in measured.items()},
-                            "replicas": {j: int((self.layout.table() == j).sum())
-                                         for j in util},
-                            # rows the site processed, and the demand of what it hosts
-                            "rows": u.rows,
-                            "load": {j: int(counts[j].sum()) for j in util},
-                            "fixed": round(u.fixed, 4),
-                            "moves": [(m.q, m.donor, m.receiver) for m in planned]})
-        if not planned:
-            return self._round(RoundEv.NO_MOVES)
-        self.pending_moves += [(m.q, m.r, m.receiver, "balance") for m in planned]
-        return self._round(RoundEv.PLANNED)
+    def _recovery_step(self, event: RecoveryEv) -> list[Action]:
+        """One transition of the recovery task, its actions carried out in order."""
+        self.recovery_phase, names = recovery_step(self.recovering, self.recovery_phase, event)
+        out: list[Action] = []
+        for name in names:
+            match name:
+                case "adopt":
+                    out += self._adopt_next()
+                case "catch-up":
+                    out += self._next_catch_up()
+                case "recovered":
+                    slot = self.recovering
+                    assert slot is not None
+                    log.warning("site %d recovered: every replica caught up and folded in",
+                                slot)
+                    self.recovering, self.adopted = None, None
+                    out += self._slot_step(slot, SlotEv.RECOVERED)
+                    out.append(Recovered(slot=slot))
+                case "start-over":
+                    self.recovering, self.adopted = None, None
+                    self.in_flight, self.queue = set(), []
+                case "next-task":
+                    out += self._next_task()
+        return out
 
     def _tick(self, now: float) -> list[Action]:
         self.now = max(self.now, now)
@@ -1009,126 +921,10 @@ class Controller:
         for k in late:
             log.warning("no standby for site %d after %.0fs: recovering its replicas onto the "
                         "surviving sites", k, self.standby_wait)
-            self.awaiting.remove(k)
-            self._plan_recovery(k)
+            self._slot_step(k, SlotEv.WAITED)
         if late:
             actions += self._next_task()
         if self._balancing() and self.lb_state in (Phase.WAIT, Phase.COLLECT) \
                 and now >= self.lb_at:
             actions += self._round(RoundEv.DUE)
         return actions
-
-
-def _sites(sites: Sequence[int]) -> str:
-    """``site 1``, ``sites 1 and 2`` or ``sites 0, 1 and 2``."""
-    if len(sites) == 1:
-        return f"site {sites[0]}"
-    return f"sites {', '.join(map(str, sites[:-1]))} and {sites[-1]}"
-
-
-def _some(items: Sequence[int], at_most: int = 8) -> str:
-    """``1, 5, 9`` or ``1, 5, 9, ... (12 in all)``."""
-    shown = ", ".join(map(str, items[:at_most]))
-    return shown if len(items) <= at_most else f"{shown}, ... ({len(items)} in all)"
-
-
-MIN_COST_ROWS = 200  # rows a site must process in a phase for its own cost per row to count
-FIT_SPREAD = 0.5  # row rates must spread this much (of their mean) to fit a fixed cost
-
-
-@dataclass(frozen=True)
-class Utilisation:
-    """One collection phase, as the policy sees it (see ``utilisation``)."""
-
-    util: dict[int, float]  # U_j
-    load: dict[int, np.ndarray]  # N_p: the demand of each partition site j hosts
-    busy: dict[int, float]  # measured busy fraction of capacity
-    per_row: dict[int, float]  # dU_j per row of demand moved to or from site j
-    rows: dict[int, int]  # rows site j processed in the phase
-    fixed: float  # the fitted fixed cost, CPU seconds per second (0: none fitted)
-
-
-def utilisation(base: dict[int, Stats], end: dict[int, Stats], table: np.ndarray
-                ) -> Utilisation:
-    """Per site, the utilisation U_j the policy works with, the load per hosted partition
-    N_p, the measured busy fraction of capacity and what moving one row of demand changes
-    U_j by, from one collection phase.
-
-    The thesis measures U_j = 1 - idle / delta. In a replicated pipeline that mostly measures
-    waiting on the slowest site, and a lagging site processes *less* than its share, so here
-    the load of a partition is its demand: the rows its faster copy processed (both copies do
-    the same work). A site's busy time is a fixed part (its scheduler passes cost several
-    milliseconds whatever they carry) plus a cost per row: fitted over the sites,
-    busy_j / wall = F + c * rows_j / wall, when their row rates differ enough to tell the two
-    apart (after moves; never below zero). Then U_j = (F * wall + c * demand_j) / capacity_j,
-    and moving N_p rows of demand changes U_j by c * N_p / capacity_j: the fixed part does not
-    move with a partition (a slowed site relieved of most of its partitions stays busy, and
-    counting that part as movable would keep the policy moving copies off it). Otherwise U_j
-    is the demand times the cost per row measured *on that site* (busy over rows), over its
-    capacity: a saturated site spends more CPU per row than its peers (docs/availability.md:
-    "Statistics in rounds"), and with the average cost it would look no busier than they
-    while it holds the rate down. A site that processed fewer than ``MIN_COST_ROWS`` rows
-    (a fresh standby) is charged the average cost."""
-    rows: dict[int, np.ndarray] = {}
-    cap: dict[int, float] = {}
-    busy: dict[int, float] = {}
-    wall: dict[int, float] = {}
-    for j, e in end.items():
-        b = base.get(j)
-        if b is None or b.attempt != e.attempt or e.capacity_s - b.capacity_s <= 0:
-            continue
-        cap[j] = e.capacity_s - b.capacity_s
-        busy[j] = max(0.0, e.busy_s - b.busy_s)
-        wall[j] = _at(e) - _at(b)
-        rows[j] = np.asarray(e.counts, dtype=np.int64) - np.asarray(b.counts, dtype=np.int64)
-    if not rows:
-        return Utilisation({}, {}, {}, {}, {}, 0.0)
-    demand = np.max(np.stack(list(rows.values())), axis=0)  # per partition
-    processed = sum(int(r.sum()) for r in rows.values())
-    average = sum(busy.values()) / processed if processed else 0.0
-    fixed, per_row_cost = _fit_fixed_cost(rows, busy, wall)
-    util, load, per_row = {}, {}, {}
-    for j in rows:
-        mine = (table == j).any(axis=1)
-        load[j] = np.where(mine, demand, 0)
-        if per_row_cost is not None:
-            util[j] = (fixed * wall[j] + per_row_cost * float(load[j].sum())) / cap[j]
-            per_row[j] = per_row_cost / cap[j]
-            continue
-        done = int(rows[j].sum())
-        cost = busy[j] / done if done >= MIN_COST_ROWS else average
-        util[j] = float(load[j].sum()) * cost / cap[j]
-        per_row[j] = cost / cap[j]
-    return Utilisation(util, load, {j: min(1.0, busy[j] / cap[j]) for j in rows}, per_row,
-                       {j: int(r.sum()) for j, r in rows.items()},
-                       fixed if per_row_cost is not None else 0.0)
-
-
-def _at(s: Stats) -> float:
-    return s.now if s.at is None else s.at
-
-
-def _fit_fixed_cost(rows: dict[int, np.ndarray], busy: dict[int, float],
-                    wall: dict[int, float]) -> tuple[float, float | None]:
-    """Least squares of CPU fraction on row rate over the sites: (F, c), or (0, None) when
-    the sites' row rates are too alike to separate a fixed part (within ``FIT_SPREAD`` of
-    their mean), there are fewer than three, or the fit is not physical (c <= 0, F < 0)."""
-    js = [j for j in rows if wall[j] > 0]
-    if len(js) < 3:
-        return 0.0, None
-    x = np.array([rows[j].sum() / wall[j] for j in js], dtype=np.float64)
-    y = np.array([busy[j] / wall[j] for j in js], dtype=np.float64)
-    if x.mean() <= 0 or (x.max() - x.min()) / x.mean() < FIT_SPREAD:
-        return 0.0, None
-    c, f = np.polyfit(x, y, 1)
-    if c <= 0 or f < 0:
-        return 0.0, None
-    return float(f), float(c)
-
-
-_ROUND_ACTIONS = {
-    "collect": Controller._round_collect, "pool": Controller._round_pool,
-    "plan": Controller._movement_phase, "shorten": Controller._round_shorten,
-    "move": Controller._round_move, "lengthen": Controller._round_lengthen,
-    "abandon": Controller._round_abandon, "drop-moves": Controller._round_drop_moves,
-}

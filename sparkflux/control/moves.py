@@ -28,6 +28,7 @@ the phase and the event.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
 from sparkflux.protocol.producer import ProtocolError
@@ -100,3 +101,50 @@ def move_step(epoch: int, phase: MovePhase, event: MoveEv
     except KeyError:
         raise MoveError(f"move {epoch}: no transition from {phase.value} on "
                         f"{event.value}") from None
+
+
+@dataclass(slots=True, kw_only=True)
+class MoveRecord:
+    """One move of copy r of partition q from site ``src`` to ``dst`` (thesis ch. 5), from
+    its start to the fold-in of its last stage: the controller's bookkeeping while it runs
+    (``Controller.moving``) and the run's record once done (``Controller.moves``, reported by
+    ``runtime/reports.move_report``). Mutable: confirmations and catch-ups fill it in.
+    Times are the controller's clock (``Controller.now``).
+
+    Make before break: the new copy is built in column ``c``, q's free one, while copy r keeps
+    running; r is retired once c is folded in. A move whose source is already gone (recovery
+    onto the survivors) rebuilds the copy in its own column (``c == r``), nothing to retire."""
+
+    q: int
+    r: int
+    src: int
+    dst: int
+    epoch: int  # the move's epoch: the new copy's incarnation
+    reason: str  # "balance", "recovery" or "domain"
+    start: float
+    survivor: int  # the copy of q the move named to rebuild the new copy from
+    left: int  # stages still to be caught up
+    c: int = -1  # the column the new copy is built in (-1: r's own)
+    nbytes: int = 0  # state moved by its catch-ups (``CuDone.nbytes``)
+    confirmed: float | None = None  # every live site had applied it (``moved``)
+    end: float | None = None  # its last stage folded in
+    retired: float | None = None  # the old copy was retired (make before break)
+    abandoned: str | None = None  # why the new copy was given up (a failure during the build)
+    # copies of q lost to failures while the move ran: the move is not what took them
+    lost_to_failures: int = 0
+    # seconds during which q had fewer complete copies than when the move started (at most
+    # --replicas), failures aside: what the move itself cost the partition's safety (0 for
+    # make before break)
+    baseline: int = 0
+    short_s: float = 0.0
+    short_since: float | None = None
+    # (party, consumer stage) that have folded the new copy in (``folded``): the old copy is
+    # retired once every live one has
+    folded: set[tuple[int, int]] = field(default_factory=set)
+    phase: MovePhase = MovePhase.APPLYING  # its place in ``control/moves.py``'s table
+
+    def __post_init__(self) -> None:
+        if self.c < 0:
+            self.c = self.r
+        if self.c == self.r:
+            self.phase = MovePhase.REBUILD_APPLYING

@@ -191,7 +191,7 @@ def test_policy_off_never_collects() -> None:
 def test_utilisation_is_demand_over_capacity_even_for_a_lagging_site() -> None:
     """A slowed site processes less than its share; its load is its partitions' demand (what
     their other copies processed), so it still shows as the most utilised."""
-    from sparkflux.control.controller import utilisation
+    from sparkflux.control.utilisation import utilisation
 
     t = table()
     def sample(j: int, rows_per_partition: int, cap: float, busy: float) -> Stats:
@@ -213,7 +213,7 @@ def test_utilisation_charges_each_site_its_own_cost_per_row() -> None:
     """Same demand, same capacity, but site 2 spends twice the CPU time per row: its U is
     twice its peers' (with the average cost it would look as idle as they are). A site with
     too few rows to measure is charged the average."""
-    from sparkflux.control.controller import MIN_COST_ROWS, utilisation
+    from sparkflux.control.utilisation import MIN_COST_ROWS, utilisation
 
     t = table()
     def sample(j: int, rows_per_partition: int, busy: float) -> Stats:
@@ -320,7 +320,7 @@ def test_a_site_that_spiked_once_does_not_stop_the_round() -> None:
 def test_a_fixed_cost_is_fitted_and_does_not_move_with_partitions() -> None:
     """Sites whose row rates differ (after moves) show busy = F + c * rows: the fit recovers
     F and c, U_j counts the fixed part, and moving rows changes U by c only."""
-    from sparkflux.control.controller import utilisation
+    from sparkflux.control.utilisation import utilisation
 
     t = Layout(4, 64, 2).table().copy()
     f, c = 0.02, 1e-6  # 20 ms of CPU per second, 1 us per row
