@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
 
-from sparkflux.control.controller import Controller
 from sparkflux.control.events import (
     CatchUp,
     CatchUpDone,
-    Collect,
     ConnectionClosed,
     Folded,
     Move,
     Moved,
-    Registered,
-    SiteAddress,
-    SiteReady,
-    Stats,
     Tick,
 )
 from sparkflux.control.policy import PolicyConfig, plan_moves, recovery_site
 from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 from sparkflux.runtime.reports import move_report
-from tests.support.control_helpers import finish
+from tests.support.control_helpers import finish, moves_of, started
 
 P = 8
 
@@ -109,127 +102,18 @@ def test_recovery_site_takes_the_least_loaded_site_without_the_other_copy() -> N
     assert recovery_site(2, 1, t, [0, 1, 2]) == 0
 
 
-def started(balance: bool = True, window_s: float = 4.0) -> Controller:
-    c = Controller(4, ha=True, layout=Layout(4, P, 2), stages=2, balance=balance,
-                   policy=PolicyConfig(delta_start=1.0, delta_min=0.25, window_s=window_s))
-    for s in range(4):
-        c.handle(Registered(address=SiteAddress(site=s, attempt=0, host="h", port=s, pid=s),
-                            now=0.0))
-    for s in range(4):
-        c.handle(SiteReady(site=s, attempt=0))
-    return c
 
 
-def stats(c: Controller, rnd: int, now: float, caps: list[float]) -> list:
-    """Every site processed its partitions' rows at the same rate; ``caps`` are their
-    capacities (a site with half the capacity is twice as utilised)."""
-    t = c.layout.table()
-    out = []
-    for j in range(4):
-        counts = tuple(int(100 * now) if (t[q] == j).any() else 0 for q in range(P))
-        out += c.handle(Stats(site=j, attempt=0, round=rnd, busy_s=0.3 * now,
-                              capacity_s=caps[j] * now, counts=counts, now=now))
-    return out
 
 
-def test_rounds_collect_then_move_and_ignore_stale_statistics() -> None:
-    c = started(window_s=2.0)
-    acts = c.handle(Tick(now=1.0))
-    assert [type(a) for a in acts] == [Collect] and acts[0].round == 1
-    assert stats(c, 1, 1.0, [1.0, 0.35, 1.0, 1.0]) == []  # the baseline
-    assert c.handle(Tick(now=1.5)) == []  # the collection phase lasts delta = 1 s
-    end = c.handle(Tick(now=2.0))
-    assert [type(a) for a in end] == [Collect] and end[0].round == 2
-    assert stats(c, 1, 2.0, [1.0, 0.35, 1.0, 1.0]) == []  # a stale round: ignored
-    # the first round moves nothing (hysteresis: no earlier round shows the same imbalance)
-    assert not [a for a in stats(c, 2, 2.0, [1.0, 0.35, 1.0, 1.0]) if isinstance(a, Move)]
-    assert c.rounds[-1]["moves"] == [] and c.delta == 0.5  # halved: nothing moved
-    acts = c.handle(Tick(now=2.0))
-    assert [type(a) for a in acts] == [Collect] and acts[0].round == 3
-    stats(c, 3, 2.0, [1.0, 0.35, 1.0, 1.0])
-    assert [type(a) for a in c.handle(Tick(now=2.5))] == [Collect]
-    # nothing moves before the statistics have run window_s (2 s) from the first baseline
-    assert not [a for a in stats(c, 4, 2.5, [1.0, 0.35, 1.0, 1.0]) if isinstance(a, Move)]
-    rnd, now = 4, 2.5
-    while now < 3.0:
-        assert [type(a) for a in c.handle(Tick(now=now))] == [Collect]
-        stats(c, rnd + 1, now, [1.0, 0.35, 1.0, 1.0])
-        now += c.delta
-        assert [type(a) for a in c.handle(Tick(now=now))] == [Collect]
-        rnd += 2
-        acts = stats(c, rnd, now, [1.0, 0.35, 1.0, 1.0])
-        assert now >= 3.0 or not [a for a in acts if isinstance(a, Move)]
-    moves = [a for a in acts if isinstance(a, Move)]
-    assert moves and {c.moving[m.epoch].src for m in moves} == {1}
-    assert {m.src for m in moves} == {NOWHERE} and {m.reason for m in moves} == {"balance"}
-    assert max(Counter(m.dst for m in moves).values()) <= 2  # moves_per_receiver
-    # the group waits for every live site to confirm every move, then catches up bottom-up
-    cu: list = []
-    for m in moves:
-        for j in range(4):
-            cu += c.handle(Moved(site=j, epoch=m.epoch, now=2.6))
-    assert {(a.stage, a.q) for a in cu} == {(0, m.q) for m in moves}
 
 
-def test_a_failure_stops_load_balancing_at_once() -> None:
-    c = started()
-    c.handle(Tick(now=1.0))
-    stats(c, 1, 1.0, [1.0, 0.35, 1.0, 1.0])
-    c.handle(Tick(now=2.0))
-    c.handle(ConnectionClosed(site=2, attempt=0, reason="killed", now=2.05))
-    # the end-of-phase statistics of the abandoned round plan nothing
-    assert not [a for a in stats(c, 2, 2.1, [1.0, 0.35, 1.0, 1.0]) if isinstance(a, Move)]
-    assert c.incomplete and not c._balancing()
-    assert c.handle(Tick(now=5.0)) == []  # recovery mode: no rounds while replicas are missing
 
 
-def test_policy_off_never_collects() -> None:
-    c = started(balance=False)
-    assert c.handle(Tick(now=10.0)) == []
 
 
-def test_utilisation_is_demand_over_capacity_even_for_a_lagging_site() -> None:
-    """A slowed site processes less than its share; its load is its partitions' demand (what
-    their other copies processed), so it still shows as the most utilised."""
-    from sparkflux.control.utilisation import utilisation
-
-    t = table()
-    def sample(j: int, rows_per_partition: int, cap: float, busy: float) -> Stats:
-        counts = tuple(rows_per_partition if (t[q] == j).any() else 0 for q in range(P))
-        return Stats(site=j, attempt=0, round=2, busy_s=busy, capacity_s=cap, counts=counts,
-                     now=1.0)
-    zero = {j: Stats(site=j, attempt=0, round=1, busy_s=0.0, capacity_s=0.0,
-                     counts=(0,) * P, now=0.0) for j in range(4)}
-    end = {0: sample(0, 1000, 0.4, 0.2), 1: sample(1, 1000, 0.4, 0.2),
-           2: sample(2, 500, 0.2, 0.2), 3: sample(3, 1000, 0.4, 0.2)}
-    u = utilisation(zero, end, t)
-    util, load, busy = u.util, u.load, u.busy
-    assert util[2] > 1.5 * max(util[0], util[1], util[3])
-    assert load[2].sum() == 4 * 1000  # the demand of its four partitions, not the 500 it did
-    assert busy[2] == 1.0 and busy[0] == 0.5
 
 
-def test_utilisation_charges_each_site_its_own_cost_per_row() -> None:
-    """Same demand, same capacity, but site 2 spends twice the CPU time per row: its U is
-    twice its peers' (with the average cost it would look as idle as they are). A site with
-    too few rows to measure is charged the average."""
-    from sparkflux.control.utilisation import MIN_COST_ROWS, utilisation
-
-    t = table()
-    def sample(j: int, rows_per_partition: int, busy: float) -> Stats:
-        counts = tuple(rows_per_partition if (t[q] == j).any() else 0 for q in range(P))
-        return Stats(site=j, attempt=0, round=2, busy_s=busy, capacity_s=0.4, counts=counts,
-                     now=1.0)
-    zero = {j: Stats(site=j, attempt=0, round=1, busy_s=0.0, capacity_s=0.0,
-                     counts=(0,) * P, now=0.0) for j in range(4)}
-    end = {0: sample(0, 1000, 0.15), 1: sample(1, 1000, 0.15), 2: sample(2, 1000, 0.3),
-           3: sample(3, 1000, 0.15)}
-    util = utilisation(zero, end, t).util
-    assert abs(util[2] / util[0] - 2.0) < 1e-9 and util[0] == util[1] == util[3]
-    few = MIN_COST_ROWS // (2 * P) - 1  # site 3 processed too few rows to measure its cost
-    end[3] = sample(3, few, 0.3)
-    util = utilisation(zero, end, t).util
-    assert util[3] < util[2]  # not 0.3 s over a handful of rows
 
 
 def test_no_standby_in_time_means_recovery_onto_the_survivors() -> None:
@@ -317,128 +201,16 @@ def test_a_site_that_spiked_once_does_not_stop_the_round() -> None:
     assert not {m.donor for m in moves} & {m.receiver for m in moves}
 
 
-def test_a_fixed_cost_is_fitted_and_does_not_move_with_partitions() -> None:
-    """Sites whose row rates differ (after moves) show busy = F + c * rows: the fit recovers
-    F and c, U_j counts the fixed part, and moving rows changes U by c only."""
-    from sparkflux.control.utilisation import utilisation
-
-    t = Layout(4, 64, 2).table().copy()
-    f, c = 0.02, 1e-6  # 20 ms of CPU per second, 1 us per row
-    hosted = {j: int((t == j).any(axis=1).sum()) for j in range(4)}
-    per_part = {0: 4000, 1: 4000, 2: 1000, 3: 4000}  # rows per hosted partition, per second
-    def sample(j: int) -> Stats:
-        counts = tuple(per_part[j] if (t[q] == j).any() else 0 for q in range(64))
-        cap = 0.05 if j == 2 else 0.1
-        return Stats(site=j, attempt=0, round=2, busy_s=f + c * sum(counts), capacity_s=cap,
-                     counts=counts, now=1.0)
-    zero = {j: Stats(site=j, attempt=0, round=1, busy_s=0.0, capacity_s=0.0,
-                     counts=(0,) * 64, now=0.0) for j in range(4)}
-    u = utilisation(zero, {j: sample(j) for j in range(4)}, t)
-    assert abs(u.fixed - f) < 1e-9
-    assert abs(u.per_row[0] - c / 0.1) < 1e-12 and abs(u.per_row[2] - c / 0.05) < 1e-12
-    assert hosted[0] == 32
-    # its demand is its partitions' (their other copies ran 4000 a second)
-    assert abs(u.util[2] - (f + c * 4000 * 32) / 0.05) < 1e-9
 
 
-class Cumulative:
-    """Sites' cumulative counters as heartbeats carry them: ``advance`` runs a phase in
-    which site j had ``caps[j]`` of capacity and processed 100 rows per hosted partition
-    per second, busy ``busy`` of each second."""
-
-    def __init__(self, c: Controller, busy: float = 0.6) -> None:
-        self.c, self.now, self.busy = c, 0.0, busy
-        self.cap = [0.0] * 4
-        self.rows = np.zeros((4, P), dtype=np.int64)
-
-    def advance(self, to: float, caps: list[float]) -> None:
-        t = self.c.layout.table()
-        for j in range(4):
-            self.cap[j] += caps[j] * (to - self.now)
-            self.rows[j] += np.where((t == j).any(axis=1), int(100 * (to - self.now)), 0)
-        self.now = to
-
-    def report(self, rnd: int) -> list:
-        out = []
-        for j in range(4):
-            out += self.c.handle(Stats(site=j, attempt=0, round=rnd,
-                                       busy_s=self.busy * self.now, capacity_s=self.cap[j],
-                                       counts=tuple(int(x) for x in self.rows[j]),
-                                       now=self.now))
-        return out
 
 
-def _phase(c: Controller, s: Cumulative, rnd: int, caps: list[float]) -> tuple[int, list]:
-    """One collection phase (``c.delta`` long) from now; (its round, the actions at its end)."""
-    assert [type(a) for a in c.handle(Tick(now=s.now))] == [Collect]
-    s.report(rnd + 1)
-    s.advance(s.now + c.delta, caps)
-    c.handle(Tick(now=s.now))
-    return rnd + 2, s.report(rnd + 2)
 
 
-def _moves(acts: list) -> list[Move]:
-    return [a for a in acts if isinstance(a, Move)]
 
 
-def test_rounds_pool_their_statistics_while_the_placement_is_unchanged() -> None:
-    """A round's statistics start from the oldest baseline of the last ``window_s`` seconds
-    taken with the same placement: two noisy phases in a row are diluted, not acted on
-    (each phase alone, they move partitions)."""
-    even, noisy = [1.0, 1.0, 1.0, 1.0], [1.0, 1 / 3, 1.0, 1.0]
-    for window, moved in ((4.0, False), (0.0, True)):
-        c = started(window_s=window)
-        s = Cumulative(c)
-        s.advance(1.0, even)
-        rnd = 0
-        for _ in range(12):  # balanced phases: 1 s, then halved to delta_min (0.25 s)
-            rnd, acts = _phase(c, s, rnd, even)
-            assert not _moves(acts)
-        if window:
-            assert [r["window_s"] for r in c.rounds[:4]] == [1.0, 1.5, 1.75, 2.0]
-        # site 1 had a third of its capacity for two phases: each alone makes it three times
-        # as utilised as its peers, pooled with 3.5 s of balanced phases about 1.1 times
-        rnd, acts = _phase(c, s, rnd, noisy)
-        assert not _moves(acts)  # one round is never enough (hysteresis)
-        rnd, acts = _phase(c, s, rnd, noisy)
-        assert bool(_moves(acts)) is moved
-        ratio = c.rounds[-1]["utilisation"][1] / c.rounds[-1]["utilisation"][0]
-        assert (1.05 < ratio < 1.15) if window else abs(ratio - 3.0) < 1e-6, ratio
-    # baselines older than window_s drop out
-    c = started()
-    s = Cumulative(c)
-    s.advance(1.0, even)
-    rnd = 0
-    for _ in range(30):
-        rnd, acts = _phase(c, s, rnd, even)
-    assert c.rounds[-1]["window_s"] <= c.policy.window_s + c.delta
 
 
-def test_a_move_starts_the_statistics_pool_afresh() -> None:
-    """After a move the placement differs: older baselines describe other partitions."""
-    slow = [1.0, 0.35, 1.0, 1.0]
-    c = started(window_s=2.0)
-    s = Cumulative(c)
-    s.advance(1.0, slow)
-    rnd, acts = _phase(c, s, 0, slow)
-    while not _moves(acts):  # none before the statistics have run 2 s (hysteresis)
-        rnd, acts = _phase(c, s, rnd, slow)
-    assert s.now >= 3.0
-    # pooled: the round's statistics reach back past its own phase
-    assert c.rounds[-1]["window_s"] > c.rounds[-1]["delta_s"]
-    moves = _moves(acts)
-    work: list = []
-    for m in moves:
-        for j in range(4):
-            work += c.handle(Moved(site=j, epoch=m.epoch, now=s.now))
-    while work:  # the catch-ups, stage by stage, until the group is done
-        cu = work.pop(0)
-        if isinstance(cu, CatchUp):
-            work += finish(c, cu, now=s.now, nbytes=1)
-    assert not c.moving and c._balancing()
-    s.advance(max(s.now, c.lb_at), slow)
-    rnd, acts = _phase(c, s, rnd, slow)
-    assert c.rounds[-1]["window_s"] == round(c.delta, 3)  # the new placement's phase alone
 
 
 def test_a_finished_move_is_recorded_and_reported() -> None:
@@ -448,7 +220,7 @@ def test_a_finished_move_is_recorded_and_reported() -> None:
     and the old one (0) retired once every party has folded the new one in."""
     c = started(balance=False)
     c.handle(Tick(now=1.0))
-    (move,) = _moves(c.request_moves([(1, 0, 3)], reason="recovery"))  # site 1 -> 3
+    (move,) = moves_of(c.request_moves([(1, 0, 3)], reason="recovery"))  # site 1 -> 3
     assert (move.r, move.src, move.dst) == (2, NOWHERE, 3)
     rec = c.moving[move.epoch]
     assert (rec.q, rec.r, rec.c, rec.src, rec.dst, rec.reason, rec.start, rec.left) == \
