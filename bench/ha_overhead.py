@@ -126,7 +126,7 @@ def main() -> int:
     durations: dict[str, list[float]] = {k: [] for k in tps}
     digests = set()
 
-    def run(args: argparse.Namespace):  # noqa: ANN202
+    def run(args: argparse.Namespace):
         return run_example(module, args, sink=NullSink(),
                            dead=DeadLetters(), spark=spark)
 

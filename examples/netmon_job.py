@@ -23,7 +23,7 @@ from pathlib import Path
 import sparkflux
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import netmon  # noqa: E402 - the example module beside this script
+import netmon  # the example module beside this script
 
 
 def main() -> int:

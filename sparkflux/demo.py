@@ -94,7 +94,7 @@ def _failover(module, args, a, spark, digest: str, rows: int) -> int:  # noqa: A
 
     kill_at = round(a.events / a.rate / 2, 1)
     fargs = SimpleNamespace(**{**vars(args), "ha": "flux", "rate": float(a.rate),
-                               "kill": [f"1@{kill_at}"], "heartbeat_timeout": 10.0})
+                               "kill": [f"1@{kill_at}"]})
     console.print(f"\n[bold]Flux-HA[/]: {a.events:,} events at {a.rate:,}/s, site 1 killed "
                   f"at {kill_at}s ...")
     res = run_example(module, fargs, sink=NullSink(), dead=DeadLetters(), spark=spark,

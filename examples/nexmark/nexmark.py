@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from queries import BUILDERS, QUERIES, NexmarkOptions, reference  # noqa: F401, I001
+from queries import BUILDERS, QUERIES, NexmarkOptions, reference  # noqa: F401
 
 from sparkflux.dataflow.api import Dataflow
 

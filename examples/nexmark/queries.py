@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from generator import SCHEMAS, batches, table  # noqa: I001 - a module beside this one
+from generator import SCHEMAS, batches, table  # a module beside this one
 
 from sparkflux.dataflow.api import Dataflow, Source
 from sparkflux.operators.stateless import Filter, Map, Project

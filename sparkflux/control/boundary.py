@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     Abort,
     Action,
@@ -626,12 +626,17 @@ class Boundary:
         return out + self._sends(retaining)
 
 
-def boundary_for(plan: PhysicalPlan, replicas: int, controller_options: dict,
+def boundary_for(plan: PhysicalPlan, replicas: int,
+                 options: ControlOptions = ControlOptions(),  # noqa: B008 - frozen
                  end_with_output: bool = True) -> Boundary:
-    """A boundary with a fresh controller over chained declustering of ``replicas`` copies."""
+    """A boundary with a fresh controller over chained declustering of ``replicas`` copies,
+    run as ``options`` say."""
     layout = Layout(plan.sites, plan.partitions, replicas)
+    o = options
     controller = Controller(plan.sites, ha=replicas > 1, layout=layout,
-                            stages=len(plan.stages), **controller_options)
+                            stages=len(plan.stages), heartbeat_timeout=o.heartbeat_timeout,
+                            recovery=o.recovery, balance=o.balance, policy=o.policy,
+                            link_settle=o.link_settle)
     return Boundary(plan, layout, controller, end_with_output)
 
 

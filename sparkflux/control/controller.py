@@ -108,12 +108,28 @@ CATCH_UP_PARALLEL = 4
 # CATCH_UP_PARALLEL at a time). A movement phase's moves, or a failed site's re-placements,
 # then take about as long as one move instead of one move each.
 MOVE_GROUP = 8
+HEARTBEAT_TIMEOUT_S = 10.0  # the default --heartbeat-timeout (the run's options take it here)
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlOptions:
+    """What a run's options say to the controller: the heartbeat timeout that suspects a
+    silent site, how a failed slot is recovered (``standby`` or ``survivors``), whether the
+    balancing policy runs and with which settings, and how long the link judge lets reports
+    settle. The standby wait comes as the core's ``StartTimes`` event (it is measured)."""
+
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S
+    recovery: str = "standby"
+    balance: bool = False
+    policy: PolicyConfig | None = None
+    link_settle: float = SETTLE_S
 
 
 class Controller(Balancing):
     """Membership, views, recovery and load balancing for ``sites`` site slots."""
 
-    def __init__(self, sites: int, heartbeat_timeout: float = 10.0, ha: bool = False,
+    def __init__(self, sites: int, heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S,
+                 ha: bool = False,
                  layout: Layout | None = None, stages: int = 0, recovery: str = "standby",
                  balance: bool = False, policy: PolicyConfig | None = None,
                  standby_wait: float = 5.0, link_settle: float = SETTLE_S) -> None:
@@ -565,8 +581,7 @@ class Controller(Balancing):
                 break  # its other copy is the survivor of a move in this group
             self.pending_moves.pop(0)
             src = self.layout.site_of(q, r)
-            if (src == NOWHERE or dst in self.dead or dst in self.layout.others(q, r)
-                    or src == dst):
+            if (src in (NOWHERE, dst) or dst in self.dead or dst in self.layout.others(q, r)):
                 continue
             c = r
             if src not in self.dead and self.layout.free(q) is not None:

@@ -88,7 +88,8 @@ class Map(Operator):
     [6, 16]
     """
 
-    def __init__(self, fn: Callable[[pa.RecordBatch], MapResult], fields: Sequence[pa.Field]):
+    def __init__(self, fn: Callable[[pa.RecordBatch], MapResult],
+                 fields: Sequence[pa.Field]) -> None:
         super().__init__()
         self.fn = fn
         self.fields = list(fields)

@@ -84,7 +84,7 @@ class SiteCore:
         self.dead_sites: set[int] = set()
         self.stopped: str | None = None
         n = len(plan.stages)
-        P = layout.partitions
+        P = layout.partitions  # noqa: N806 - the paper's P, the partitions of a stage
         hosted = self.layout.hosted(site)
         # Every stage keeps role arrays for all P partitions; the ones hosted here are
         # installed (a standby's wait for catch-up), a move adds or drops one.

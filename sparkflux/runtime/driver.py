@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from sparkflux.control.boundary import StartTimes, boundary_for, event_of
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import ConnectionClosed
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.start_failures import StartWatch
@@ -87,10 +87,10 @@ class Host:
         self.replicas = cfg.replicas  # 1 with --ha none
         # The sans-I/O core of the driver side: everything the host does is carry out its
         # actions (``Actions.carry_out``) and feed it events.
-        self.core = boundary_for(plan, self.replicas, {
-            "heartbeat_timeout": cfg.heartbeat_timeout, "recovery": cfg.recovery,
-            "balance": cfg.balance,
-            "policy": PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)})
+        self.core = boundary_for(plan, self.replicas, ControlOptions(
+            heartbeat_timeout=cfg.heartbeat_timeout, recovery=cfg.recovery,
+            balance=cfg.balance,
+            policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)))
         self.core.handle(StartTimes(fixed=cfg.standby_wait))  # nothing measured yet
         self.digest = self.digests[0]  # the output digest: the first sink's
         # the same rows, order and numbering aside (each sink's)
@@ -222,7 +222,7 @@ class Host:
             for src in self.plan.sources:  # a source may hold a thread or a file open
                 try:
                     src.close()
-                except Exception:  # noqa: BLE001 - the run's outcome is decided already
+                except Exception:  # the run's outcome is decided already
                     log.exception("closing source %s failed", type(src).__name__)
             for out in self.sinks:
                 out.close()

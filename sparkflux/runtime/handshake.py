@@ -134,7 +134,7 @@ class Gate:
         self.refused[reason] += 1
         try:
             writer.close()
-        except Exception:  # noqa: BLE001 - closing a dead socket may fail any way
+        except Exception:  # noqa: BLE001, S110 - closing a dead socket may fail any way
             pass
 
     async def admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

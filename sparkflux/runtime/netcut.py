@@ -323,7 +323,8 @@ def syn_rules(port: int, families: Iterable[int], why: str) -> list[Rule]:
 
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(list(cmd), capture_output=True, text=True,
+        # our own iptables commands, never a shell
+        return subprocess.run(list(cmd), capture_output=True, text=True,  # noqa: S603
                               timeout=IPTABLES_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return subprocess.CompletedProcess(list(cmd), 127, "", str(e))
@@ -448,9 +449,9 @@ def heal_orphans() -> int:
     for binary in _sweep_binaries():
         for tag, args in tagged_rules(binary):
             pid = _owner(tag)
-            if pid is not None and not (PROC / str(pid)).exists():
-                if _run([binary, "-w", "-D", CHAIN, *args]).returncode == 0:
-                    removed += 1
+            if (pid is not None and not (PROC / str(pid)).exists()
+                    and _run([binary, "-w", "-D", CHAIN, *args]).returncode == 0):
+                removed += 1
     return removed
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from sparkflux.runtime.metrics import EgressMetrics  # noqa: E402
+from sparkflux.runtime.metrics import EgressMetrics
 
 
 def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[float], list[int]],

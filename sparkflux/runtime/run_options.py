@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from sparkflux.control.controller import HEARTBEAT_TIMEOUT_S
 from sparkflux.operators.base import PlanError
 from sparkflux.protocol.site_boundary import LINK_TIMEOUT_S
 from sparkflux.runtime.fault_specs import (
@@ -113,8 +114,9 @@ class RunOptions:
         None, "the largest frame a data or control connection accepts (default 256; a larger "
               "frame closes the connection as a protocol error)", metavar="MB")
     heartbeat_timeout: float = option(
-        10.0, f"seconds without a heartbeat before a site counts as failed (hung); at least "
-              f"{MIN_HEARTBEAT_TIMEOUT_S:.1f} (a busy site's heartbeats can be a second apart)")
+        HEARTBEAT_TIMEOUT_S, f"seconds without a heartbeat before a site counts as failed "
+        f"(hung); at least {MIN_HEARTBEAT_TIMEOUT_S:.1f} (a busy site's heartbeats can be a "
+        f"second apart)")
     link_timeout: float = option(
         LINK_TIMEOUT_S, "seconds a site may wait on a link to a peer and hear nothing before it "
                         "reports the peer unreachable (a site cut off from its peers, or hung, "

@@ -25,8 +25,8 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 
-SECRET_ENV = "SPARKFLUX_SECRET"
-SECRET_CONF = "spark.sparkflux.secret"
+SECRET_ENV = "SPARKFLUX_SECRET"  # noqa: S105 - the name of the variable, not a secret
+SECRET_CONF = "spark.sparkflux.secret"  # noqa: S105 - a configuration key
 MIN_SECRET_CHARS = 16
 TLS_NAME = "sparkflux"
 MiB = 1 << 20

@@ -113,7 +113,7 @@ class Connection:
         self.closed = True
         try:
             self.writer.close()
-        except Exception:  # noqa: BLE001 - closing a dead socket may fail any way
+        except Exception:  # noqa: BLE001, S110 - closing a dead socket may fail any way
             pass
 
 

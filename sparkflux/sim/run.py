@@ -45,6 +45,7 @@ from sparkflux.control.boundary import (
     boundary_for,
     event_of,
 )
+from sparkflux.control.controller import ControlOptions
 from sparkflux.control.events import (
     Abort,
     ConnectionClosed,
@@ -220,10 +221,10 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
     settled_crashes = list(failures.after_settled)
     executor_now = {s: failures.executors[s] if s < len(failures.executors) else ""
                     for s in range(plan.sites)}  # slot -> its live process's executor
-    core = boundary_for(plan, replicas, {
-        "heartbeat_timeout": float(clock.heartbeat_timeout) if clock else 1e9,
-        "recovery": recovery, "balance": balance, "policy": policy,
-        "link_settle": float(clock.settle if clock else 0)}, end_with_output=False)
+    core = boundary_for(plan, replicas, ControlOptions(
+        heartbeat_timeout=float(clock.heartbeat_timeout) if clock else 1e9,
+        recovery=recovery, balance=balance, policy=policy,
+        link_settle=float(clock.settle if clock else 0)), end_with_output=False)
     if clock:  # a fixed standby wait, as ``--standby-wait`` gives the runtime one
         core.handle(StartTimes(fixed=float(clock.standby_wait)))
     link_timeout = float(clock.link_timeout) if clock else 1e9

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from sparkflux.control.controller import Controller
-from sparkflux.control.membership import RecoveryEv as RE
+from sparkflux.control.membership import RecoveryEv
 
 
 def test_mutation_adopting_while_another_recovery_runs_is_caught(
@@ -33,7 +33,7 @@ def test_mutation_adopting_while_another_recovery_runs_is_caught(
     def eager(self: Controller) -> list:
         if (self.awaiting and self.standbys and not self.moving and not self.finished
                 and self.layout is not None and not self.aborted):
-            return self._recovery_step(RE.ADOPT)  # mutant: whatever the recovery's phase
+            return self._recovery_step(RecoveryEv.ADOPT)  # mutant: whatever the recovery's phase
         return real(self)
 
     monkeypatch.setattr(Controller, "_next_task", eager)

@@ -208,7 +208,7 @@ def test_start_status_metrics_await_and_exception(spark: Any, tmp_path: Path) ->
     assert any(s["sites"] == 2 for s in running), [s["sites"] for s in running]
 
     assert snapshot is not None, "no metrics snapshot while the run was producing output"
-    assert 0 < snapshot["output_tuples"] and snapshot["input_tuples"] <= total
+    assert snapshot["output_tuples"] > 0 and snapshot["input_tuples"] <= total
 
     expected = kvt_expected(range(total))
     assert query.await_termination(0) is True and query.await_termination(5) is True
@@ -428,7 +428,7 @@ def test_flux_kill_through_start_into_a_table(netmon: Any, spark: Any, tmp_path:
 
 def _fails_fast(spark: Any, words: tuple[str, ...], **options: Any) -> str:
     t0 = time.monotonic()
-    with pytest.raises(Exception) as err:  # noqa: PT011 - the type is not documented
+    with pytest.raises(Exception) as err:  # the type is not documented
         q = sparkflux.start(kvt_flow(Bounded(1000)), spark=spark, announce=None, **options)
         q.await_termination(60)
     assert time.monotonic() - t0 < 20, "the bad configuration was not refused at once"

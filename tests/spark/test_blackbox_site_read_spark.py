@@ -617,7 +617,7 @@ def test_event_time_undecodable_from_a_row_on_as_when_the_driver_reads_it(
 def _refused(make: Callable[[], Any], words: tuple[str, ...]) -> str:
     """Refused at construction or at start, within seconds, naming ``words``."""
     t0 = time.monotonic()
-    with pytest.raises(Exception) as err:  # noqa: PT011 - the type is not documented
+    with pytest.raises(Exception) as err:  # the type is not documented
         q = make()
         q.await_termination(30)
     assert time.monotonic() - t0 < 20, "not refused at once"

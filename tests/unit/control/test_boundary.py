@@ -32,6 +32,7 @@ from sparkflux.control.boundary import (
     Tell,
     boundary_for,
 )
+from sparkflux.control.controller import ControlOptions
 from sparkflux.control.events import (
     Abort,
     Adopt,
@@ -78,7 +79,7 @@ def addr(site: int, attempt: int = 0, pid: int | None = None) -> SiteAddress:
 
 def started(replicas: int = 2) -> Boundary:
     """A boundary whose view 1 is installed and whose sites are all ready."""
-    b = boundary_for(tiny_plan()[0], replicas, {"heartbeat_timeout": 10.0})
+    b = boundary_for(tiny_plan()[0], replicas)
     members = {s: cm.Member(host="h", port=100 + s, attempt=0, registered=s)
                for s in range(SITES)}
     acts = b.handle(*[Registered(address=addr(s), now=0.0) for s in range(SITES)])
@@ -240,7 +241,7 @@ def test_a_spare_that_adopts_a_slot_is_named_by_the_slot_it_registered_for() -> 
 
 # -- registration: the core's answer, first, for the very process that registered -------------
 def test_a_registration_before_the_view_is_answered_member_and_nothing_else() -> None:
-    b = boundary_for(tiny_plan()[0], 2, {"heartbeat_timeout": 10.0})
+    b = boundary_for(tiny_plan()[0], 2)
     assert b.handle(Registered(address=addr(2), now=0.0)) == [
         Answer(site=2, attempt=0, role="member")]
 
@@ -256,7 +257,7 @@ def test_a_restarted_site_without_ha_is_refused_with_the_controllers_reason() ->
 
 
 def test_a_second_process_for_a_slot_before_the_view_is_refused() -> None:
-    b = boundary_for(tiny_plan()[0], 2, {"heartbeat_timeout": 10.0})
+    b = boundary_for(tiny_plan()[0], 2)
     b.handle(Registered(address=addr(0, attempt=1), now=0.0))
     assert b.handle(Registered(address=addr(0, attempt=0), now=0.1)) == [
         Answer(site=0, attempt=0, role="refused",
@@ -264,7 +265,7 @@ def test_a_second_process_for_a_slot_before_the_view_is_refused() -> None:
 
 
 def test_a_standby_under_recovery_survivors_is_refused() -> None:
-    b = boundary_for(tiny_plan()[0], 2, {"heartbeat_timeout": 10.0, "recovery": "survivors"})
+    b = boundary_for(tiny_plan()[0], 2, ControlOptions(recovery="survivors"))
     b.handle(*[Registered(address=addr(s), now=0.0) for s in range(SITES)])
     (answer,) = b.handle(Registered(address=addr(SITES), now=0.5))
     assert isinstance(answer, Answer) and answer.role == "refused"
@@ -353,7 +354,7 @@ def test_losing_both_replicas_aborts_with_the_lost_partitions_named_first() -> N
 # -- balance rounds read their statistics from heartbeats --------------------------------------
 def test_a_round_takes_its_statistics_from_each_sites_next_heartbeat() -> None:
     plan = tiny_plan()[0]
-    b = boundary_for(plan, 2, {"heartbeat_timeout": 10.0, "balance": True})
+    b = boundary_for(plan, 2, ControlOptions(balance=True))
     b.handle(*[Registered(address=addr(s), now=0.0) for s in range(SITES)])
     b.handle(*[SiteReady(site=s, attempt=0) for s in range(SITES)])
 

@@ -47,7 +47,7 @@ def addr(site: int) -> SiteAddress:
 
 
 def started(plan: Any, replicas: int) -> Boundary:
-    b = boundary_for(plan, replicas, {"heartbeat_timeout": 10.0})
+    b = boundary_for(plan, replicas)
     b.handle(*[Registered(address=addr(s), now=0.0) for s in range(plan.sites)])
     b.handle(*[SiteReady(site=s, attempt=0) for s in range(plan.sites)])
     return b

@@ -23,7 +23,7 @@ KVT = pa.schema([
 
 
 def _refused(make: Callable[[], Any], words: tuple[str, ...]) -> str:
-    with pytest.raises(Exception) as err:  # noqa: PT011 - the type is not documented
+    with pytest.raises(Exception) as err:  # the type is not documented
         df = Dataflow("probe")
         df.source(make(), name="in").exchange(by=["k"]).sink(name="out")
     message = str(err.value)

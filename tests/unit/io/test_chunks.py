@@ -178,7 +178,7 @@ def test_the_dead_letters_are_the_ones_the_driver_writes_reading_itself(
 
     def rejects(read_on: str) -> list[tuple]:
         plan, items = tiny_files_plan(str(d), read_on=read_on)
-        b = boundary_for(plan, 2, {"heartbeat_timeout": 10.0})
+        b = boundary_for(plan, 2)
         out = []
         for item in items:
             out += [a for a in b.handle(Input(batch=item, now=0.0)) if isinstance(a, Rejects)]
@@ -197,7 +197,7 @@ def test_the_ingress_numbers_a_chunk_by_its_span_and_deals_chunks_in_turn(
         tmp_path: Path) -> None:
     d = files(tmp_path)
     plan, items = tiny_files_plan(str(d), sites=4, partitions=8)
-    b = boundary_for(plan, 2, {"heartbeat_timeout": 10.0})
+    b = boundary_for(plan, 2)
     first = items[0]
     batch = pa.concat_batches([first, items[1], items[2]])
     spans = batch.column("sns").to_pylist()
@@ -332,7 +332,7 @@ def test_a_null_event_time_is_a_dead_letter_on_both_sides(tmp_path: Path) -> Non
                                    read_on=read_on, poll_interval=0.0), name="events"
                   ).exchange(by=["src"]).sink()
         plan = compile_plan(df, 4, 2)
-        b = boundary_for(plan, 1, {"heartbeat_timeout": 10.0})
+        b = boundary_for(plan, 1)
         out = []
         for item in plan.sources[0].batches():
             if item is not None:

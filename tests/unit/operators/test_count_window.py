@@ -24,7 +24,7 @@ AGGS = {"hi": "max", "lo": "min", "total": "sum", "n": "count", "mean": "avg"}
 
 
 def factory(history: int, slide: int = 1, every: int = 1, by: tuple[str, ...] = ("g", "h"),
-            aggs: dict[str, str] = AGGS):  # noqa: B006 (read-only default)
+            aggs: dict[str, str] = AGGS):
     return lambda: CountWindowAggregate(by=list(by), value="v", history=history, slide=slide,
                                         every=every, aggs=aggs)
 

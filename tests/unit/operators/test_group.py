@@ -27,7 +27,7 @@ AGGS = {"n": ("count", None), "total": ("sum", "v"), "lo": ("min", "v"), "hi": (
         "top": ("argmax", "price", "name"), "cheap": ("argmin", "price", "bidder")}
 
 
-def factory(aggs: dict = AGGS, carry: tuple[str, ...] = ("bidder",),  # noqa: B006 (read-only)
+def factory(aggs: dict = AGGS, carry: tuple[str, ...] = ("bidder",),
             by: tuple[str, ...] = ("g", "h")) -> Callable[[], Operator]:
     return lambda: GroupAggregate(by=list(by), aggs=aggs, carry=list(carry))
 

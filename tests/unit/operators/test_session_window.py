@@ -28,7 +28,7 @@ from tests.support.op_helpers import (
 AGGS = {"hi": "max", "lo": "min", "total": "sum", "n": "count", "mean": "avg"}
 
 
-def factory(gap: int, aggs: dict[str, str] = AGGS) -> Callable[[], Operator]:  # noqa: B006
+def factory(gap: int, aggs: dict[str, str] = AGGS) -> Callable[[], Operator]:
     return lambda: SessionWindowAggregate(by=["u"], time="t", gap=gap, value="v", aggs=aggs)
 
 

@@ -55,11 +55,9 @@ def model(name: str, batch: pa.RecordBatch) -> list[tuple]:
     out = []
     for r in batch.to_pylist():
         sn = (r["_sn"], r["_snm"])
-        if name == "filter_expr" and r["x"] is not None and r["x"] > 0 and r["z"] != 2:
-            out.append((r["x"], r["y"], r["z"], *sn))
-        elif name == "filter_fn" and r["y"] > 0:
-            out.append((r["x"], r["y"], r["z"], *sn))
-        elif name == "filter_numpy" and r["z"] % 2 == 0:
+        if ((name == "filter_expr" and r["x"] is not None and r["x"] > 0 and r["z"] != 2)
+                or (name == "filter_fn" and r["y"] > 0)
+                or (name == "filter_numpy" and r["z"] % 2 == 0)):
             out.append((r["x"], r["y"], r["z"], *sn))
         elif name == "map":
             out.append((str(r["z"]), r["y"], r["z"], r["y"] * 2, *sn))
