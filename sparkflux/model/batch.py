@@ -10,6 +10,7 @@ import functools
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from sparkflux.model.schema import MINOR_FANOUT, SN, SNM
@@ -38,14 +39,16 @@ def concat(batches: Sequence[pa.RecordBatch], schema: pa.Schema | None = None) -
     return pa.concat_batches(batches)
 
 
-def sn_array(batch: pa.RecordBatch) -> np.ndarray:
+def sn_array(batch: pa.RecordBatch) -> npt.NDArray[np.int64]:
     """The major SN column as an int64 numpy array (zero-copy)."""
-    return batch.column(batch.schema.get_field_index(SN)).to_numpy()
+    sn: npt.NDArray[np.int64] = batch.column(batch.schema.get_field_index(SN)).to_numpy()
+    return sn
 
 
-def snm_array(batch: pa.RecordBatch) -> np.ndarray:
+def snm_array(batch: pa.RecordBatch) -> npt.NDArray[np.int64]:
     """The minor SN column as an int64 numpy array (zero-copy)."""
-    return batch.column(batch.schema.get_field_index(SNM)).to_numpy()
+    snm: npt.NDArray[np.int64] = batch.column(batch.schema.get_field_index(SNM)).to_numpy()
+    return snm
 
 
 def sort_by_sn(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -65,14 +68,14 @@ def split_at_sn(batch: pa.RecordBatch, upto: int) -> tuple[pa.RecordBatch, pa.Re
     return batch.slice(0, cut), batch.slice(cut)
 
 
-def child_minor(snm: np.ndarray, k: np.ndarray) -> np.ndarray:
+def child_minor(snm: np.ndarray, k: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Minor SNs for outputs ``k`` triggered by inputs with minor ``snm`` (1:many rule, §3)."""
-    k = np.asarray(k, dtype=np.int64)
-    if k.size and int(k.max()) >= MINOR_FANOUT:
+    ks = np.asarray(k, dtype=np.int64)
+    if ks.size and int(ks.max()) >= MINOR_FANOUT:
         raise OverflowError(f"one input triggered more than {MINOR_FANOUT} outputs")
     if snm.size and int(snm.max()) >= np.iinfo(np.int64).max // MINOR_FANOUT:
         raise OverflowError("minor sequence numbers nest too deeply (more than two 1:many levels)")
-    return snm.astype(np.int64) * MINOR_FANOUT + k
+    return snm.astype(np.int64) * MINOR_FANOUT + ks
 
 
 def rank_within_runs(sn: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +34,8 @@ class Comparison:
     only_engine: int = 0
     only_reference: int = 0
     within_tolerance: int = 0  # rows equal only with floats compared to FLOAT_RTOL
-    examples_engine: list[dict] = field(default_factory=list)
-    examples_reference: list[dict] = field(default_factory=list)
+    examples_engine: list[dict[str, Any]] = field(default_factory=list)
+    examples_reference: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def match(self) -> bool:

@@ -68,13 +68,13 @@ class Digest:
 
 def is_bytes(t: pa.DataType) -> bool:
     """Whether values of type ``t`` are encoded as their bytes (strings and binaries)."""
-    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t))
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t))
 
 
 def is_integral(t: pa.DataType) -> bool:
     """Whether values of type ``t`` are encoded as int64 (integers, booleans, times)."""
-    return pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t))
 
 
 def canonical_ints(col: pa.Array) -> np.ndarray:

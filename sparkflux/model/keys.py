@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
@@ -21,9 +22,11 @@ def _column_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-        return col.to_numpy(zero_copy_only=False)
+        values: np.ndarray = col.to_numpy(zero_copy_only=False)
+        return values
     if pa.types.is_boolean(col.type):
-        return col.to_numpy(zero_copy_only=False).astype(np.uint8)
+        flags: npt.NDArray[np.bool_] = col.to_numpy(zero_copy_only=False)
+        return flags.astype(np.uint8)
     return np.asarray(col.to_pylist(), dtype=object)
 
 

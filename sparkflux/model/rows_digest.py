@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,7 +66,7 @@ def user_columns(names: Iterable[str]) -> list[str]:
     return [n for n in names if n not in SYSTEM_COLUMNS]
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """The splitmix64 finaliser, elementwise on uint64 (a bijection)."""
     x = x ^ (x >> np.uint64(30))
     x = x * _M1
@@ -87,17 +89,19 @@ def round_floats(values: np.ndarray) -> np.ndarray:
     return (bits + _HALF) & _KEEP
 
 
-def _string_words(col: pa.Array) -> np.ndarray:
+def _string_words(col: pa.Array) -> npt.NDArray[np.uint64]:
     """SipHash of each value's bytes (hashed once per distinct value), nulls as 0."""
     encoded = pc.dictionary_encode(col.fill_null(b"" if _is_binary(col.type) else ""))
     uniques = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
     hashes = pd.util.hash_array(uniques, categorize=False) if len(uniques) else uniques
-    idx = encoded.indices.to_numpy(zero_copy_only=False)
-    return np.asarray(hashes, dtype=np.uint64)[idx]
+    words: npt.NDArray[np.uint64] = np.asarray(hashes, dtype=np.uint64)
+    idx: npt.NDArray[np.integer[Any]] = encoded.indices.to_numpy(zero_copy_only=False)
+    per_row: npt.NDArray[np.uint64] = words[idx]  # numpy types fancy indexing as Any
+    return per_row
 
 
 def _is_binary(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t))
 
 
 def canonical_words(col: pa.Array | pa.ChunkedArray) -> np.ndarray:

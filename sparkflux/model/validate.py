@@ -99,8 +99,8 @@ def _validate_records(records: list[dict[str, Any]], schema: pa.Schema) -> tuple
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             arr = _convert_one_by_one(clean, f, bad_reason)
         if not f.nullable and arr.null_count:
-            for i in np.flatnonzero(np.asarray(arr.is_null().to_numpy(zero_copy_only=False))):
-                bad_reason.setdefault(int(i), f"missing value for column {f.name!r}")
+            for row in np.flatnonzero(np.asarray(arr.is_null().to_numpy(zero_copy_only=False))):
+                bad_reason.setdefault(int(row), f"missing value for column {f.name!r}")
         columns.append(arr)
     good = pa.RecordBatch.from_arrays(columns, schema=_nullable(schema))
     rejected = [Rejected(records[i], bad_reason[i]) for i in sorted(bad_reason)]
