@@ -6,9 +6,12 @@ plan from the policy.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 
 from sparkflux.control.events import Action, Collect, Stats
+from sparkflux.control.moves import MoveRecord
 from sparkflux.control.policy import PolicyConfig, plan_moves
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
@@ -17,6 +20,22 @@ from sparkflux.control.utilisation import utilisation
 from sparkflux.dataflow.placement import Domain, Layout
 
 RECENT_ROUNDS = 4  # a partition moved in one of the last rounds is not moved again yet
+
+
+class RoundRecord(TypedDict):
+    """One balancing round as the run's metrics list it (per site j unless said)."""
+
+    round: int
+    at: float  # the controller's clock at the movement phase
+    delta_s: float  # the collection phase's length asked for
+    window_s: float  # the pooled baseline's age: what the statistics cover
+    utilisation: dict[int, float]
+    busy: dict[int, float]
+    replicas: dict[int, int]  # partition copies site j hosts
+    rows: dict[int, int]  # rows site j processed
+    load: dict[int, int]  # the demand of what site j hosts
+    fixed: float  # the fitted fixed cost
+    moves: list[tuple[int, int, int]]  # (partition, donor, receiver) planned
 
 
 class Balancing:
@@ -29,7 +48,7 @@ class Balancing:
     aborted: str | None
     incomplete: set[tuple[int, int, int]]
     awaiting: list[int]
-    moving: dict
+    moving: dict[int, MoveRecord]
     recovering: int | None
     pending_moves: list[tuple[int, int, int, str]]
     layout: Layout | None
@@ -39,7 +58,7 @@ class Balancing:
     lb_state: Phase
     lb_at: float
     delta: float
-    rounds: list[dict]
+    rounds: list[RoundRecord]
     _base: dict[int, Stats]
     _pool: list[tuple[float, dict[int, Stats]]]
     _pool_table: np.ndarray | None

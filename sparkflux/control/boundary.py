@@ -168,12 +168,13 @@ BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | 
                  | StartTimes)
 
 
-def event_of(slot: int, attempt: int, member: bool, message: object, now: float
+def event_of(slot: int, attempt: int, member: bool, message: Any, now: float
              ) -> BoundaryEvent | None:
     """The driver's edge: what a frame read from process ``attempt`` in slot ``slot`` is to
     the core, for the runtime host and the simulator alike. ``member``: the process is the
     slot's current member (a standby's or a replaced process's frames count only as
-    liveness and readiness). None: nothing for the core (a non-member's protocol frame)."""
+    liveness and readiness). None: nothing for the core (a non-member's protocol frame).
+    ``message`` is a decoded frame (``Any``, as the wire's payloads are)."""
     match message:
         case cm.Heartbeat():
             return HeartbeatFrom(slot=slot, attempt=attempt, beat=message, now=now,
@@ -192,7 +193,7 @@ def event_of(slot: int, attempt: int, member: bool, message: object, now: float
             return SiteFailed(slot=slot, error=error)
         case _ if isinstance(message, cm.CONTROL_TYPES):
             return None
-    return FromSite(slot=slot, message=message, now=now) if member else None  # type: ignore[arg-type]
+    return FromSite(slot=slot, message=message, now=now) if member else None
 
 
 # -- actions -----------------------------------------------------------------------------------

@@ -41,10 +41,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
-from sparkflux.control.balancing import Balancing
+from sparkflux.control.balancing import Balancing, RoundRecord
 from sparkflux.control.events import (
     Abort,
     Action,
@@ -111,6 +112,29 @@ MOVE_GROUP = 8
 HEARTBEAT_TIMEOUT_S = 10.0  # the default --heartbeat-timeout (the run's options take it here)
 
 
+class PlacementReport(TypedDict, total=False):
+    """The ring chosen over the sites' failure domains at view 1, and what it could not
+    avoid (the run's metrics; empty before view 1, then every key)."""
+
+    ring: list[int]  # the site slot at each chained-declustering position
+    host_conflicts: int  # pairs of copies of a partition sharing a host
+    executor_conflicts: int  # ... sharing an executor
+    domains: dict[int, str]  # slot -> "host/executor"
+    executors: int
+    hosts: int
+
+
+class RecoveryRecord(TypedDict):
+    """One replica caught up (the run's metrics)."""
+
+    stage: int
+    partition: int
+    replica: int
+    site: int | None  # the move's destination, or the slot being recovered
+    state_bytes: int
+    done_at: float
+
+
 @dataclasses.dataclass(frozen=True)
 class ControlOptions:
     """What a run's options say to the controller: the heartbeat timeout that suspects a
@@ -167,7 +191,7 @@ class Controller(Balancing):
         self.queue: list[tuple[int, int, int]] = []  # catch-ups of the current task
         self.in_flight: set[tuple[int, int, int]] = set()  # catch-ups running now
         self._survivor_of: dict[tuple[int, int, int], int] = {}  # their survivors' sites
-        self.recoveries: list[dict] = []
+        self.recoveries: list[RecoveryRecord] = []
         self.epoch = 0
         # Replicas (stage, q, r) that are not complete: on a failed site, or being rebuilt.
         self.incomplete: set[tuple[int, int, int]] = set()
@@ -195,8 +219,8 @@ class Controller(Balancing):
         self._registered_as: dict[int, int] = {}  # slot -> its process's registered slot
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
-        self.placement: dict = {}
-        self.rounds: list[dict] = []  # per round: utilisation and the moves it planned
+        self.placement: PlacementReport = {}  # empty until view 1
+        self.rounds: list[RoundRecord] = []  # per round: utilisation and the moves it planned
         # the last round's U and busy fractions (the policy's hysteresis); none after a start
         # or a failure
         self._previous: tuple[dict[int, float], dict[int, float]] = ({}, {})
@@ -476,15 +500,15 @@ class Controller(Balancing):
         """The recovery task's ``adopt``: give the oldest failed slot to an idle standby
         (``avail``): the one whose failure domain the fewest of the slot's partitions' other
         copies share, the longest idle among equals."""
-        assert self.layout is not None
+        layout = self.layout
+        assert layout is not None
         slot = self.awaiting[0]
         live = self._live_domains()
-        hosted = self.layout.hosted(slot)
+        hosted = layout.hosted(slot)
 
         def cost(p: SiteAddress) -> tuple[int, int]:
             with_p = {**live, slot: p.domain()}
-            per = [clash(slot, self.layout.others(q, r), with_p)  # type: ignore[union-attr]
-                   for q, r in hosted.items()]
+            per = [clash(slot, layout.others(q, r), with_p) for q, r in hosted.items()]
             return sum(c[0] for c in per), sum(c[1] for c in per)
 
         proc = min(self.standbys, key=cost) if len(self.standbys) > 1 else self.standbys[0]
@@ -584,8 +608,9 @@ class Controller(Balancing):
             if (src in (NOWHERE, dst) or dst in self.dead or dst in self.layout.others(q, r)):
                 continue
             c = r
-            if src not in self.dead and self.layout.free(q) is not None:
-                c = self.layout.free(q)  # type: ignore[assignment]
+            free = self.layout.free(q)
+            if src not in self.dead and free is not None:
+                c = free
             survivor = self._survivor(q, c, range(self.stages), avoid=r)
             if survivor is None:
                 continue  # no complete copy to rebuild it from (the failure is reported)
@@ -720,17 +745,18 @@ class Controller(Balancing):
                 break  # the stage below is still being caught up
             self.queue.pop(0)
             self.in_flight.add((s, q, r))
-            m = self._move_of(q, r)
+            move = self._move_of(q, r)
             # A move's producers sent their ``retaining`` to the copy the move named; if that
             # one failed since, another complete copy asks them again (``retain``).
-            retained = m is not None and self._complete(s, q, m.survivor)
-            survivor = m.survivor if retained else self._survivor(q, r, (s,))
+            retained = move is not None and self._complete(s, q, move.survivor)
+            survivor = (move.survivor if move is not None and retained
+                        else self._survivor(q, r, (s,)))
             if survivor is None:  # nothing left to copy from: ``_lost_partition`` said so
                 survivor = self.layout.next_copy(q, r)
             site = self.layout.site_of(q, survivor)
             self._survivor_of[(s, q, r)] = site
             actions.append(CatchUp(stage=s, q=q, r=r, survivor=site,
-                                   epoch=m.epoch if m is not None else self.epoch,
+                                   epoch=move.epoch if move is not None else self.epoch,
                                    retained=retained))
         return actions
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from sparkflux.dataflow.ports import sort_rows
@@ -444,13 +445,14 @@ class ConsumerSet:
         return out
 
 
-def _ack_mask(ack_to: np.ndarray, replicas: int) -> np.ndarray:
+def _ack_mask(ack_to: np.ndarray, replicas: int) -> npt.NDArray[np.bool_]:
     """``ack_to`` as a mask ``[Qn, P, R]``; a ``[Qn, P]`` array of one target each (-1: none)
     is accepted too."""
     ack_to = np.asarray(ack_to)
     if ack_to.ndim == 3:
         return ack_to.astype(bool).copy()
-    return ack_to[:, :, None] == np.arange(replicas)[None, None, :]
+    mask: npt.NDArray[np.bool_] = ack_to[:, :, None] == np.arange(replicas)[None, None, :]
+    return mask
 
 
 def _partitions(parts: Sequence[int], at_most: int = 8) -> str:

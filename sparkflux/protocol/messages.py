@@ -16,12 +16,15 @@ depends on that order (an acknowledgement sent before a ``reverse`` arrives befo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.model.schema import SRC  # noqa: F401 - re-exported: the producer partition
+from sparkflux.model.schema import SRC as SRC  # re-exported: the producer partition
+
+if TYPE_CHECKING:
+    from sparkflux.protocol.control_messages import ControlMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +217,8 @@ Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Install
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """Send ``message`` to site ``site`` (``DRIVER`` = -1 for the ingress/egress)."""
+    """Send ``message`` to site ``site`` (``DRIVER`` = -1 for the ingress/egress; a site's
+    ``folded`` goes to the controller this way too)."""
 
     site: int
-    message: Message
+    message: Message | ControlMessage

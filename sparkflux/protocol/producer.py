@@ -119,7 +119,8 @@ class ProducerBuffer:
             data = None
             if parts:
                 idx = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
-                data = rows.take(pa.array(idx))  # type: ignore[union-attr]
+                assert rows is not None  # per_site is filled from rows only
+                data = rows.take(pa.array(idx))
                 self.rows_sent += data.num_rows
             elif not advanced:
                 continue
@@ -326,7 +327,8 @@ class ProducerBuffer:
         """Remove producer index i's rows from the buffer."""
         if not any((bpi == i).any() for bpi, _, _ in self._streams):
             return
-        buffer, streams = deque(), deque()
+        buffer: deque[pa.RecordBatch] = deque()
+        streams: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
         for b in self.buffer:
             keep = self.index[b.column(SRC).to_numpy()] != i
             if keep.all():

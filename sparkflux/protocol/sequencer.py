@@ -136,8 +136,7 @@ class Sequencer:
             if not self.held_rows[i]:
                 continue
             batch = concat(self.held[i]) if len(self.held[i]) > 1 else self.held[i][0]
-            et = batch.column(spec.event_time).cast(pa.int64()).to_numpy(  # type: ignore[arg-type]
-                zero_copy_only=False)
+            et = batch.column(spec.event_time).cast(pa.int64()).to_numpy(zero_copy_only=False)
             go = (et < bound_et) | ((et == bound_et) & (i <= bound_stream))
             if not go.any():
                 self.held[i] = [batch]

@@ -13,6 +13,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -173,12 +174,12 @@ class SiteCore:
             if self.stopped or src in self.dead_sites:
                 continue
             msg = run[0]
-            if isinstance(msg, Data):
-                out += self.cons[msg.stage].on_data(msg, src, run[1:])  # type: ignore[arg-type]
-                fed.add(msg.stage)
-            elif isinstance(msg, Ack):
-                self.prods[msg.stage - 1].on_ack(merge_acks(run), src, evict=False)  # type: ignore[arg-type]
-                evict.add(msg.stage - 1)
+            if is_data_run(run):
+                out += self.cons[run[0].stage].on_data(run[0], src, run[1:])
+                fed.add(run[0].stage)
+            elif is_ack_run(run):
+                self.prods[run[0].stage - 1].on_ack(merge_acks(run), src, evict=False)
+                evict.add(run[0].stage - 1)
             else:
                 for i in evict:  # anything else sees the buffers as one at a time would
                     self.prods[i].evict()
@@ -413,6 +414,8 @@ class SiteCore:
         while queue:
             o = queue.popleft()
             if o.site == self.site:
+                # controller messages go to DRIVER only, never to a site
+                assert not isinstance(o.message, cm.CONTROL_TYPES)
                 queue.extend(self._handle(o.message, self.site))
             else:
                 remote.append(o)
@@ -498,7 +501,9 @@ def coalesce_acks(outs: list[Outgoing]) -> list[Outgoing]:
         if isinstance(m, Ack):
             i = open_at.get((o.site, m.stage))
             if i is not None:
-                merged.setdefault(i, [result[i].message]).append(m)  # type: ignore[list-item]
+                first = result[i].message
+                assert isinstance(first, Ack)  # open_at holds the places of acks only
+                merged.setdefault(i, [first]).append(m)
                 continue
             open_at[(o.site, m.stage)] = len(result)
         else:
@@ -518,6 +523,16 @@ def merge_acks(acks: list[Ack]) -> Ack:
     return Ack(acks[0].stage, p=np.concatenate([a.p for a in acks]),
                q=np.concatenate([a.q for a in acks]), c=np.concatenate([a.c for a in acks]),
                upto=np.concatenate([a.upto for a in acks]))
+
+
+def is_data_run(run: list[Message]) -> TypeGuard[list[Data]]:
+    """Whether ``run`` (one of ``link_runs``) is data frames: a run gathers one kind only."""
+    return isinstance(run[0], Data)
+
+
+def is_ack_run(run: list[Message]) -> TypeGuard[list[Ack]]:
+    """Whether ``run`` (one of ``link_runs``) is acknowledgements (one kind only, as above)."""
+    return isinstance(run[0], Ack)
 
 
 def link_runs(items: list[tuple[int, Message]]) -> list[tuple[int, list[Message]]]:

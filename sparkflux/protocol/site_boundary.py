@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -627,13 +628,15 @@ _ACTIONS = {
 }
 
 
-def from_link(peer: int, message: object, state_link: bool = False
+def from_link(peer: int, message: Any, state_link: bool = False
               ) -> FromDriver | tuple[int, Message]:
     """The site's edge: what a frame read from a connection is. From the driver (``peer``
     is ``DRIVER``) a control frame is a ``FromDriver`` event; every protocol message is
     ``(peer, message)`` for the scheduler's next pass (``Frames``). A peer that sends a
     control frame, or a StateMover connection (``state_link``) that carries anything but a
-    snapshot or ``installed``, breaks the protocol: ``ProtocolError``."""
+    snapshot or ``installed``, breaks the protocol: ``ProtocolError``. ``message`` is a
+    decoded frame (``Any``, as the wire's payloads are); any other kind reaches the core,
+    which rejects it."""
     if isinstance(message, cm.CONTROL_TYPES):
         if peer != DRIVER:
             raise ProtocolError(f"site {peer} sent a control message "
@@ -641,4 +644,4 @@ def from_link(peer: int, message: object, state_link: bool = False
         return FromDriver(message=message)
     if state_link and channel_of(message) is not Channel.STATE:
         raise ProtocolError(f"site {peer}'s StateMover sent a {type(message).__name__}")
-    return peer, message  # type: ignore[return-value]
+    return peer, message
