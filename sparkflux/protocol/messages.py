@@ -16,15 +16,13 @@ depends on that order (an acknowledgement sent before a ``reverse`` arrives befo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.schema import SRC as SRC  # re-exported: the producer partition
-
-if TYPE_CHECKING:
-    from sparkflux.protocol.control_messages import ControlMessage
+from sparkflux.protocol.control_messages import ControlMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +211,8 @@ class Keepalive:
 
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
            | Rejoin | CuDone)
+# Whatever a connection carries: a protocol message, a controller's message or a keepalive.
+Frame = Message | ControlMessage | Keepalive
 
 
 @dataclass(frozen=True, slots=True)

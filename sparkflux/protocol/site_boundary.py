@@ -58,7 +58,7 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, channel_of
-from sparkflux.protocol.messages import CuDone, Keepalive, Message, Outgoing
+from sparkflux.protocol.messages import CuDone, Frame, Keepalive, Message, Outgoing
 from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import Received, SiteCore
 
@@ -248,7 +248,7 @@ class Send:
     ``protocol/channels.py`` says which, and whether it keeps its place behind data)."""
 
     dest: int
-    message: object
+    message: Frame
     channel: Channel
 
 

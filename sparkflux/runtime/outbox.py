@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sparkflux.protocol.channels import ordered_with_data
-from sparkflux.protocol.messages import Data, Message
+from sparkflux.protocol.messages import Data, Frame
 from sparkflux.protocol.skew import SkewBuffer
 from sparkflux.runtime.transport import Connection, ConnectionLost
 
 
-def rows_of(msg: Message) -> int:
+def rows_of(msg: Frame) -> int:
     return msg.batch.num_rows if isinstance(msg, Data) and msg.batch is not None else 0
 
 
@@ -33,10 +33,10 @@ class Outbox:
     def __init__(self, conn_of: Callable[[int], Connection | None], capacity_rows: int,
                  high_water: int = 1 << 15) -> None:
         self.conn_of = conn_of
-        self.skew: SkewBuffer[Message] = SkewBuffer(capacity_rows, [])
+        self.skew: SkewBuffer[Frame] = SkewBuffer(capacity_rows, [])
         self.high_water = high_water
 
-    def send(self, dest: int, msg: Message) -> None:
+    def send(self, dest: int, msg: Frame) -> None:
         conn = self.conn_of(dest)
         if conn is None:
             return

@@ -44,11 +44,14 @@ class Actions:
         for a in actions:
             match a:
                 case Send(dest=dest, message=msg, channel=Channel.CONTROL):
-                    self._report(msg)  # type: ignore[arg-type]
+                    # a site's reports to the controller: controller messages only
+                    assert isinstance(msg, cm.CONTROL_TYPES)
+                    self._report(msg)
                 case Send(dest=dest, message=msg, channel=Channel.STATE):
-                    self._state_out(dest, msg)  # type: ignore[arg-type]
+                    assert isinstance(msg, (State, Installed))  # the STATE channel's two
+                    self._state_out(dest, msg)
                 case Send(dest=dest, message=msg):
-                    host.outbox.send(dest, msg)  # type: ignore[arg-type]
+                    host.outbox.send(dest, msg)
                 case Dial():
                     host.door.dial(a)
                 case Close(site=s):
