@@ -48,6 +48,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.json as pj
@@ -72,7 +73,7 @@ class FilePosition:
     row: int = 0
 
 
-Item = pa.RecordBatch | list[dict | Malformed] | None
+Item: TypeAlias = pa.RecordBatch | list[dict[str, Any] | Malformed] | None  # explicit: pa is Any
 
 
 class FileStreamSource(SiteReadable, Source):

@@ -134,7 +134,7 @@ class GroupAggregate(TableState, Operator):
     def _spec(self) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
         # n: rows so far; per numeric aggregate its running value (a sum for avg, the best
         # value for argmax/argmin). The carried values live in the table's payload.
-        spec = {"n": (np.dtype(np.int64), ())}
+        spec: dict[str, tuple[np.dtype, tuple[int, ...]]] = {"n": (np.dtype(np.int64), ())}
         for name, (func, *_) in self.aggs.items():
             if func in _NUMERIC:
                 spec[f"v:{name}"] = (self._dtypes.get(name, np.dtype(np.float64)), ())
@@ -218,9 +218,9 @@ class GroupAggregate(TableState, Operator):
                 results.append(pa.array(acc[sn_order]))
                 continue
             # argmax / argmin: a row takes the lead when it beats the best before it.
-            ufunc, fill = (np.fmax, low) if func == "argmax" else (np.fmin, high)
+            best, fill = (np.fmax, low) if func == "argmax" else (np.fmin, high)
             init = table.get(f"v:{name}", found, fill)
-            acc = running(ufunc, init, v, starts, sizes)
+            acc = running(best, init, v, starts, sizes)
             before = np.r_[init[0], acc[:-1]]
             before[starts] = init
             leads = (v > before) if func == "argmax" else (v < before)

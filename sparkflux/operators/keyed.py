@@ -20,7 +20,7 @@ from ``(part, code, sub)``, so the state does not depend on the machine that wro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -258,7 +258,7 @@ class KeyTable:
 
     def __init__(
         self,
-        columns: dict[str, tuple[np.dtype | type, tuple[int, ...]]],
+        columns: Mapping[str, tuple[np.dtype | type, tuple[int, ...]]],
         key_schema: pa.Schema | None = None,
         verify: bool = False,
         payload_schema: pa.Schema | None = None,

@@ -8,7 +8,7 @@ the ingress before the first exchange.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +19,9 @@ from sparkflux.model.schema import SYSTEM_COLUMNS, user_fields
 from sparkflux.operators.base import Operator, PlanError, require_columns
 from sparkflux.operators.keyed import assemble, check_output_names, output_schema
 
-Predicate = pc.Expression | Callable[[pa.RecordBatch], Any]
-MapResult = Mapping[str, Any] | pa.RecordBatch | pa.Table
+# (explicit aliases: pyarrow has no type stubs, so its classes are Any to the type checker)
+Predicate: TypeAlias = pc.Expression | Callable[[pa.RecordBatch], Any]
+MapResult: TypeAlias = Mapping[str, Any] | pa.RecordBatch | pa.Table
 
 
 class Filter(Operator):
