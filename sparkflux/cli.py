@@ -154,6 +154,7 @@ def cmd_run(argv: list[str]) -> int:
     if args.plot:
         from sparkflux.runtime.plot import plot_timeline
 
+        assert result.timeline is not None  # a run's result has its egress timeline
         plot_timeline(args.plot, result.timeline, result.ingress_timeline, result.events,
                       f"{Path(args.example).stem}: --ha {args.ha}, {args.sites} sites, "
                       f"{args.partitions} partitions")

@@ -71,6 +71,7 @@ def demo(argv: list[str]) -> int:
     )
     console.print("computing the same query with Spark SQL (the reference) ...")
     digest, rows, seconds = reference_digest(module, args, spark=spark)
+    assert digest is not None  # the demo's query has an SN-ordered reference
     same = digest == m["output_digest"] and rows == m["output_tuples"]
     console.print(f"reference: {rows:,} results in {seconds:.1f}s")
     console.print(f"  sparkflux digest {m['output_digest'][:16]}...")
@@ -84,8 +85,8 @@ def demo(argv: list[str]) -> int:
 
 def _failover(module, args, a, spark, digest: str, rows: int) -> int:  # noqa: ANN001
     """Part two: Flux-HA with a real crash, checked against the same reference."""
+    from argparse import Namespace
     from dataclasses import replace  # noqa: F401
-    from types import SimpleNamespace
 
     from sparkflux.display import live_progress
     from sparkflux.runner import run_example
@@ -93,8 +94,8 @@ def _failover(module, args, a, spark, digest: str, rows: int) -> int:  # noqa: A
     from sparkflux.runtime.sinks import DeadLetters, NullSink
 
     kill_at = round(a.events / a.rate / 2, 1)
-    fargs = SimpleNamespace(**{**vars(args), "ha": "flux", "rate": float(a.rate),
-                               "kill": [f"1@{kill_at}"]})
+    fargs = Namespace(**{**vars(args), "ha": "flux", "rate": float(a.rate),
+                         "kill": [f"1@{kill_at}"]})
     console.print(f"\n[bold]Flux-HA[/]: {a.events:,} events at {a.rate:,}/s, site 1 killed "
                   f"at {kill_at}s ...")
     res = run_example(module, fargs, sink=NullSink(), dead=DeadLetters(), spark=spark,
@@ -108,6 +109,7 @@ def _failover(module, args, a, spark, digest: str, rows: int) -> int:  # noqa: A
             f"was {f['max_output_gap_s'] * 1000:.0f} ms; p99 latency around it "
             f"{f['latency_p99_s'] * 1000:.0f} ms; input dropped: {m['ingress_dropped']:,}")
     Path(a.plot).parent.mkdir(parents=True, exist_ok=True)
+    assert res.timeline is not None  # a run's result has its egress timeline
     plot_timeline(a.plot, res.timeline, res.ingress_timeline, res.events,
                   f"sparkflux demo: --ha flux, site 1 killed at {kill_at}s")
     console.print(f"timeline drawn to {a.plot}")

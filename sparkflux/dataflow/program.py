@@ -32,6 +32,7 @@ from sparkflux.model.keys import partition_of
 from sparkflux.model.progress import Frontier
 from sparkflux.model.schema import PART, SN, SRC
 from sparkflux.operators.base import Operator
+from sparkflux.operators.stream_join import StreamJoin
 from sparkflux.operators.union import pad_to
 
 
@@ -128,12 +129,13 @@ class StageProgram:
             if not parts:
                 return None, frontier
             assert step.schema is not None
-            padded = [pad_to(b, step.schema) for b in parts]  # type: ignore[arg-type]
+            padded = [pad_to(b, step.schema) for b in parts]
             return sort_by_sn(concat(padded, step.schema)), frontier
         assert op is not None
         if step.kind == "join":
             left, right = inputs[step.inputs[0]], inputs[step.inputs[1]]
-            batch = op.process_sides(left, right)  # type: ignore[attr-defined]
+            assert isinstance(op, StreamJoin)  # the compiler gives a join step its StreamJoin
+            batch = op.process_sides(left, right)
             extra, front = op.advance(frontier)
         else:
             parent, front_in = out[step.inputs[0]], fronts[step.inputs[0]]

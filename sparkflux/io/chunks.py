@@ -348,6 +348,7 @@ class ChunkSource(Source):
             whole = not regular(pf, self.valid)
             for start, n in spans(pf.metadata, skip, self.chunk_rows):
                 at = start
+                pieces: list[tuple[int, int, tuple[Chunk, list[Malformed]] | None]]
                 try:
                     pieces = [(start, n, self._chunk(where, size, start, n, whole))]
                 except (OSError, pa.ArrowException):

@@ -51,7 +51,9 @@ def read_on_sites(plan: PhysicalPlan) -> PhysicalPlan:
         raise PlanError("read_on='sites': the steps before the first exchange must be "
                         "operators applied to the source (filters, maps)")
     valid = plan.source_schemas[0]
-    chunks = ChunkSource(source, source.chunk_rows, stream.name,  # type: ignore[attr-defined]
+    # A SiteReadable source lands files (``LandingFiles``: FileStreamSource, DataFrameSource);
+    # the plan types its sources as plain ``Source`` (no chunk_rows, not LandingFiles).
+    chunks = ChunkSource(source, source.chunk_rows, stream.name,  # type: ignore[arg-type, attr-defined]
                          valid, stream.lateness)
     port = Port(0, CHUNK_SCHEMA, None, HEAD, 0, f"{stream.name} (chunks)")
     head = port_schema(port)

@@ -107,6 +107,7 @@ class Dedup(TableState, Operator):
             passes[starts[~present]] = True
             ts = np.zeros(n, dtype=np.int64)
         else:
+            assert self.time is not None  # given with within (``__init__`` checks)
             ts = int64_column("Dedup", batch, self.time)[order]
             passes = self._chains(ts, starts, end, found, present)
 

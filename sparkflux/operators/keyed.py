@@ -297,7 +297,7 @@ class KeyTable:
         if wrong.any():
             raise KeyCollision("two mini-partition/key pairs share a state slot; please report it")
         if self.verify and keys is not None and hit.any():
-            assert self.keys is not None
+            assert self.keys is not None and self.key_schema is not None  # verify needs both
             mine = self.keys.take(pa.array(pos[hit]))
             theirs = keys.filter(pa.array(hit))
             bad = ~rows_equal(mine, theirs)

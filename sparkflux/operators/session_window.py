@@ -60,8 +60,9 @@ class _Sessions:
     partial aggregates in the value dtype), ``keys`` the key values (the output's)."""
 
     def __init__(self, keys: pa.Schema, dtype: np.dtype) -> None:
-        self.dtypes = {**{n: np.dtype(np.int64) for n in _INTS}, "part": np.dtype(np.int32),
-                       "sum": dtype, "min": dtype, "max": dtype, "t0": np.dtype(np.float64)}
+        self.dtypes: dict[str, np.dtype] = {
+            **{n: np.dtype(np.int64) for n in _INTS}, "part": np.dtype(np.int32),
+            "sum": dtype, "min": dtype, "max": dtype, "t0": np.dtype(np.float64)}
         self.kslot = np.zeros(0, dtype=np.int64)
         self.a = {n: np.zeros(0, dtype=t) for n, t in self.dtypes.items()}
         self.keys = keys.empty_table()

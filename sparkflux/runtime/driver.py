@@ -87,6 +87,7 @@ class Host:
         self.replicas = cfg.replicas  # 1 with --ha none
         # The sans-I/O core of the driver side: everything the host does is carry out its
         # actions (``Actions.carry_out``) and feed it events.
+        assert self.replicas is not None  # RunConfig sets it on construction
         self.core = boundary_for(plan, self.replicas, ControlOptions(
             heartbeat_timeout=cfg.heartbeat_timeout, recovery=cfg.recovery,
             balance=cfg.balance,

@@ -191,6 +191,7 @@ class Faults:
             log.error("%s: site %d has no live process on this machine now", what, site)
             return
         peers = [m.port for s, m in host.controller.view.members.items() if s != site]
+        assert host.port is not None  # the driver listens before any fault is due
         cut = netcut.Netcut(member.pid, driver_ports=[host.port], cut_driver=driver,
                             peer_ports=peers)
         record = {"site": site, "at_s": after, "seconds": duration, "driver": driver,

@@ -371,10 +371,10 @@ def iptables_binary() -> str:
                 reasons.append(reason)
             else:
                 _choice = (None, "; ".join(reasons))
-        binary, reason = _choice
-    if binary is None:
+        chosen, reason = _choice
+    if chosen is None:
         raise NetcutError(f"no usable iptables: {reason}")
-    return binary
+    return chosen
 
 
 def unavailable_reason() -> str | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from sparkflux.control.controller import MoveRecord
+    from sparkflux.control.moves import MoveRecord
     from sparkflux.runtime.driver import Host
 
 def result_metrics(host: Host) -> dict[str, Any]:

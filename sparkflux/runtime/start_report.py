@@ -27,6 +27,7 @@ import sysconfig
 import traceback
 from collections.abc import Callable
 from types import TracebackType
+from typing import Literal
 
 import sparkflux
 from sparkflux.dataflow.placement import DRIVER
@@ -122,7 +123,7 @@ class StartGuard:
         return self
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         if (exc is not None and not self.is_registered and isinstance(exc, Exception)
                 and not isinstance(exc, ConnectionLost)):
             self.reported = self.report(exc, *self.target, self.site, self.attempt)

@@ -379,6 +379,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
         carry_out(core.handle(Registered(address=SiteAddress(
             site=s, attempt=0, host=domain_of(failures.hosts, s) or "sim", port=s, pid=s,
             executor=domain_of(failures.executors, s)), now=0.0)))
+    assert setup is not None  # what the start sent, gathered until here
     for src, j, expect in [d for d in setup if isinstance(d, tuple)]:
         site_do(j, sites[j].handle(PeerLinked(site=src, process=process[src], dialed=False)))
         site_do(src, sites[src].handle(PeerLinked(site=j, process=expect, dialed=True)))
@@ -447,9 +448,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                         continue
                     silent = {}
                     for j in sorted(sites[s].linked):
-                        at = blocked_since(j, s)
-                        silent[j] = 0.0 if at is None and j not in hung \
-                            else float(step - (at if at is not None else hung[j][0]))
+                        since = blocked_since(j, s)
+                        silent[j] = 0.0 if since is None and j not in hung \
+                            else float(step - (since if since is not None else hung[j][0]))
                     site_do(s, sites[s].handle(LinkCheck(silent=silent)))
             if (clock and step % clock.tick_every == 0) or (balance and step % 50 == 0):
                 carry_out(core.handle(Tick(now=float(step))))
@@ -460,14 +461,14 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                                    executor=domain_of(failures.standby_executors,
                                                       n_standby - 1))
                 carry_out(core.handle(Registered(address=addr, now=float(step))))
-            for d in [d for d in dials if d[0] <= step and d[1] not in hung]:
-                dials.remove(d)  # (a hung dialler's handshake waits for it to wake)
-                _, src_, proc_, j_, expect_ = d
+            for dial in [d for d in dials if d[0] <= step and d[1] not in hung]:
+                dials.remove(dial)  # (a hung dialler's handshake waits for it to wake)
+                _, src_, proc_, j_, expect_ = dial
                 if src_ not in crashed_now and process[src_] == proc_:
                     net.send(src_, j_, ("hello", src_, proc_, expect_))
-            for d in [d for d in pending_detect if d[0] <= step]:
-                pending_detect.remove(d)
-                carry_out(core.handle(ConnectionClosed(site=d[1], attempt=d[2], reason="crash",
+            for det in [d for d in pending_detect if d[0] <= step]:
+                pending_detect.remove(det)
+                carry_out(core.handle(ConnectionClosed(site=det[1], attempt=det[2], reason="crash",
                                                        now=float(step))))
             # Admit the next input batch when the window allows, with some probability.
             can_admit = (next_batch < len(batches)
@@ -513,9 +514,9 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                     site_do(dialer, sites[dialer].handle(PeerLinked(site=dst, process=expect,
                                                                     dialed=True)))
                 continue
-            item = from_link(src, msg)
-            if isinstance(item, FromDriver):
-                site_do(dst, sites[dst].handle(item))
+            frame = from_link(src, msg)
+            if isinstance(frame, FromDriver):
+                site_do(dst, sites[dst].handle(frame))
                 continue
             # Like the runtime's scheduler, a site often takes several queued messages in
             # one pass (``Frames``): gather a random number of them.

@@ -109,6 +109,7 @@ def _classify(words: list[str] | None) -> Column:
     for m, word in enumerate(words):
         hit = F.instr(F.col("payload"), word) > 0
         expr = F.when(hit, F.lit(10 + m)) if expr is None else expr.when(hit, F.lit(10 + m))
+    assert expr is not None  # words is not empty
     return expr.otherwise(fallback).cast("int")
 
 
