@@ -38,6 +38,8 @@ case "${1:-test}" in
     if (($#)); then exec .venv/bin/python -m pytest -q "$@"; fi
     # Lint first (seconds): the rules in pyproject.toml, every noqa matching a selected rule.
     .venv/bin/ruff check sparkflux tests bench examples scripts
+    # Types (seconds): mypy, strict on model/, protocol/ and control/ (pyproject.toml).
+    .venv/bin/mypy sparkflux
     # Two phases: the simulator and unit tests on two workers, then the Spark tests alone,
     # with the whole machine (their sites, standbys and catch-ups must not starve).
     .venv/bin/python -m pytest -q -n 2 -m "not spark"
