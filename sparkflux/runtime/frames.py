@@ -62,8 +62,8 @@ def encode(msg: Any) -> list[Any]:
         arrays = [np.ascontiguousarray(a, dtype=t).tobytes() for a, t in
                   zip((st.p, st.r, st.q, st.sn, st.wm), _STREAM_TYPES, strict=True)]
         pieces: list[Any] = [DATA_HEADER.pack(msg.stage, len(st), rows), *arrays]
-        if rows:
-            pieces.append(memoryview(msg.batch.serialize()))  # type: ignore[union-attr]
+        if msg.batch is not None and rows:  # (rows is 0 without a batch)
+            pieces.append(memoryview(msg.batch.serialize()))
         return _frame(DATA, pieces)
     if isinstance(msg, Ack):
         arrays = [np.ascontiguousarray(a, dtype=t).tobytes() for a, t in

@@ -200,4 +200,5 @@ def merge(parts: list[Any]) -> Any:
 
 def total(plan: PhysicalPlan) -> int | None:
     totals = [s.total() for s in plan.sources]
-    return None if any(t is None for t in totals) else int(sum(totals))  # type: ignore[arg-type]
+    known = [t for t in totals if t is not None]
+    return None if len(known) < len(totals) else int(sum(known))

@@ -594,13 +594,14 @@ def _isns(plan: PhysicalPlan, item: Any) -> int:
 
 
 def check(plan_factory: Callable[[], PhysicalPlan], batches: list[pa.RecordBatch], seed: int,
-          failures: FailurePlan, expected: pa.Table | None = None, **kw: object) -> SimResult:
-    """Run a seed and enforce the contract against the failure-free output."""
+          failures: FailurePlan, expected: pa.Table | None = None, **kw: Any) -> SimResult:
+    """Run a seed and enforce the contract against the failure-free output (``kw``:
+    ``simulate``'s options, passed through)."""
     expected_all = None
     if expected is None:
-        base = simulate(plan_factory(), batches, seed, FailurePlan(), **kw)  # type: ignore[arg-type]
+        base = simulate(plan_factory(), batches, seed, FailurePlan(), **kw)
         expected, expected_all = base.output, base.outputs
-    res = simulate(plan_factory(), batches, seed, failures, **kw)  # type: ignore[arg-type]
+    res = simulate(plan_factory(), batches, seed, failures, **kw)
     plan = plan_factory()
     total = sum(_isns(plan, b) for b in batches)
     if res.admitted != total:
