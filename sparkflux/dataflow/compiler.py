@@ -33,6 +33,7 @@ from sparkflux.dataflow.ports import Port, port_schema
 from sparkflux.dataflow.program import StageProgram, Step
 from sparkflux.model.schema import PART, check_user_name, with_system
 from sparkflux.operators.base import PlanError, require_columns
+from sparkflux.operators.stream_join import StreamJoin
 
 
 def stage_schema(fields: list[pa.Field] | pa.Schema) -> pa.Schema:
@@ -112,15 +113,15 @@ def compile_plan(df: Dataflow, partitions: int, sites: int) -> PhysicalPlan:
         SinkSpec(n.name, n.sink, schema[n.name],
                  next(e.ports[stages] for e in edges if e.dst is n))
         for n in sink_nodes)
-    streams = tuple(StreamSpec(n.name, n.source.event_time,  # type: ignore[union-attr]
+    streams = tuple(StreamSpec(n.name, _source(n).event_time,
                                n.lateness if n.lateness is not None
-                               else n.source.lateness)  # type: ignore[union-attr]
+                               else _source(n).lateness)
                     for n in sources)
     plan = PhysicalPlan(
         name=df.name,
-        sources=tuple(n.source for n in sources),  # type: ignore[misc]
+        sources=tuple(_source(n) for n in sources),
         streams=streams,
-        source_schemas=tuple(valid_record(n.source) for n in sources),  # type: ignore[arg-type]
+        source_schemas=tuple(valid_record(_source(n)) for n in sources),
         ingress=ingress,
         stages=tuple(plans),
         sinks=sink_specs,
@@ -189,12 +190,24 @@ def _check_union(nodes: list[Node]) -> None:
                     f"union {n.name!r}: only sources can be unioned (got {parent.kind} "
                     f"{parent.name!r}); sparkflux merges streams at the ingress, so put "
                     f"union() right after the sources")
-        untimed = [p.name for p in n.parents if p.source.event_time is None]  # type: ignore[union-attr]
+        untimed = [p.name for p in n.parents if _source(p).event_time is None]
         if len(n.parents) > 1 and untimed:
             raise PlanError(
                 f"union {n.name!r}: source {untimed[0]!r} has no event_time; sources are "
                 f"merged in event-time order (the same order in every run), so give each an "
                 f"event_time column")
+
+
+def _source(n: Node) -> Source:
+    """The source of a source node (``Dataflow.source`` gives every one its own)."""
+    assert n.source is not None
+    return n.source
+
+
+def _join(n: Node) -> StreamJoin:
+    """The operator of a join node (``Stream.join`` gives every one a ``StreamJoin``)."""
+    assert isinstance(n.operator, StreamJoin)
+    return n.operator
 
 
 def _schemas(nodes: list[Node], depth: dict[str, int]) -> dict[str, pa.Schema]:
@@ -207,7 +220,7 @@ def _schemas(nodes: list[Node], depth: dict[str, int]) -> dict[str, pa.Schema]:
             out[n.name] = _source_schema(n.source)
         elif n.kind == "union":
             out[n.name] = stage_schema(list(padded_union_schema(
-                [p.source.schema for p in n.parents])))  # type: ignore[union-attr]
+                [_source(p).schema for p in n.parents])))
         elif n.kind == "exchange":
             require_columns(f"exchange {n.name!r}", out[n.parents[0].name], list(n.by))
             out[n.name] = out[n.parents[0].name]
@@ -215,9 +228,8 @@ def _schemas(nodes: list[Node], depth: dict[str, int]) -> dict[str, pa.Schema]:
             assert n.operator is not None
             out[n.name] = n.operator.bind(out[n.parents[0].name])
         elif n.kind == "join":
-            op = n.operator
             left, right = (out[p.name] for p in n.parents)
-            out[n.name] = op.bind_sides(left, right)  # type: ignore[union-attr]
+            out[n.name] = _join(n).bind_sides(left, right)
         elif n.kind == "sink":
             out[n.name] = out[n.parents[0].name]
         else:  # pragma: no cover - Node kinds are closed
@@ -236,8 +248,8 @@ def _edges(nodes: list[Node], depth: dict[str, int], stages: int) -> list[_Edge]
             if n.kind == "exchange":
                 key: tuple[str, ...] | None = tuple(n.by)
             elif n.kind == "join":
-                op = n.operator
-                key = tuple(op.left_on if side == 0 else op.right_on)  # type: ignore[union-attr]
+                op = _join(n)
+                key = tuple(op.left_on if side == 0 else op.right_on)
             else:
                 key = None
             last = stages if n.kind == "sink" else depth[n.name] - 1
