@@ -165,6 +165,7 @@ class Stream:
         if left_on is None or right_on is None:
             raise PlanError("join() needs on=[...] or both left_on=[...] and right_on=[...]")
         times = (time, time) if isinstance(time, str) else tuple(time)
+        # tuple(): a user's list of two names is taken too, which the checker sees as any length
         op = StreamJoin(list(left_on), list(right_on), times, window, suffix)  # type: ignore[arg-type]
         return self.dataflow._add(Node(self.dataflow._name(name, "join"), "join",
                                        (self.node, other.node), operator=op))

@@ -460,6 +460,8 @@ class TableState:
     Put it before ``Operator`` in the bases."""
 
     def _state(self) -> Any:
+        # a mixin: every operator it is mixed into keeps its table in ``_table`` (KeyTable,
+        # or its own kind of table with the same export/load/drop/info)
         return self._table  # type: ignore[attr-defined]
 
     def get_partition_state(self, part: int) -> Any:
