@@ -78,7 +78,7 @@ def child_minor(snm: np.ndarray, k: npt.ArrayLike) -> npt.NDArray[np.int64]:
     return snm.astype(np.int64) * MINOR_FANOUT + ks
 
 
-def rank_within_runs(sn: np.ndarray) -> np.ndarray:
+def rank_within_runs(sn: np.ndarray) -> npt.NDArray[np.int64]:
     """For an ordered array, the 0-based position of each element within its run of equal values.
 
     Used to number the outputs ``k`` that one input SN triggered.

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from sparkflux.model.batch import rank_within_runs
@@ -77,12 +78,13 @@ def compare_rows(engine: pa.Table, reference: pa.Table, columns: Sequence[str],
                       left_r.sort_by(order).slice(0, examples).to_pylist())
 
 
-def _keys(hashes: np.ndarray) -> np.ndarray:
+def _keys(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.bytes_]:
     """One sortable 16-byte key per row hash."""
     return np.ascontiguousarray(hashes.astype(">u8")).view("S16").ravel()
 
 
-def _surplus(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _surplus(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]
+             ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Indices of the rows of ``a`` and of ``b`` that the other side has fewer copies of."""
     keys = np.concatenate([_keys(a), _keys(b)])
     _, inverse = np.unique(keys, return_inverse=True)
@@ -92,7 +94,7 @@ def _surplus(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _beyond(ia, cb), _beyond(ib, ca)
 
 
-def _beyond(ids: np.ndarray, other_counts: np.ndarray) -> np.ndarray:
+def _beyond(ids: npt.NDArray[np.intp], other_counts: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
     """Rows whose occurrence number among equal rows is at least the other side's count."""
     order = np.argsort(ids, kind="stable")
     occurrence = np.empty(ids.size, dtype=np.int64)
@@ -122,5 +124,5 @@ def _pair_within_tolerance(a: pa.Table, b: pa.Table) -> bool:
     return True
 
 
-def _nulls(col: pa.Array) -> np.ndarray:
+def _nulls(col: pa.Array) -> npt.NDArray[np.bool_]:
     return np.asarray(col.is_null().to_numpy(zero_copy_only=False))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -77,19 +78,19 @@ def is_integral(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t))
 
 
-def canonical_ints(col: pa.Array) -> np.ndarray:
+def canonical_ints(col: pa.Array) -> npt.NDArray[np.int64]:
     """An integer, boolean or temporal column as int64 values, nulls as 0."""
     vals = pc.cast(col, pa.int64(), safe=False).fill_null(0).to_numpy(zero_copy_only=False)
     return np.ascontiguousarray(vals, dtype="<i8")
 
 
-def canonical_floats(col: pa.Array) -> np.ndarray:
+def canonical_floats(col: pa.Array) -> npt.NDArray[np.float64]:
     """A floating column as float64 values, nulls as 0.0 and -0.0 as 0.0."""
     vals = pc.cast(col, pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
     return np.ascontiguousarray(np.where(vals == 0.0, 0.0, vals), dtype="<f8")
 
 
-def _null_mask(col: pa.Array) -> np.ndarray:
+def _null_mask(col: pa.Array) -> npt.NDArray[np.bool_]:
     if not col.null_count:
         return np.zeros(len(col), dtype=bool)
     return np.asarray(col.is_null().to_numpy(zero_copy_only=False))

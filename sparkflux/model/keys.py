@@ -30,11 +30,11 @@ def _column_numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(col.to_pylist(), dtype=object)
 
 
-def key_codes(batch: pa.RecordBatch | pa.Table, columns: Sequence[str]) -> np.ndarray:
+def key_codes(batch: pa.RecordBatch | pa.Table, columns: Sequence[str]) -> npt.NDArray[np.uint64]:
     """A uint64 hash code per row of the given key columns (stable across processes)."""
     if not columns:
         raise ValueError("key_codes needs at least one column")
-    acc: np.ndarray | None = None
+    acc: npt.NDArray[np.uint64] | None = None
     for name in columns:
         h = pd.util.hash_array(_column_numpy(batch.column(name)), categorize=False)
         acc = h if acc is None else (acc * _MIX) ^ h
@@ -44,12 +44,13 @@ def key_codes(batch: pa.RecordBatch | pa.Table, columns: Sequence[str]) -> np.nd
 
 def partition_of(
     batch: pa.RecordBatch | pa.Table, columns: Sequence[str], partitions: int
-) -> np.ndarray:
+) -> npt.NDArray[np.int32]:
     """The mini-partition (0..partitions-1) of every row: hash of the key columns mod P."""
     return (key_codes(batch, columns) % np.uint64(partitions)).astype(np.int32)
 
 
-def exact_codes(batch: pa.RecordBatch | pa.Table, columns: Sequence[str]) -> np.ndarray | None:
+def exact_codes(batch: pa.RecordBatch | pa.Table, columns: Sequence[str]
+                ) -> npt.NDArray[np.int64] | None:
     """An injective int64 code per row when the key columns' integer types fit in 64 bits.
 
     The choice depends only on the column types (e.g. one int64, or two int32), never on the

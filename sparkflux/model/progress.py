@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 NO_PROGRESS = -1
 END_OF_STREAM = (1 << 62)
@@ -49,8 +50,8 @@ class Frontier:
     must read each partition's own entry (``at``), never a minimum over all of them.
     """
 
-    sn: np.ndarray
-    wm: np.ndarray
+    sn: npt.NDArray[np.int64]
+    wm: npt.NDArray[np.int64]
 
     @classmethod
     def every(cls, progress: Progress, partitions: int) -> Frontier:
@@ -58,7 +59,7 @@ class Frontier:
         return cls(np.full(partitions, progress.sn, dtype=np.int64),
                    np.full(partitions, progress.wm, dtype=np.int64))
 
-    def at(self, parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def at(self, parts: np.ndarray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The ``(sn, wm)`` of each of ``parts`` (an array of partition numbers)."""
         return self.sn[parts], self.wm[parts]
 
@@ -74,7 +75,7 @@ _NEVER = np.iinfo(np.int64).max  # no held row in a partition: nothing holds its
 
 
 def release_closed(claim: np.ndarray, part: np.ndarray, sn: np.ndarray, closed: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
+                   ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
     """The release rule of an operator that holds rows until their window, group or session
     closes: which held rows go out now, and the output claim per partition.
 

@@ -75,7 +75,7 @@ def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x ^ (x >> np.uint64(31))
 
 
-def _constants(name: str) -> np.ndarray:
+def _constants(name: str) -> npt.NDArray[np.uint64]:
     """Per column: a seed, a null mark and one odd multiplier per lane, from its name."""
     raw = hashlib.sha256(f"sparkflux rows digest column {name}".encode()).digest()
     words = np.frombuffer(raw, dtype="<u8").copy()
@@ -83,7 +83,7 @@ def _constants(name: str) -> np.ndarray:
     return words
 
 
-def round_floats(values: np.ndarray) -> np.ndarray:
+def round_floats(values: npt.NDArray[np.float64]) -> npt.NDArray[np.uint64]:
     """float64 ``values`` (-0.0 already 0.0) as the uint64 bits of their rounded values."""
     bits = np.where(np.isnan(values), _NAN, values.view(np.uint64))
     return (bits + _HALF) & _KEEP
@@ -104,7 +104,7 @@ def _is_binary(t: pa.DataType) -> bool:
     return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t))
 
 
-def canonical_words(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def canonical_words(col: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint64]:
     """The 64-bit canonical word of every value of ``col`` (nulls as 0)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -119,7 +119,7 @@ def canonical_words(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def row_hashes(batch: pa.RecordBatch | pa.Table, columns: Sequence[str] | None = None
-               ) -> np.ndarray:
+               ) -> npt.NDArray[np.uint64]:
     """A ``(rows, LANES)`` uint64 hash of every row over ``columns`` (default: the user
     columns); the same row gives the same hash whatever its position or batch."""
     names = user_columns(batch.schema.names) if columns is None else list(columns)

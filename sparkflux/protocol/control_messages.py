@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 
-def _empty() -> np.ndarray:
+def _empty() -> npt.NDArray[np.int64]:
     return np.zeros(0, dtype=np.int64)
 
 
@@ -83,12 +84,12 @@ class Heartbeat:
     buffered: int
     capacity_s: float
     at: float
-    counts: np.ndarray = field(default_factory=_empty)
+    counts: npt.NDArray[np.int64] = field(default_factory=_empty)
     refused: int = 0
-    in_sn: np.ndarray = field(default_factory=_empty)
-    in_part: np.ndarray = field(default_factory=_empty)
-    out_sn: np.ndarray = field(default_factory=_empty)
-    out_part: np.ndarray = field(default_factory=_empty)
+    in_sn: npt.NDArray[np.int64] = field(default_factory=_empty)
+    in_part: npt.NDArray[np.int64] = field(default_factory=_empty)
+    out_sn: npt.NDArray[np.int64] = field(default_factory=_empty)
+    out_part: npt.NDArray[np.int64] = field(default_factory=_empty)
     held: int = 0
     pending: int = 0
 
@@ -193,8 +194,8 @@ class Adopt:
     slot: int
     members: dict[int, Member]
     dead: tuple[int, ...]
-    epochs: np.ndarray
-    table: np.ndarray
+    epochs: npt.NDArray[np.int64]  # [Q, columns]
+    table: npt.NDArray[np.int32]  # [Q, columns]: the site of every copy
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

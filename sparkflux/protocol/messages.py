@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from sparkflux.model.schema import SRC as SRC  # re-exported: the producer partition
@@ -29,11 +30,11 @@ from sparkflux.protocol.control_messages import ControlMessage
 class Streams:
     """Per-stream progress entries (parallel arrays)."""
 
-    p: np.ndarray  # int32 producer partition
-    r: np.ndarray  # int8 producer replica
-    q: np.ndarray  # int32 consumer partition
-    sn: np.ndarray  # int64 progress (all SNs <= sn sent)
-    wm: np.ndarray  # int64 watermark
+    p: npt.NDArray[np.int32]  # producer partition
+    r: npt.NDArray[np.int8]  # producer replica
+    q: npt.NDArray[np.int32]  # consumer partition
+    sn: npt.NDArray[np.int64]  # progress (all SNs <= sn sent)
+    wm: npt.NDArray[np.int64]  # watermark
 
     def __len__(self) -> int:
         return int(self.p.size)
@@ -49,10 +50,10 @@ class Data:
 @dataclass(frozen=True, slots=True)
 class Ack:
     stage: int
-    p: np.ndarray  # int32 producer partition (its replica is the one hosted at the receiver)
-    q: np.ndarray  # int32 consumer partition
-    c: np.ndarray  # int8 consumer replica that received
-    upto: np.ndarray  # int64 cumulative SN
+    p: npt.NDArray[np.int32]  # producer partition (its replica is the one hosted at the receiver)
+    q: npt.NDArray[np.int32]  # consumer partition
+    c: npt.NDArray[np.int8]  # consumer replica that received
+    upto: npt.NDArray[np.int64]  # cumulative SN
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +62,11 @@ class Reverse:
     from above ``floor[i]`` (what they have received)."""
 
     stage: int
-    p: np.ndarray  # int32
-    r: np.ndarray  # int8
-    q: np.ndarray  # int32
-    c: np.ndarray  # int8
-    floor: np.ndarray  # int64
+    p: npt.NDArray[np.int32]
+    r: npt.NDArray[np.int8]
+    q: npt.NDArray[np.int32]
+    c: npt.NDArray[np.int8]
+    floor: npt.NDArray[np.int64]
 
 
 # -- catch-up (SIGMOD §3.3, §5.3) -----------------------------------------------
@@ -114,8 +115,8 @@ class ConsumerSnapshot:
     replica's input streams resume from, and the rows received above the frontier that the
     paper buffers inside FH-Cons (at or below the progress: no producer sends them again)."""
 
-    progress_sn: np.ndarray  # int64 [P]: stream p -> q received up to this SN
-    progress_wm: np.ndarray  # int64 [P]: the watermark that came with it
+    progress_sn: npt.NDArray[np.int64]  # [P]: stream p -> q received up to this SN
+    progress_wm: npt.NDArray[np.int64]  # [P]: the watermark that came with it
     released_sn: int  # the frontier already handed to the operators
     released_wm: int
     pending: pa.RecordBatch | None  # received, not yet released (wire schema); None: none
@@ -182,13 +183,13 @@ class Rejoin:
     never sent to c nor held for it), then ``send`` / ``wait`` as given."""
 
     stage: int
-    p: np.ndarray  # int32
-    r: np.ndarray  # int8
-    q: np.ndarray  # int32
-    c: np.ndarray  # int8
-    floor: np.ndarray  # int64
-    send: np.ndarray  # bool
-    wait: np.ndarray  # bool
+    p: npt.NDArray[np.int32]
+    r: npt.NDArray[np.int8]
+    q: npt.NDArray[np.int32]
+    c: npt.NDArray[np.int8]
+    floor: npt.NDArray[np.int64]
+    send: npt.NDArray[np.bool_]
+    wait: npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
