@@ -11,8 +11,8 @@ import pytest
 
 from sparkflux.protocol import control_messages as cm
 
-PLAIN = ("int", "float", "str", "bool", "np.ndarray", "Member", "tuple[int, ...]",
-         "dict[int, Member]")
+PLAIN = ("int", "float", "str", "bool", "np.ndarray", "npt.NDArray[np.int64]",
+         "npt.NDArray[np.int32]", "Member", "tuple[int, ...]", "dict[int, Member]")
 
 
 def test_control_types_are_exactly_the_control_messages() -> None:
