@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -83,7 +85,8 @@ def demo(argv: list[str]) -> int:
     return _failover(module, args, a, spark, digest, rows)
 
 
-def _failover(module, args, a, spark, digest: str, rows: int) -> int:  # noqa: ANN001
+def _failover(module: ModuleType, args: argparse.Namespace, a: argparse.Namespace, spark: Any,
+              digest: str, rows: int) -> int:
     """Part two: Flux-HA with a real crash, checked against the same reference."""
     from argparse import Namespace
     from dataclasses import replace  # noqa: F401

@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -61,7 +61,7 @@ class Source(ABC):
     task_slots: int = 0
 
     @abstractmethod
-    def batches(self) -> Iterator[pa.RecordBatch | list[dict] | None]: ...
+    def batches(self) -> Iterator[pa.RecordBatch | list[dict[str, Any]] | None]: ...
 
     def total(self) -> int | None:
         """The number of records when bounded and known (for progress display)."""

@@ -217,7 +217,7 @@ def _schemas(nodes: list[Node], depth: dict[str, int]) -> dict[str, pa.Schema]:
     out: dict[str, pa.Schema] = {}
     for n in nodes:
         if n.kind == "source":
-            out[n.name] = _source_schema(n.source)
+            out[n.name] = _source_schema(_source(n))
         elif n.kind == "union":
             out[n.name] = stage_schema(list(padded_union_schema(
                 [_source(p).schema for p in n.parents])))
@@ -298,7 +298,7 @@ def _user(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in schema if not f.name.startswith("_")])
 
 
-def _source_schema(source) -> pa.Schema:  # noqa: ANN001
+def _source_schema(source: Source) -> pa.Schema:
     for f in source.schema:
         check_user_name(f.name)
     if source.event_time is not None:

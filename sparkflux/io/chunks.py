@@ -46,7 +46,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -237,7 +237,7 @@ class ReadChunks(Operator):
         # one batch or an error (never the first of several: a string column over 2 GiB)
         return out[0] if len(out) == 1 else pa.concat_batches(out)
 
-    def _read(self, c: dict) -> pa.RecordBatch:
+    def _read(self, c: dict[str, Any]) -> pa.RecordBatch:
         path, first, last = c["file"], c["row_start"], c["row_start"] + c["rows"] - 1
         try:
             size = os.stat(path).st_size

@@ -272,7 +272,7 @@ class FileStreamSource(SiteReadable, Source):
         # as on the fast path, an absent nullable field is a null, an absent required one is
         # missing (a dead letter)
         optional = [f.name for f in self.schema if f.nullable]
-        out: list[dict | Malformed] = []
+        out: list[dict[str, Any] | Malformed] = []
         record = -1
         with open(self.path / name, encoding="utf-8", errors="replace") as f:
             for lineno, line in enumerate(f, start=1):

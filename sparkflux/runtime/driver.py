@@ -98,7 +98,7 @@ class Host:
         self.rows_digests = [RowsDigest() for _ in plan.sinks]
         self.rows_digest = self.rows_digests[0]
         self.sink_rows = [0 for _ in plan.sinks]
-        self.dead_reasons: dict[str, list] = {}  # kind of reason -> [count, first reason]
+        self.dead_reasons: dict[str, list[Any]] = {}  # kind of reason -> [count, first reason]
         self.metrics = EgressMetrics()
         self.stats = LiveStats(total=total(plan))
         self.conns: dict[int, Connection] = {}  # slot -> its process's data connection

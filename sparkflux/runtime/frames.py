@@ -76,7 +76,8 @@ def encode(msg: Any) -> list[Any]:
     return _frame(MSG, encode_message(msg))
 
 
-def _arrays(body: memoryview, offset: int, n: int, types: tuple) -> tuple[list[np.ndarray], int]:
+def _arrays(body: memoryview, offset: int, n: int, types: tuple[type[np.generic], ...]
+            ) -> tuple[list[np.ndarray], int]:
     if n < 0 or offset + n * sum(np.dtype(t).itemsize for t in types) > body.nbytes:
         raise FrameError(f"{n} entries do not fit in a frame of {body.nbytes} bytes")
     out = []

@@ -21,7 +21,7 @@ from sparkflux.runtime.run_config import LiveStats
 WAIT = object()  # nothing to admit yet: the feed waits idly and asks again
 
 
-Item = tuple[int, "pa.RecordBatch | list[dict] | None"]  # (source, batch); None: it ended
+Item = tuple[int, "pa.RecordBatch | list[dict[str, Any]] | None"]  # (source, batch); None: it ended
 
 
 class SourceFeed:
@@ -38,7 +38,8 @@ class SourceFeed:
 
     def __init__(self, plan: PhysicalPlan) -> None:
         self._sources = plan.sources
-        self._iters: list[Iterator] = [s.batches() for s in plan.sources]
+        self._iters: list[Iterator[pa.RecordBatch | list[dict[str, Any]] | None]] = [
+            s.batches() for s in plan.sources]
         self._streams = plan.streams
         self._wm = [NO_WATERMARK] * len(self._iters)
         self._open = [True] * len(self._iters)
@@ -85,7 +86,7 @@ class SourceFeed:
         return i, item
 
 
-def _max_time(item: pa.RecordBatch | list[dict], spec: StreamSpec) -> int:
+def _max_time(item: pa.RecordBatch | list[dict[str, Any]], spec: StreamSpec) -> int:
     """The batch's largest event time less the lateness (NO_WATERMARK if none is valid)."""
     col = spec.event_time
     if col is None:
@@ -183,7 +184,7 @@ class PacedBuffer:
         return None if self.exhausted else WAIT
 
 
-def split(item: pa.RecordBatch | list[dict], n: int) -> tuple[Any, Any]:
+def split(item: pa.RecordBatch | list[dict[str, Any]], n: int) -> tuple[Any, Any]:
     if isinstance(item, list):
         return item[:n], item[n:]
     return item.slice(0, n), item.slice(n)
@@ -192,7 +193,7 @@ def split(item: pa.RecordBatch | list[dict], n: int) -> tuple[Any, Any]:
 def merge(parts: list[Any]) -> Any:
     if all(isinstance(p, pa.RecordBatch) for p in parts):
         return concat(parts, parts[0].schema) if len(parts) > 1 else parts[0]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for p in parts:
         out.extend(p if isinstance(p, list) else p.to_pylist())
     return out

@@ -155,7 +155,7 @@ class Site:
         self.state_in: dict[int, list[Connection]] = {}  # peers' StateMover connections here
         self.gate = Gate(cfg.security.secret, lambda: (cfg.site, cfg.attempt),
                          cfg.security.handshake_timeout, cfg.security.max_pending)
-        self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references
+        self._tasks: set[asyncio.Task[Any]] = set()  # asyncio keeps only weak references
         self.actions = Actions(self)  # the boundary's actions carried out
         self.door = Door(self)  # the peer links: accepted, admitted, dialled, offered
         self.watch = Watch(self)  # the heartbeat and the link check
@@ -170,7 +170,7 @@ class Site:
         """The site's protocol core, once a view or an adoption has given it one."""
         return self.boundary.core
 
-    def spawn(self, coro: Any) -> asyncio.Task:
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """``coro`` as a task of the site's, kept until it ends."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)

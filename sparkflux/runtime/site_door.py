@@ -43,7 +43,7 @@ class Door:
     def __init__(self, host: Site) -> None:
         self.host = host
         self.known = asyncio.Event()  # set whenever the boundary may know more members
-        self._dials: dict[int, asyncio.Task] = {}  # slot -> the dial in progress
+        self._dials: dict[int, asyncio.Task[None]] = {}  # slot -> the dial in progress
 
     async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A new connection: authenticated, admitted by the core (or refused and counted),

@@ -43,7 +43,7 @@ class StateMover:
         key = (msg.stage, msg.q) if isinstance(msg, State) else None  # a snapshot is timed
         self.spawn(self._move(site, pieces, key, addr, expect))
 
-    async def _move(self, site: int, pieces: list, key: tuple[int, int] | None,
+    async def _move(self, site: int, pieces: list[Any], key: tuple[int, int] | None,
                     addr: tuple[str, int], expect: tuple[int, int]) -> None:
         try:
             # one connection per destination (two tasks of one pass must not both dial)

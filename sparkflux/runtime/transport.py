@@ -83,7 +83,7 @@ class Connection:
         except FrameError as e:
             raise self._lost(f"sent a malformed frame ({e}): protocol error", e) from e
 
-    def _write(self, pieces: list) -> None:
+    def _write(self, pieces: list[Any]) -> None:
         if self.closed or self.writer.is_closing():
             raise ConnectionLost(f"connection to {self.peer} is closed")
         self.writer.writelines(pieces)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from sparkflux.control.boundary import (
     AdoptProcess,
+    BoundaryAction,
     Deliver,
     Input,
     InputEnd,
@@ -159,7 +160,8 @@ class SimResult:
     short_s: list[float] = field(default_factory=list)  # per move: ``MoveRecord.short_s``
 
 
-def simulate(plan: PhysicalPlan, batches: list, seed: int,
+def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
+             seed: int,
              failures: FailurePlan = FailurePlan(), replicas: int = 2,
              detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
              window: int = 4, recovery: str = "standby", balance: bool = False,
@@ -310,7 +312,7 @@ def simulate(plan: PhysicalPlan, batches: list, seed: int,
                 case _:
                     pass  # Close, Reject, Scale, Crash: nothing to carry out here
 
-    def carry_out(actions: list) -> None:
+    def carry_out(actions: list[BoundaryAction]) -> None:
         """The runtime driver host's part, over simulated links."""
         for a in actions:
             match a:

@@ -9,6 +9,7 @@ runs in a fraction of a second.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -245,7 +246,7 @@ def tiny_dag_plan(sites: int = 4, partitions: int = 8) -> PhysicalPlan:
     return compile_plan(df, partitions, sites)
 
 
-def tiny_dag_model(views: pa.Table, clicks: pa.Table) -> dict[str, list[tuple]]:
+def tiny_dag_model(views: pa.Table, clicks: pa.Table) -> dict[str, list[tuple[Any, ...]]]:
     """Each sink's rows computed directly (sorted, no sequence numbers)."""
     v, c = views.to_pylist(), clicks.to_pylist()
     per: dict[tuple[int, int], int] = {}
@@ -295,7 +296,7 @@ def write_tiny_files(directory: str, events: int = 400, per_file: int = 70, seed
 
 def tiny_files_plan(directory: str, sites: int = 4, partitions: int = 8, chunk_rows: int = 16,
                     read_on: str = "sites", lateness: int = 0, deal: bool = True
-                    ) -> tuple[PhysicalPlan, list[pa.RecordBatch | list]]:
+                    ) -> tuple[PhysicalPlan, list[pa.RecordBatch | list[Any]]]:
     """``tiny_plan``'s dataflow over ``write_tiny_files``' files, read on the sites (its
     input: the chunk records the driver admits, and lists of the dead letters the driver
     writes for them) or on the driver (the files' batches). Read through once: the plan's

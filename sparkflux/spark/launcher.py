@@ -22,11 +22,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.spark.session_facts import facts
 from sparkflux.spark.site_task import SiteSettings, make_site_task
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ def log_java_options() -> str:
     return f"-Dlog4j2.configurationFile=file:{log_conf} -Dsparkflux.spark.log={spark_log_file()}"
 
 
-def spark_session(master: str | None = None, app_name: str = "sparkflux"):  # noqa: ANN201
+def spark_session(master: str | None = None, app_name: str = "sparkflux") -> SparkSession:
     """A SparkSession configured for long-lived site tasks: every setting the sites' job
     needs (``session_check.py`` lists them), the executors' Python this one, and Spark's log
     to ``spark_log_file()`` with only errors in the terminal. ``master`` None: the one

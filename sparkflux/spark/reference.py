@@ -51,7 +51,7 @@ _USED = ("src", "dst", "dport", "kind", "ts")
 class _Source(Protocol):
     schema: pa.Schema
 
-    def batches(self) -> Iterator[pa.RecordBatch | list[dict]]: ...
+    def batches(self) -> Iterator[pa.RecordBatch | list[dict[str, Any]]]: ...
 
 
 def _value_ok(value: Any, typ: pa.DataType) -> bool:
@@ -74,7 +74,7 @@ def _value_ok(value: Any, typ: pa.DataType) -> bool:
     return False
 
 
-def valid_record(record: dict, schema: pa.Schema) -> bool:
+def valid_record(record: dict[str, Any], schema: pa.Schema) -> bool:
     """Whether a dict record has every column of ``schema`` with a value of the right type."""
     return all(f.name in record and _value_ok(record[f.name], f.type) for f in schema)
 
@@ -96,7 +96,7 @@ def valid_events(source: _Source) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def _as_list(item: Iterable[dict]) -> list[dict]:
+def _as_list(item: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return item if isinstance(item, list) else list(item)
 
 

@@ -174,7 +174,7 @@ def _concurrent_tasks(spark: Any) -> int | None:
         return None
 
 
-def _probe(_: Any) -> list[tuple]:
+def _probe(_: Any) -> list[tuple[Any, ...]]:
     """Runs on an executor: what its Python can import (nothing from sparkflux is referenced
     here, so the function itself unpickles even where sparkflux is missing)."""
     import sys as _sys
