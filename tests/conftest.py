@@ -49,13 +49,17 @@ def netmon() -> Any:
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Every test that uses Spark is marked ``spark`` (the README's test command runs them in
-    a phase of their own) and, under xdist, shares one worker (one JVM)."""
+    a phase of their own). Under xdist with ``--dist loadgroup`` the local-mode tests share
+    one worker (one JVM, one session) and the standalone-cluster tests another: those start
+    their own cluster and runs (JVMs that mostly wait for each other), so the two groups
+    overlap."""
     for item in items:
-        if "standalone" in getattr(item, "fixturenames", ()):
+        cluster = "standalone" in getattr(item, "fixturenames", ())
+        if cluster:
             item.add_marker(pytest.mark.cluster)
         if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.spark)
-            item.add_marker(pytest.mark.xdist_group("spark"))
+            item.add_marker(pytest.mark.xdist_group("cluster" if cluster else "spark"))
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,18 @@ if TYPE_CHECKING:
     from sparkflux.control.moves import MoveRecord
     from sparkflux.runtime.driver import Host
 
+SPAN_OPENS_S = 1.0  # a failure's span short of copies opens at most this long after it
+
+
+def back_to_copies(unsafe: list[tuple[float, float]], failed_at: float) -> float | None:
+    """When every partition had ``--replicas`` complete copies again after a failure at
+    ``failed_at``: the end of the first span short of copies that ends after it and began by
+    the time the host had carried out its view change (the host opens a span when it next
+    looks, some milliseconds after the failure on a busy loop). None: the run ended first."""
+    return next((end for start, end in sorted(unsafe)
+                 if failed_at <= end and start <= failed_at + SPAN_OPENS_S), None)
+
+
 def result_metrics(host: Host) -> dict[str, Any]:
     m = host.metrics
     duration = (m.end or time.time()) - (m.start or time.time())
@@ -133,9 +145,7 @@ def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
                      if k["site"] == f["site"] and k["time"] <= f["time"])
     at = before[-1] if before else f["time"]
     m = host.metrics
-    # back to --replicas complete copies of every partition: the end of the span with a
-    # partition short of copies that this failure opened (None: the run ended first)
-    safe = next((end for start, end in host.unsafe if start - 0.01 <= f["time"] <= end), None)
+    safe = back_to_copies(host.unsafe, f["time"])
     return {
         "site": f["site"],
         "reason": f.get("reason", ""),
