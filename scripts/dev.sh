@@ -40,11 +40,12 @@ case "${1:-test}" in
     .venv/bin/ruff check sparkflux tests bench examples scripts
     # Types (seconds): mypy, strict on model/, protocol/ and control/ (pyproject.toml).
     .venv/bin/mypy sparkflux
-    # Two phases: the simulator and unit tests on two workers, then the Spark tests apart
+    # Two phases: the simulator and unit tests on two workers (a worker that runs out takes
+    # tests queued for the other), then the Spark tests apart
     # from them (their sites, standbys and catch-ups must not starve): the local-mode tests
     # on one worker (one JVM) beside the standalone-cluster tests on another, whose JVMs
     # mostly wait (tests/conftest.py groups them).
-    .venv/bin/python -m pytest -q -n 2 -m "not spark"
+    .venv/bin/python -m pytest -q -n 2 --dist worksteal -m "not spark"
     exec .venv/bin/python -m pytest -q -m spark -n 2 --dist loadgroup ;;
   setup) ;;
   *) echo "usage: scripts/dev.sh demo|test|setup" >&2; exit 2 ;;
