@@ -34,12 +34,12 @@ from rich.table import Table  # noqa: E402
 
 from sparkflux.dataflow.api import Dataflow, Source  # noqa: E402
 from sparkflux.dataflow.compiler import compile_plan  # noqa: E402
+from sparkflux.io.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.model.random import counter_random  # noqa: E402
 from sparkflux.model.schema import PART, SN, SNM, T0  # noqa: E402
 from sparkflux.operators.base import Operator, PartitionInfo  # noqa: E402
 from sparkflux.runtime.fault_specs import KillAt  # noqa: E402
 from sparkflux.runtime.run_config import RunConfig  # noqa: E402
-from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.job import run  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 

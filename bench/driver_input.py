@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 from sparkflux.dataflow.api import Source  # noqa: E402
 from sparkflux.dataflow.examples import load_example  # noqa: E402
 from sparkflux.io import DataFrameSource, FileStreamSource  # noqa: E402
+from sparkflux.io.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.runner import run_example  # noqa: E402
-from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
 

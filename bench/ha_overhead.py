@@ -32,12 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.io.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.runner import run_example  # noqa: E402
 from sparkflux.runtime import handshake  # noqa: E402
 from sparkflux.runtime.handshake import Claim, Gate  # noqa: E402
 from sparkflux.runtime.plot import plot_timeline  # noqa: E402
 from sparkflux.runtime.security import make_security  # noqa: E402
-from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.runtime.transport import connect, serve, start_server  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.io.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.runner import reference_result, run_example  # noqa: E402
-from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
 SITES, PARTITIONS = 4, 32

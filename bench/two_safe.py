@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from sparkflux.cli import run_args  # noqa: E402
 from sparkflux.dataflow.examples import load_example  # noqa: E402
+from sparkflux.io.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.runner import reference_digest, run_example  # noqa: E402
-from sparkflux.runtime.sinks import DeadLetters, NullSink  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
 NETMON = ROOT / "examples" / "netmon.py"

@@ -25,12 +25,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkflux.io.sinks import CollectSink
 from sparkflux.model.compare import Comparison, compare_rows
 from sparkflux.model.rows_digest import user_columns
 from sparkflux.model.schema import SN, SNM
 from sparkflux.runner import reference_result, run_example
 from sparkflux.runtime.run_config import RunResult
-from sparkflux.runtime.sinks import CollectSink
 from sparkflux.spark.expected import Expected
 
 log = logging.getLogger(__name__)

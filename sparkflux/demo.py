@@ -44,8 +44,8 @@ def find_example() -> Path:
 
 def demo(argv: list[str]) -> int:
     from sparkflux.display import live_progress
+    from sparkflux.io.sinks import DeadLetters, NullSink
     from sparkflux.runner import reference_digest, run_example
-    from sparkflux.runtime.sinks import DeadLetters, NullSink
     from sparkflux.spark.launcher import default_master, spark_session
 
     p = argparse.ArgumentParser(prog="sparkflux demo")
@@ -92,9 +92,9 @@ def _failover(module: ModuleType, args: argparse.Namespace, a: argparse.Namespac
     from dataclasses import replace  # noqa: F401
 
     from sparkflux.display import live_progress
+    from sparkflux.io.sinks import DeadLetters, NullSink
     from sparkflux.runner import run_example
     from sparkflux.runtime.plot import plot_timeline
-    from sparkflux.runtime.sinks import DeadLetters, NullSink
 
     kill_at = round(a.events / a.rate / 2, 1)
     fargs = Namespace(**{**vars(args), "ha": "flux", "rate": float(a.rate),

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkflux.dataflow.compiler import compile_plan
+from sparkflux.io.sinks import DeadLetters
 from sparkflux.operators.base import PlanError
 from sparkflux.options import options_of
 from sparkflux.query import start
 from sparkflux.runtime.run_config import LiveStats, RunResult
-from sparkflux.runtime.sinks import DeadLetters
 
 if TYPE_CHECKING:
     from sparkflux.spark.expected import Expected

@@ -31,6 +31,7 @@ from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import InputState
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.io.sinks import DeadLetters, NullSink, Sink
 from sparkflux.model.digest import Digest
 from sparkflux.model.rows_digest import RowsDigest
 from sparkflux.protocol import control_messages as cm
@@ -48,7 +49,6 @@ from sparkflux.runtime.outbox import Outbox
 from sparkflux.runtime.pacing import total
 from sparkflux.runtime.run_config import LiveStats, RunConfig
 from sparkflux.runtime.security import make_security
-from sparkflux.runtime.sinks import DeadLetters, NullSink, Sink
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.site_load import site_load
 from sparkflux.runtime.transport import Connection, ConnectionLost, start_server

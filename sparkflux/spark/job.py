@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.io.sinks import DeadLetters, Sink
 from sparkflux.operators.base import PlanError
 from sparkflux.runtime.driver import Host
 from sparkflux.runtime.fault_specs import KillProcess
@@ -27,7 +28,6 @@ from sparkflux.runtime.plot import timeline_events
 from sparkflux.runtime.reports import result_metrics
 from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed, RunResult
 from sparkflux.runtime.security import SECRET_CONF, make_security, resolve_secret
-from sparkflux.runtime.sinks import DeadLetters, Sink
 from sparkflux.spark.launcher import (
     SiteJob,
     cancel_sites,

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkflux.cli import main
+from sparkflux.io.sinks import CollectSink, DeadLetters
 from sparkflux.model.rows_digest import rows_digest_of
 from sparkflux.runner import reference_result, run_example
-from sparkflux.runtime.sinks import CollectSink, DeadLetters
 from tests.conftest import ROOT
 
 from .test_netmon_spark import netmon_args

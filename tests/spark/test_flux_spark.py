@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from sparkflux.io.sinks import DeadLetters, NullSink
 from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.run_config import RunFailed
-from sparkflux.runtime.sinks import DeadLetters, NullSink
 
 from .test_netmon_spark import netmon_args
 

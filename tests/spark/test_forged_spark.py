@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
+from sparkflux.io.sinks import DeadLetters, NullSink
 from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.security import Security
-from sparkflux.runtime.sinks import DeadLetters, NullSink
 from sparkflux.runtime.transport import serve
 from tests.support import forge
 

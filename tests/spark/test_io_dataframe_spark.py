@@ -123,8 +123,8 @@ def test_netmon_from_a_dataframe_matches_the_reference(spark: Any, netmon: Any) 
     through the driver while the sites run): the output digest of the Spark SQL reference."""
     from types import SimpleNamespace
 
+    from sparkflux.io.sinks import CollectSink, DeadLetters
     from sparkflux.runner import reference_digest, run_example
-    from sparkflux.runtime.sinks import CollectSink, DeadLetters
 
     from .test_netmon_spark import netmon_args
 
@@ -181,8 +181,8 @@ def test_netmon_from_a_dataframe_read_on_the_sites(spark: Any, netmon: Any, tmp_
     and the driver's ingress numbered a record per chunk, none per row."""
     from types import SimpleNamespace
 
+    from sparkflux.io.sinks import CollectSink, DeadLetters
     from sparkflux.runner import reference_digest, run_example
-    from sparkflux.runtime.sinks import CollectSink, DeadLetters
 
     from .test_netmon_spark import netmon_args
 

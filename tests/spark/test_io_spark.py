@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkflux.io import FileStreamSource, TableSink
+from sparkflux.io.sinks import DeadLetters
 from sparkflux.model.digest import digest_of
 from sparkflux.model.rows_digest import rows_digest_of
 from sparkflux.runner import reference_result, run_example
-from sparkflux.runtime.sinks import DeadLetters
 
 from .test_netmon_spark import netmon_args
 

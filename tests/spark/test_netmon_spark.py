@@ -11,9 +11,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from sparkflux.io.sinks import CollectSink, DeadLetters
 from sparkflux.runner import reference_digest, run_example
 from sparkflux.runtime.run_config import RunFailed
-from sparkflux.runtime.sinks import CollectSink, DeadLetters
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.spark

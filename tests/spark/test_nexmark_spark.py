@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from sparkflux.io.sinks import DeadLetters, NullSink
 from sparkflux.runner import reference_result, run_example
-from sparkflux.runtime.sinks import DeadLetters, NullSink
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.spark

@@ -15,10 +15,10 @@ import pytest
 
 import sparkflux
 from sparkflux.dataflow.api import Dataflow, Source
+from sparkflux.io.sinks import CollectSink
 from sparkflux.operators.base import PlanError
 from sparkflux.operators.stateless import Map
 from sparkflux.runner import reference_digest
-from sparkflux.runtime.sinks import CollectSink
 from sparkflux.spark import session_check
 
 from .test_netmon_spark import netmon_args

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkflux.dataflow.examples import load_example
+from sparkflux.io.sinks import CollectSink, DeadLetters
 from sparkflux.runner import run_example
 from sparkflux.runtime.run_config import RunFailed
-from sparkflux.runtime.sinks import CollectSink, DeadLetters
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.spark

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from sparkflux.io.sinks import CollectSink, DeadLetters
 from sparkflux.runner import run_example
-from sparkflux.runtime.sinks import CollectSink, DeadLetters
 from tests.conftest import ROOT
 
 from .test_netmon_spark import netmon_args

@@ -19,12 +19,12 @@ from sparkflux.control.start_failures import (
     hint,
     signature,
 )
+from sparkflux.io.sinks import DeadLetters, NullSink
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import handshake
 from sparkflux.runtime.driver import Host
 from sparkflux.runtime.handshake import Claim
 from sparkflux.runtime.run_config import RunConfig
-from sparkflux.runtime.sinks import DeadLetters, NullSink
 from sparkflux.runtime.start_report import StartGuard, send_report, start_failed
 from sparkflux.runtime.transport import ConnectionLost, connect
 from tests.support.fake_driver import DRIVER, SEC, small_plan

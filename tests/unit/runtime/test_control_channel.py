@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from sparkflux.dataflow.compiler import compile_plan
+from sparkflux.io.sinks import DeadLetters, NullSink
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import handshake
 from sparkflux.runtime.driver import Host
 from sparkflux.runtime.handshake import Claim
 from sparkflux.runtime.run_config import RunConfig
-from sparkflux.runtime.sinks import DeadLetters, NullSink
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.transport import Connection, connect
 from tests.support.fake_driver import DRIVER, SEC, small_plan, start_site
