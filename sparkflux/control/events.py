@@ -1,7 +1,8 @@
 """Events the controller takes and actions it returns (small frozen dataclasses).
 
-The controller is sans-I/O (STYLE.md: h11, distributed's ``handle_stimulus``): the driver's
-host turns connections, heartbeats and timers into these events and carries out the actions.
+The controller is sans-I/O (in the manner of h11 and distributed's ``handle_stimulus``;
+docs/design.md): the driver's host turns connections, heartbeats and timers into these
+events and carries out the actions.
 """
 
 from __future__ import annotations
