@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Dataflow", "FluxQuery", "RunFailed", "spark_session", "start"]
+__all__ = ["Dataflow", "FluxQuery", "PlanError", "RunFailed", "spark_session", "start"]
 
 _LAZY = {"start": "sparkflux.query", "FluxQuery": "sparkflux.query",
-         "RunFailed": "sparkflux.runtime.run_config", "Dataflow": "sparkflux.dataflow.api",
-         "spark_session": "sparkflux.spark.launcher"}
+         "PlanError": "sparkflux.model.errors", "RunFailed": "sparkflux.runtime.run_config",
+         "Dataflow": "sparkflux.dataflow.api", "spark_session": "sparkflux.spark.launcher"}
 
 
 def __getattr__(name: str) -> Any:

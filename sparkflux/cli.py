@@ -21,7 +21,7 @@ from rich.table import Table
 
 from sparkflux.dataflow.examples import load_example
 from sparkflux.display import live_progress
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.options import add_run_options, options_of, run_config
 from sparkflux.runner import reference_result, run_example
 from sparkflux.runtime.run_config import RunFailed, write_metrics

@@ -38,7 +38,7 @@ from typing import Any
 from sparkflux.dataflow.api import Dataflow, Sink
 from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.io.sinks import DeadLetters, NullSink, ParquetSink
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.options import run_config
 from sparkflux.runtime.reports import result_metrics
 from sparkflux.runtime.run_config import LiveStats, RunFailed, RunResult

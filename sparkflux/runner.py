@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.io.sinks import DeadLetters
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.options import options_of
 from sparkflux.query import start
 from sparkflux.runtime.run_config import LiveStats, RunResult

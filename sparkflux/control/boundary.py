@@ -74,6 +74,7 @@ from sparkflux.model.validate import Rejected, validate
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.ingress import Ingress
 from sparkflux.protocol.messages import (
     Ack,
@@ -87,7 +88,6 @@ from sparkflux.protocol.messages import (
     Retain,
     Retaining,
 )
-from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.sequencer import Sequencer
 
 

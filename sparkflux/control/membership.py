@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from enum import Enum, StrEnum
 
-from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.errors import ProtocolError
 
 
 class MembershipError(ProtocolError):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
-from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.errors import ProtocolError
 
 
 class MoveError(ProtocolError):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from enum import Enum, StrEnum
 
-from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.errors import ProtocolError
 
 
 class RoundError(ProtocolError):

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparkflux.operators.base import Operator, PlanError
+from sparkflux.model.errors import PlanError
+from sparkflux.operators.base import Operator
 
 if TYPE_CHECKING:
     from sparkflux.dataflow.plan import PhysicalPlan

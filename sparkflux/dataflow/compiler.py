@@ -31,8 +31,9 @@ from sparkflux.dataflow.api import Dataflow, Node, Source
 from sparkflux.dataflow.plan import PhysicalPlan, SinkSpec, StagePlan, StreamSpec
 from sparkflux.dataflow.ports import Port, port_schema
 from sparkflux.dataflow.program import StageProgram, Step
+from sparkflux.model.errors import PlanError
 from sparkflux.model.schema import PART, check_user_name, with_system
-from sparkflux.operators.base import PlanError, require_columns
+from sparkflux.operators.base import require_columns
 from sparkflux.operators.stream_join import StreamJoin
 
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 
 REQUIRED = ("add_options", "options", "build")
 

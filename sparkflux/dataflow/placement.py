@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 
 DRIVER = -1
 NOWHERE = -2  # a table entry for a copy that does not exist (a partition's free column)

@@ -23,7 +23,7 @@ from sparkflux.dataflow.plan import PhysicalPlan, StagePlan, StreamSpec
 from sparkflux.dataflow.ports import Port, port_schema
 from sparkflux.dataflow.program import StageProgram, Step
 from sparkflux.io.chunks import CHUNK_SCHEMA, SPAN, ChunkSource, ReadChunks
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 
 HEAD = "chunks"
 

@@ -43,11 +43,8 @@ from typing import Any
 import pyarrow as pa
 
 from sparkflux.model.batch import empty
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Frontier
-
-
-class PlanError(ValueError):
-    """A dataflow that cannot run as written; the message says what to change."""
 
 
 @dataclass(frozen=True, slots=True)

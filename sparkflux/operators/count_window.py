@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import empty
-from sparkflux.operators.base import Operator, PlanError, require_columns
+from sparkflux.model.errors import PlanError
+from sparkflux.operators.base import Operator, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,

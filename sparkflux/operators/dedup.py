@@ -24,9 +24,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import empty
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Frontier
 from sparkflux.model.schema import user_fields
-from sparkflux.operators.base import Operator, PlanError, require_columns
+from sparkflux.operators.base import Operator, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,

@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkflux.model.batch import child_minor, empty, rank_within_runs, sn_array, snm_array
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier
-from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
+from sparkflux.operators.base import Operator, PartitionInfo, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyCollision,

@@ -27,9 +27,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkflux.model.errors import PlanError
 from sparkflux.model.keys import exact_codes, key_codes
 from sparkflux.model.schema import PART, SN, SNM, SYSTEM_COLUMNS, T0, with_system
-from sparkflux.operators.base import PartitionInfo, PlanError, require_columns
+from sparkflux.operators.base import PartitionInfo, require_columns
 
 PART_FIELD = pa.field(PART, pa.int32(), nullable=False)
 

@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkflux.operators.base import PartitionInfo, PlanError, require_columns
+from sparkflux.model.errors import PlanError
+from sparkflux.operators.base import PartitionInfo, require_columns
 from sparkflux.operators.keyed import KeyTable, expand_ranges, runs, slot_of
 
 _ARRAYS = {"part": np.int32, "code": np.int64, "sub": np.int64, "sn": np.int64,

@@ -31,9 +31,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import empty, sn_array, snm_array
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Frontier, release_closed
 from sparkflux.model.schema import T0
-from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
+from sparkflux.operators.base import Operator, PartitionInfo, require_columns
 from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
 from sparkflux.operators.group import running
 from sparkflux.operators.keyed import (

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkflux.model.batch import empty
+from sparkflux.model.errors import PlanError
 from sparkflux.model.schema import SYSTEM_COLUMNS, user_fields
-from sparkflux.operators.base import Operator, PlanError, require_columns
+from sparkflux.operators.base import Operator, require_columns
 from sparkflux.operators.keyed import assemble, check_output_names, output_schema
 
 # (explicit aliases: pyarrow has no type stubs, so its classes are Any to the type checker)

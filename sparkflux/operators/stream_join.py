@@ -28,9 +28,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import concat, empty
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Frontier
 from sparkflux.model.schema import PART, SN, SNM, T0, user_fields
-from sparkflux.operators.base import Operator, PartitionInfo, PlanError, require_columns
+from sparkflux.operators.base import Operator, PartitionInfo, require_columns
 from sparkflux.operators.join import WindowJoin
 from sparkflux.operators.keyed import check_time_type
 

@@ -36,9 +36,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, release_closed
 from sparkflux.model.schema import T0
-from sparkflux.operators.base import Operator, PlanError, require_columns
+from sparkflux.operators.base import Operator, require_columns
 from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
 from sparkflux.operators.keyed import (
     KeyCoder,

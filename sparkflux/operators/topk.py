@@ -35,9 +35,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, release_closed
 from sparkflux.model.schema import MINOR_FANOUT, T0, user_fields
-from sparkflux.operators.base import Operator, PlanError, require_columns
+from sparkflux.operators.base import Operator, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from sparkflux.model.batch import concat, sort_by_sn
+from sparkflux.model.errors import PlanError
 from sparkflux.model.schema import SN, SNM, SYSTEM_COLUMNS, T0, user_fields
-from sparkflux.operators.base import PlanError
 from sparkflux.operators.keyed import output_schema
 
 

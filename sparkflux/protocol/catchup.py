@@ -52,7 +52,7 @@ from enum import Enum
 
 import numpy as np
 
-from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 

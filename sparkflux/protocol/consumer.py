@@ -31,6 +31,7 @@ from sparkflux.dataflow.ports import sort_rows
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, SN
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
     SRC,
     Ack,
@@ -42,7 +43,6 @@ from sparkflux.protocol.messages import (
     Reverse,
     Streams,
 )
-from sparkflux.protocol.producer import ProtocolError
 
 
 class PartitionLost(ProtocolError):

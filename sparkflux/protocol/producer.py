@@ -33,13 +33,10 @@ import pyarrow as pa
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, SN
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Rejoin, Reverse, Streams
 
 FromConsumer = TypeVar("FromConsumer", Ack, Reverse, Rejoin)
-
-
-class ProtocolError(RuntimeError):
-    """A protocol invariant was violated; the site stops (fail-stop) with this message."""
 
 
 class ProducerBuffer:

@@ -33,6 +33,7 @@ from sparkflux.protocol.catchup import (
     new_replica_step,
 )
 from sparkflux.protocol.consumer import ConsumerSet
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
     SRC,
     Ack,
@@ -50,7 +51,7 @@ from sparkflux.protocol.messages import (
     Reverse,
     State,
 )
-from sparkflux.protocol.producer import ProducerBuffer, ProtocolError
+from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import consumer_roles, producer_roles
 
 log = logging.getLogger(__name__)

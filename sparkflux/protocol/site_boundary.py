@@ -58,8 +58,8 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, channel_of
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import CuDone, Frame, Keepalive, Message, Outgoing
-from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import Received, SiteCore
 
 LINK_TIMEOUT_S = 1.0  # rule 6: a peer link silent this long (while read) is reported

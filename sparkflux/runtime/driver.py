@@ -210,6 +210,9 @@ class Host:
         try:
             await self.finished.wait()
         finally:
+            for spec in self.faults.unfired():
+                log.warning("%s did not fire: the run admitted %d input records", spec,
+                            self.stats.events_in)
             feeder.cancel()
             ticker.cancel()
             flusher.cancel()

@@ -1,14 +1,19 @@
-"""The faults a run's options ask for, as typed records: ``--kill`` (six forms), ``--hang``,
+"""The faults a run's options ask for, as typed records: ``--kill`` (five forms), ``--hang``,
 ``--cut``/``--isolate`` and ``--slow``, each parsed from its spec string here and only here,
 and each printing back as the spec it came from (``str(KillAfterRecovery(1, 2.0))`` is
 ``1@recovered+2``). A bad spec is a ``PlanError`` that says what to write.
 
-    SITE@SECONDS              KillAt             SIGKILL the site that long after the input starts
+    SITE@WHEN                 KillAt             SIGKILL the site at that moment
     SITE@recovered+SECONDS    KillAfterRecovery  that long after the first recovery completes
     SITE@adopted+SECONDS      KillAdopted        that long after the slot's next process adopts it
-    SITE@input+RECORDS        KillAtInput        once that many input records are admitted
     ROLE@move+SECONDS         KillInMove         that long after the run's first move starts
-    LEVEL:SITE@SECONDS        KillProcess        the site's Python worker, executor or Worker
+    LEVEL:SITE@WHEN           KillProcess        the site's Python worker, executor or Worker
+
+``WHEN`` (also in ``--hang SITE@WHEN=DURATION``, ``--cut``, ``--isolate`` and ``--slow``) is a
+``Moment``: ``SECONDS`` after the input starts, or ``input+RECORDS``, once the ingress has
+admitted that many input records. The second is a moment of the run's progress, not of the
+clock: the same point of the input on a fast machine and a slow one, which is what a test
+wants.
 
 ``faults.py`` carries them out; the records are what ``RunOptions`` holds and ``RunConfig``
 hands the driver.
@@ -20,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 
 # ``--kill ROLE@move+SECONDS``: the move's old copy's site, the new copy's, the site it is
 # built from, the lowest live site that is none of them
@@ -31,15 +36,33 @@ MOST = "most"  # ``--kill worker:most@SECONDS``: the holder of the most sites
 
 
 @dataclass(frozen=True)
-class KillAt:
-    """``SITE@SECONDS``: SIGKILL the site's process this long after the input starts (a slot
-    with no live process then: its next one, once it adopts the slot)."""
+class Admitted:
+    """``input+RECORDS``: the moment the ingress has admitted ``records`` input records."""
 
-    site: int
-    at_s: float
+    records: int
 
     def __str__(self) -> str:
-        return f"{self.site}@{_num(self.at_s)}"
+        return f"input+{self.records}"
+
+
+Moment = float | Admitted  # seconds after the input starts, or a count of admitted records
+
+
+def moment_str(at: Moment) -> str:
+    """``at`` as a spec writes it."""
+    return str(at) if isinstance(at, Admitted) else _num(at)
+
+
+@dataclass(frozen=True)
+class KillAt:
+    """``SITE@WHEN``: SIGKILL the site's process at that moment (a slot with no live process
+    then: its next one, once it adopts the slot)."""
+
+    site: int
+    at: Moment
+
+    def __str__(self) -> str:
+        return f"{self.site}@{moment_str(self.at)}"
 
 
 @dataclass(frozen=True)
@@ -67,19 +90,6 @@ class KillAdopted:
 
 
 @dataclass(frozen=True)
-class KillAtInput:
-    """``SITE@input+RECORDS``: kill the site once that many input records are admitted (a
-    fault timed by the run's progress, not the clock: the same moment of the run on a fast
-    machine and a slow one)."""
-
-    site: int
-    records: int
-
-    def __str__(self) -> str:
-        return f"{self.site}@input+{self.records}"
-
-
-@dataclass(frozen=True)
 class KillInMove:
     """``ROLE@move+SECONDS``: kill a site this long after the run's first move starts (a
     failure timed inside a move, the moment make before break is for). ``role`` is one of
@@ -94,17 +104,17 @@ class KillInMove:
 
 @dataclass(frozen=True)
 class KillProcess:
-    """``LEVEL:SITE@SECONDS``: SIGKILL, from outside, the process of ``level`` (one of
+    """``LEVEL:SITE@WHEN``: SIGKILL, from outside, the process of ``level`` (one of
     ``PROCESS_LEVELS``) that holds the site on this machine; ``site`` None: the one holding
     the most sites (``most``). A test tool for a standalone cluster on the driver's
     machine."""
 
     level: str
     site: int | None
-    at_s: float
+    at: Moment
 
     def __str__(self) -> str:
-        return f"{self.level}:{MOST if self.site is None else self.site}@{_num(self.at_s)}"
+        return f"{self.level}:{MOST if self.site is None else self.site}@{moment_str(self.at)}"
 
 
 def _num(x: float) -> str:
@@ -114,29 +124,29 @@ def _num(x: float) -> str:
     return short if float(short) == x else repr(x)
 
 
-Kill = KillAt | KillAfterRecovery | KillAdopted | KillAtInput | KillInMove | KillProcess
+Kill = KillAt | KillAfterRecovery | KillAdopted | KillInMove | KillProcess
 
 
 @dataclass(frozen=True)
 class Hang:
-    """``--hang SITE@SECONDS=DURATION``: SIGSTOP the site's process, SIGCONT it after
-    ``for_s``."""
+    """``--hang SITE@WHEN=DURATION``: SIGSTOP the site's process at that moment, SIGCONT it
+    ``for_s`` later."""
 
     site: int
-    at_s: float
+    at: Moment
     for_s: float
 
     def __str__(self) -> str:
-        return f"{self.site}@{_num(self.at_s)}={_num(self.for_s)}"
+        return f"{self.site}@{moment_str(self.at)}={_num(self.for_s)}"
 
 
 @dataclass(frozen=True)
 class Cut:
-    """``--cut SITE@SECONDS=DURATION``: drop the packets of the site's links to its peers for
-    ``for_s``; ``isolate`` (``--isolate``): its links to the driver too."""
+    """``--cut SITE@WHEN=DURATION``: drop the packets of the site's links to its peers for
+    ``for_s`` from that moment; ``isolate`` (``--isolate``): its links to the driver too."""
 
     site: int
-    at_s: float
+    at: Moment
     for_s: float
     isolate: bool = False
 
@@ -145,24 +155,33 @@ class Cut:
         return "--isolate" if self.isolate else "--cut"
 
     def __str__(self) -> str:
-        return f"{self.site}@{_num(self.at_s)}={_num(self.for_s)}"
+        return f"{self.site}@{moment_str(self.at)}={_num(self.for_s)}"
 
 
 @dataclass(frozen=True)
 class Slow:
-    """``--slow SITE@SECONDS=FACTOR``: from that moment the site gets ``factor`` times its
+    """``--slow SITE@WHEN=FACTOR``: from that moment the site gets ``factor`` times its
     capacity."""
 
     site: int
-    at_s: float
+    at: Moment
     factor: float
 
     def __str__(self) -> str:
-        return f"{self.site}@{_num(self.at_s)}={_num(self.factor)}"
+        return f"{self.site}@{moment_str(self.at)}={_num(self.factor)}"
 
 
 KILL_FORMS = ("SITE@SECONDS (e.g. --kill 1@3), SITE@recovered+SECONDS, SITE@adopted+SECONDS "
               "or SITE@input+RECORDS")
+
+
+def parse_moment(text: str) -> Moment:
+    """``SECONDS`` or ``input+RECORDS``; a ``ValueError`` when it is neither, or negative."""
+    value: Moment = (Admitted(int(text.removeprefix("input+"))) if text.startswith("input+")
+                     else float(text))
+    if (value.records if isinstance(value, Admitted) else value) < 0:
+        raise ValueError(text)
+    return value
 
 
 def parse_kill(spec: str, sites: int, master: str | None = None) -> Kill:
@@ -177,7 +196,7 @@ def parse_kill(spec: str, sites: int, master: str | None = None) -> Kill:
         return KillAdopted(site, after)
     if "@input+" in spec:
         site, records = _site_after(spec, "@input+", "RECORDS", "1@input+100000", int, sites)
-        return KillAtInput(site, records)
+        return KillAt(site, Admitted(records))
     try:
         site_s, at_s = spec.split("@")
         site = int(site_s)
@@ -195,16 +214,16 @@ def _process_kill(spec: str, sites: int, master: str | None) -> KillProcess:
         level, rest = spec.split(":", 1)
         site_s, at_s = rest.split("@")
         site = None if site_s == MOST else int(site_s)
-        at = float(at_s)
+        at = parse_moment(at_s)
     except ValueError:
-        raise PlanError(f"--kill {spec!r}: write LEVEL:SITE@SECONDS, LEVEL one of "
+        raise PlanError(f"--kill {spec!r}: write LEVEL:SITE@WHEN (WHEN: SECONDS or "
+                        f"input+RECORDS), LEVEL one of "
                         f"{', '.join(PROCESS_LEVELS)} and SITE a site or 'most' (e.g. --kill "
                         f"worker:most@20)") from None
     if level not in PROCESS_LEVELS:
         raise PlanError(f"--kill {spec!r}: {level!r} is not one of {', '.join(PROCESS_LEVELS)}")
-    if not (site is None or 0 <= site < sites) or at < 0:
-        raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1} or 'most', "
-                        f"seconds >= 0")
+    if not (site is None or 0 <= site < sites):
+        raise PlanError(f"--kill {spec!r}: site must be in 0..{sites - 1} or 'most'")
     if master is not None and master.startswith("local"):
         raise PlanError(f"--kill {spec!r} kills a site's process, executor or Worker on "
                         f"this machine: it needs a Spark standalone cluster here (--master "
@@ -248,32 +267,32 @@ def _site_after(spec: str, marker: str, what: str, example: str, kind: Callable[
 
 
 def _site_at_value(option: str, what: str, example: str, spec: str, sites: int
-                   ) -> tuple[int, float, float]:
-    """``SITE@SECONDS=VALUE``, checked: a site of the run, seconds >= 0, a value above 0."""
+                   ) -> tuple[int, Moment, float]:
+    """``SITE@WHEN=VALUE``, checked: a site of the run, a moment, a value above 0."""
     try:
         where, value_s = spec.split("=")
         site_s, at_s = where.split("@")
-        site, at, value = int(site_s), float(at_s), float(value_s)
+        site, at, value = int(site_s), parse_moment(at_s), float(value_s)
     except ValueError:
-        raise PlanError(f"{option} {spec!r}: write SITE@SECONDS={what}, e.g. "
-                        f"{option} {example}") from None
-    if not 0 <= site < sites or at < 0 or value <= 0:
-        raise PlanError(f"{option} {spec!r}: site in 0..{sites - 1}, seconds >= 0, "
+        raise PlanError(f"{option} {spec!r}: write SITE@WHEN={what} (WHEN: SECONDS or "
+                        f"input+RECORDS), e.g. {option} {example}") from None
+    if not 0 <= site < sites or value <= 0:
+        raise PlanError(f"{option} {spec!r}: site in 0..{sites - 1}, "
                         f"{what.lower()} > 0")
     return site, at, value
 
 
 def parse_hang(spec: str, sites: int) -> Hang:
-    """One ``--hang SITE@SECONDS=DURATION``, checked."""
+    """One ``--hang SITE@WHEN=DURATION``, checked."""
     return Hang(*_site_at_value("--hang", "DURATION", "1@3=8", spec, sites))
 
 
 def parse_cut(spec: str, sites: int, isolate: bool = False) -> Cut:
-    """One ``--cut SITE@SECONDS=DURATION`` (``isolate``: ``--isolate``), checked."""
+    """One ``--cut SITE@WHEN=DURATION`` (``isolate``: ``--isolate``), checked."""
     flag = "--isolate" if isolate else "--cut"
     return Cut(*_site_at_value(flag, "DURATION", "1@3=45", spec, sites), isolate=isolate)
 
 
 def parse_slow(spec: str, sites: int) -> Slow:
-    """One ``--slow SITE@SECONDS=FACTOR``, checked."""
+    """One ``--slow SITE@WHEN=FACTOR``, checked."""
     return Slow(*_site_at_value("--slow", "FACTOR", "2@2=0.5", spec, sites))

@@ -1,6 +1,9 @@
 """The faults a run's options inject from the driver: ``--kill`` (SIGKILL a site's process,
-at a time, after the first recovery, or after a slot's next adoption), ``--hang`` (SIGSTOP,
-then SIGCONT) and ``--slow`` (a site's capacity scaled). Real process signals in local mode;
+at a moment, after the first recovery, after a slot's next adoption or inside a move),
+``--hang`` (SIGSTOP, then SIGCONT), ``--cut``/``--isolate`` (packets dropped) and ``--slow``
+(a site's capacity scaled). A moment is seconds after the input starts or a count of admitted
+input records (``fault_specs.Moment``); a count the input never reaches is reported when the
+run ends. Real process signals in local mode;
 on a cluster a ``Kill`` frame the site carries out itself. ``--kill LEVEL:SITE@SECONDS`` on a
 standalone cluster whose workers run on this machine (a test tool): SIGKILL, from outside, the
 site's Python worker, its executor JVM or the Worker daemon JVM above it, found through
@@ -15,17 +18,20 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import netcut, proctree
 from sparkflux.runtime.fault_specs import (
+    Admitted,
     KillAdopted,
     KillAfterRecovery,
     KillAt,
-    KillAtInput,
     KillInMove,
     KillProcess,
+    Moment,
 )
 
 if TYPE_CHECKING:
@@ -44,7 +50,8 @@ class Faults:
         self.cuts: list[dict[str, Any]] = []  # --cut and --isolate, as injected
         self.hangs: list[dict[str, Any]] = []  # --hang, as injected
         self._on_adopt: dict[int, list[float]] = {}  # slot -> kill delays after its adoption
-        self._on_input: list[tuple[int, int]] = []  # (records admitted, site) to kill at
+        # (records admitted, the spec, what to do): the faults due at a count of input
+        self._on_input: list[tuple[int, str, Callable[[float], None]]] = []
         self._move_armed = False  # the first move's kills are scheduled
 
     def _since_start(self, delay: float = 0.0) -> float:
@@ -52,21 +59,32 @@ class Faults:
 
     def arm(self) -> None:
         """Schedule the options' faults, timed from now (the input's start)."""
-        loop = asyncio.get_running_loop()
         cfg = self.host.cfg
         for k in cfg.kills_of(KillAt):
-            loop.call_later(k.at_s, self.kill, k.site, k.at_s)
+            self._at(k.at, f"--kill {k}", partial(self.kill, k.site))
         for s in cfg.slows:
-            loop.call_later(s.at_s, self.slow, s.site, s.factor)
+            self._at(s.at, f"--slow {s}", partial(self.slow, s.site, s.factor))
         for h in cfg.hangs:
-            loop.call_later(h.at_s, self.hang, h.site, h.for_s)
+            self._at(h.at, f"--hang {h}", partial(self.hang, h.site, h.for_s))
         for c in cfg.cuts:
-            loop.call_later(c.at_s, self.cut, c.site, c.at_s, c.for_s, c.isolate)
-        self._on_input = sorted((k.records, k.site) for k in cfg.kills_of(KillAtInput))
+            self._at(c.at, f"{c.flag} {c}",
+                     partial(self.cut, c.site, duration=c.for_s, driver=c.isolate))
         for a in cfg.kills_of(KillAdopted):  # ``--kill SITE@adopted+SECONDS``
             self._on_adopt.setdefault(a.site, []).append(a.after_s)
-        for p in cfg.kills_of(KillProcess):  # ``--kill LEVEL:SITE@SECONDS``
-            loop.call_later(p.at_s, self.kill_process, p.level, p.site, p.at_s)
+        for p in cfg.kills_of(KillProcess):  # ``--kill LEVEL:SITE@WHEN``
+            self._at(p.at, f"--kill {p}", partial(self.kill_process, p.level, p.site))
+        self._on_input.sort(key=lambda due: due[0])
+
+    def _at(self, at: Moment, spec: str, fire: Callable[[float], None]) -> None:
+        """Call ``fire`` (with the seconds since the input started) at the moment ``at``."""
+        if isinstance(at, Admitted):
+            self._on_input.append((at.records, spec, fire))
+        else:
+            asyncio.get_running_loop().call_later(at, lambda: fire(self._since_start()))
+
+    def unfired(self) -> list[str]:
+        """The specs of faults timed by a count of input records the input never reached."""
+        return [spec for _, spec, _ in self._on_input]
 
     def after_recovery(self) -> None:
         """``--kill SITE@recovered+SECONDS``: kills timed from the first recovery's end."""
@@ -75,10 +93,11 @@ class Faults:
             loop.call_later(k.after_s, self.kill, k.site, self._since_start(k.after_s))
 
     def admitted(self, records: int) -> None:
-        """``--kill SITE@input+RECORDS``: the kills due once ``records`` are admitted."""
+        """``records`` input records are admitted: the faults timed ``input+RECORDS`` that are
+        due fire."""
         while self._on_input and self._on_input[0][0] <= records:
-            _, site = self._on_input.pop(0)
-            self.kill(site, self._since_start())
+            _, _, fire = self._on_input.pop(0)
+            fire(self._since_start())
 
     def adopted(self, slot: int) -> None:
         """A process adopted ``slot``: the kills waiting for it are due."""
@@ -132,13 +151,13 @@ class Faults:
             host.tell(site, cm.Kill())
 
     def kill_process(self, level: str, site: int | None, after: float) -> None:
-        """``--kill LEVEL:SITE@SECONDS``: SIGKILL the process of ``level`` (``python``,
+        """``--kill LEVEL:SITE@WHEN``: SIGKILL the process of ``level`` (``python``,
         ``executor``, ``worker``) that holds ``site`` (None: the one holding the most live
         sites) on this machine, and record a kill for every live site it held."""
         host = self.host
         if host.over():
             return
-        what = f"--kill {KillProcess(level, site, after)}"
+        what = f"--kill {KillProcess(level, site, round(after, 2))}"
         members = host.controller.view.members
         live = {s: m.pid for s, m in members.items() if s not in host.dead}
         groups = proctree.group_by_holder(live, level)
@@ -160,21 +179,23 @@ class Faults:
                     level, target, sites, after)
         _signal(target, signal.SIGKILL)
 
-    def slow(self, site: int, factor: float) -> None:
-        """``--slow``: from now on the site gets ``factor`` times its capacity."""
+    def slow(self, site: int, factor: float, after: float = 0.0) -> None:
+        """``--slow``: from now on (``after`` seconds into the input) the site gets ``factor``
+        times its capacity."""
         if self.host.control_conn(site) is not None:
-            self.slowed.append({"site": site, "factor": factor, "time": time.time()})
+            self.slowed.append({"site": site, "factor": factor, "at_s": after,
+                                "time": time.time()})
             self.host.tell(site, cm.Slow(factor=factor))
 
-    def hang(self, site: int, duration: float) -> None:
+    def hang(self, site: int, duration: float, after: float = 0.0) -> None:
         """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only
         by its silence: its peers' links (``--link-timeout``) with ``--ha flux``, else the
         heartbeat timeout. When it wakes it finds itself excluded and stops."""
         member = self.host.controller.view.members.get(site)
         if member is None or not self.host.cfg.local:
             return
-        self.hangs.append({"site": site, "seconds": duration, "pid": member.pid,
-                           "time": time.time()})
+        self.hangs.append({"site": site, "seconds": duration, "at_s": after,
+                           "pid": member.pid, "time": time.time()})
         _signal(member.pid, signal.SIGSTOP)
         asyncio.get_running_loop().call_later(duration, _signal, member.pid, signal.SIGCONT)
 
@@ -186,7 +207,7 @@ class Faults:
         place off the loop (iptables takes a few milliseconds) and heal by themselves."""
         host = self.host
         member = host.controller.view.members.get(site)
-        what = f"--{'isolate' if driver else 'cut'} {site}@{after:g}={duration:g}"
+        what = f"--{'isolate' if driver else 'cut'} {site}@{after:.2f}={duration:g}"
         if member is None or site in host.dead or not host.cfg.local:
             log.error("%s: site %d has no live process on this machine now", what, site)
             return

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sparkflux.control.controller import HEARTBEAT_TIMEOUT_S
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.protocol.site_boundary import LINK_TIMEOUT_S
 from sparkflux.runtime.fault_specs import (
     Cut,
@@ -85,28 +85,31 @@ class RunOptions:
         None, "emulate site capacity: each site's event loop is busy at most this fraction of "
               "wall time (all sites share this machine's cores)", metavar="FRACTION")
     slow: tuple[Slow, ...] = option(
-        (), "from that moment the site gets FACTOR times its capacity",
-        metavar="SITE@SECONDS=FACTOR")
+        (), "from that moment the site gets FACTOR times its capacity (WHEN: seconds after the "
+            "input starts, or input+RECORDS: once that many input records are admitted)",
+        metavar="SITE@WHEN=FACTOR")
     kill: tuple[Kill, ...] = option(
-        (), "SIGKILL a site's process this many seconds after the input starts (a slot with "
-            "no live process then: its next one, when it adopts the slot); "
+        (), "SIGKILL a site's process at WHEN: seconds after the input starts, or "
+            "input+RECORDS, once that many input records are admitted (a slot with no live "
+            "process then: its next one, when it adopts the slot); "
             "SITE@recovered+SECONDS: that long after the first recovery completes; "
             "SITE@adopted+SECONDS: that long after the slot's next process adopts it; "
-            "SITE@input+RECORDS: once that many input records are admitted; "
             "ROLE@move+SECONDS: that long after the first move starts, ROLE source, "
             "destination, from or a site. On a standalone cluster on this machine (a test "
-            "tool): python:SITE@SECONDS, executor:SITE@SECONDS or worker:SITE@SECONDS SIGKILL "
+            "tool): python:SITE@WHEN, executor:SITE@WHEN or worker:SITE@WHEN SIGKILL "
             "the site's Python worker, its executor JVM or the Worker daemon that launched it "
-            "(SITE 'most': the one hosting the most sites)", metavar="SITE@SECONDS")
+            "(SITE 'most': the one hosting the most sites)", metavar="SITE@WHEN")
     cut: tuple[Cut, ...] = option(
-        (), "drop the packets of a site's links to its peers for DURATION seconds (iptables on "
+        (), "drop the packets of a site's links to its peers from WHEN (as --kill's) for "
+            "DURATION seconds (iptables on "
             "the loopback interface, a same-machine test tool; the processes and their driver "
-            "links live): a partial partition", metavar="SITE@SECONDS=DURATION")
+            "links live): a partial partition", metavar="SITE@WHEN=DURATION")
     isolate: tuple[Cut, ...] = option(
-        (), "as --cut, and the site's links to the driver too", metavar="SITE@SECONDS=DURATION")
+        (), "as --cut, and the site's links to the driver too", metavar="SITE@WHEN=DURATION")
     hang: tuple[Hang, ...] = option(
-        (), "freeze a site's process (SIGSTOP) at SECONDS for DURATION seconds, then let it go "
-            "on (SIGCONT): a hung site, found by its heartbeat", metavar="SITE@SECONDS=DURATION")
+        (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
+            "let it go on (SIGCONT): a hung site, found by its heartbeat",
+        metavar="SITE@WHEN=DURATION")
     tls: bool = option(
         False, "TLS on every connection of the run (a certificate made for the run); "
                "connections are authenticated with the run's secret either way")

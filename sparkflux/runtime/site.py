@@ -37,8 +37,8 @@ import pyarrow as pa
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import Ack, Data, Keepalive
-from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.protocol.site_boundary import (
     LINK_TIMEOUT_S,

@@ -64,8 +64,8 @@ from sparkflux.model.validate import validate
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, ordered_with_data
 from sparkflux.protocol.consumer import PartitionLost
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import Outgoing, State
-from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site_boundary import (
     Beat,
     Dial,

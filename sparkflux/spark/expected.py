@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkflux.model.digest import digest_of
+from sparkflux.model.errors import PlanError
 from sparkflux.model.rows_digest import rows_digest_of
 from sparkflux.model.schema import SN, SNM, SYSTEM_FIELDS, user_fields
-from sparkflux.operators.base import PlanError
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.io.sinks import DeadLetters, Sink
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.runtime.driver import Host
 from sparkflux.runtime.fault_specs import KillProcess
 from sparkflux.runtime.plot import timeline_events

@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.spark.launcher import failed_in_group
 from sparkflux.spark.session_facts import facts
 

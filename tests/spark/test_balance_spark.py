@@ -34,7 +34,7 @@ def test_the_policy_moves_load_off_a_slowed_site(netmon: Any, spark: Any) -> Non
     # its cap. 12 s of input: nothing moves in the first 2 s of
     # statistics and a donor must be loaded in two rounds in a row.
     m = run(netmon, spark, events=600_000, rate=50_000.0, ha="flux", partitions=32,
-            site_cpu=0.4, slow=["2@1=0.08"], no_balance=False, window=400_000)
+            site_cpu=0.4, slow=["2@input+50000=0.08"], no_balance=False, window=400_000)
     digest, rows, _ = reference_digest(netmon, netmon_args(events=600_000), spark=spark)
     assert (m["output_digest"], m["output_tuples"]) == (digest, rows)
     assert m["ingress_dropped"] == 0
@@ -48,7 +48,7 @@ def test_the_policy_moves_load_off_a_slowed_site(netmon: Any, spark: Any) -> Non
 
 def test_recovery_onto_the_surviving_sites_without_a_standby(netmon: Any, spark: Any) -> None:
     m = run(netmon, spark, events=300_000, rate=50_000.0, ha="flux", partitions=16,
-            kill=["3@2"], recovery="survivors", window=400_000)
+            kill=["3@input+100000"], recovery="survivors", window=400_000)
     digest, rows, _ = reference_digest(netmon, netmon_args(events=300_000), spark=spark)
     assert (m["output_digest"], m["output_tuples"]) == (digest, rows)
     assert m["kills"] == 1 and m["adoptions"] == [] and m["ingress_dropped"] == 0
@@ -69,7 +69,7 @@ def test_moves_after_a_restarted_site_adopted_its_slot(netmon: Any, spark: Any) 
     2-core machine, the catch-up from the slowed site could last until the input ended, and
     the policy waits for a recovery to finish."""
     m = run(netmon, spark, events=600_000, rate=50_000.0, ha="flux", partitions=32,
-            site_cpu=0.4, kill=["3@0.5"], slow=["2@3=0.08"], no_balance=False,
+            site_cpu=0.4, kill=["3@input+25000"], slow=["2@input+150000=0.08"], no_balance=False,
             window=400_000, spare_sites=1)
     digest, rows, _ = reference_digest(netmon, netmon_args(events=600_000), spark=spark)
     assert (m["output_digest"], m["output_tuples"]) == (digest, rows)

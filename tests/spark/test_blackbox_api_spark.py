@@ -412,7 +412,8 @@ def test_flux_kill_through_start_into_a_table(netmon: Any, spark: Any, tmp_path:
     table = tmp_path / "table"
     opts = netmon.NetmonOptions(events=events)
     query = sparkflux.start(netmon.build(opts), spark=spark, sink=TableSink(table),
-                            sites=3, partitions=12, ha="flux", rate=40_000, kill=["1@1"],
+                            sites=3, partitions=12, ha="flux", rate=40_000,
+                            kill=["1@input+40000"],
                             dataflow_file=netmon.__file__, announce=None)
     assert query.await_termination(90) is True
     assert query.exception() is None
@@ -575,7 +576,7 @@ def test_stop_under_flux(spark: Any, tmp_path: Path) -> None:
 def test_kill_without_ha_fails_with_advice(spark: Any) -> None:
     q = sparkflux.start(kvt_flow(Bounded(50_000)), spark=spark, sink=foreach_batch(
         lambda b, lo, hi: None), sites=2, partitions=8, ha="none", rate=10_000,
-        kill=["1@1"], announce=None)
+        kill=["1@input+10000"], announce=None)
     with pytest.raises(RunFailed, match="--ha flux"):
         q.await_termination(60)
     assert isinstance(q.exception(), RunFailed)

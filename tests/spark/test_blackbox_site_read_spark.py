@@ -687,7 +687,7 @@ def test_flux_kill_while_files_land_on_the_sites(netmon: Any, spark: Any,
 
     lander = threading.Thread(target=rest, daemon=True)
     lander.start()
-    q = start_netmon(netmon, spark, source, table, ha="flux", kill=["1@1"])
+    q = start_netmon(netmon, spark, source, table, ha="flux", kill=["1@input+12000"])
     m = run(q, 120)
     lander.join(5)
     assert m["kills"] == 1 and len(m["failures"]) >= 1, (m["kills"], m["failures"])

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.spark
 def test_capped_slowed_and_skewed_run_matches_the_reference(netmon: Any, spark: Any) -> None:
     kw = dict(events=120_000, skew=True)
     args = netmon_args(**kw, rate=40_000.0, ha="flux", sites=4, partitions=16, site_cpu=0.4,
-                       slow=["2@1=0.5"])
+                       slow=["2@input+40000=0.5"])
     m = run_example(netmon, args, sink=NullSink(), dead=DeadLetters(),
                     spark=spark).metrics
     digest, rows, _ = reference_digest(netmon, netmon_args(**kw), spark=spark)

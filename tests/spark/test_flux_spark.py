@@ -38,11 +38,11 @@ def test_flux_without_failures_matches_reference(netmon: Any, spark: Any,
     assert m["kills"] == 0 and m["failures"] == []
 
 
-@pytest.mark.parametrize("site,at", [(1, 0.3), (2, 1.5), (3, 2.6)],
+@pytest.mark.parametrize("site,at", [(1, 30_000), (2, 150_000), (3, 260_000)],
                          ids=["early", "mid", "late-heavy-output"])
 def test_a_killed_site_loses_duplicates_and_reorders_nothing(
-        netmon: Any, spark: Any, expected: tuple[str, int], site: int, at: float) -> None:
-    m = run_flux(netmon, spark, kill=[f"{site}@{at}"])
+        netmon: Any, spark: Any, expected: tuple[str, int], site: int, at: int) -> None:
+    m = run_flux(netmon, spark, kill=[f"{site}@input+{at}"])
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [site]
     assert m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected
@@ -60,7 +60,7 @@ def test_a_site_cut_off_while_alive_is_excluded_within_the_link_timeout(
     why = netcut.unavailable_reason()
     if why is not None:
         pytest.skip(f"no iptables here: {why}")
-    m = run_flux(netmon, spark, **{option: ["2@1.0=6"]})
+    m = run_flux(netmon, spark, **{option: ["2@input+100000=6"]})
     assert [f["site"] for f in m["failures"]] == [2]
     assert "unreachable from sites 0, 1 and 3" in m["failures"][0]["reason"]
     # link timeout 1.0 s, a link check every 0.1 s, the judge's settle 0.2 s
@@ -71,26 +71,27 @@ def test_a_site_cut_off_while_alive_is_excluded_within_the_link_timeout(
 
 def test_two_failures_in_different_partition_pairs(netmon: Any, spark: Any,
                                                    expected: tuple[str, int]) -> None:
-    m = run_flux(netmon, spark, kill=["1@0.8", "3@2.0"])
+    m = run_flux(netmon, spark, kill=["1@input+80000", "3@input+200000"])
     assert m["kills"] == 2 and sorted(f["site"] for f in m["failures"]) == [1, 3]
     assert (m["output_digest"], m["output_tuples"]) == expected
 
 
 def test_losing_both_replicas_of_a_partition_is_reported(netmon: Any, spark: Any) -> None:
-    # 0.1 s apart: far too soon for site 1 to be restarted and caught up in between
+    # 10,000 records (0.1 s of input) apart: far too soon for site 1 to be restarted and
+    # caught up in between;
     # the error names both sites and the partitions they shared (q = 1 mod 4: copies on
     # sites 1 and 2), for each stage, and never calls the egress a stage
     with pytest.raises(RunFailed, match=r"sites 1 and 2 failed .* no complete replica is left "
                                         r"of stage 0: partitions 1, 5, 9, .*stage 1: "
                                         r"partitions 1, 5") as e:
-        run_flux(netmon, spark, kill=["1@0.8", "2@0.9"])
+        run_flux(netmon, spark, kill=["1@input+80000", "2@input+90000"])
     assert "stage 2" not in str(e.value)
 
 
 def test_a_hung_site_is_found_by_its_silence_and_excluded(netmon: Any, spark: Any,
                                                         expected: tuple[str, int]) -> None:
     from sparkflux.dataflow.compiler import compile_plan
-    from sparkflux.runtime.fault_specs import Hang
+    from sparkflux.runtime.fault_specs import Admitted, Hang
     from sparkflux.runtime.run_config import RunConfig
     from sparkflux.spark.job import run
 
@@ -98,7 +99,7 @@ def test_a_hung_site_is_found_by_its_silence_and_excluded(netmon: Any, spark: An
     opts = netmon.options(args)
     plan = compile_plan(netmon.build(opts), 16, 4)
     cfg = RunConfig(sites=4, partitions=16, ha="flux", rate=RATE, heartbeat_timeout=2.0,
-                    hangs=(Hang(2, 0.5, 4.0),))
+                    hangs=(Hang(2, Admitted(50_000), 4.0),))
     m = run(plan, cfg, NullSink(), DeadLetters(), spark=spark).metrics
     # On a loaded machine a starved (not hung) site can miss a deadline too; what matters is
     # that the hung one is excluded, found by its silence (its peers' links, within the link
@@ -113,7 +114,7 @@ def test_a_crashed_site_is_caught_up_and_folded_in(netmon: Any, spark: Any,
                                                    expected: tuple[str, int]) -> None:
     # input at 30K/s (10 s): the restarted site has time to be caught up before it ends (on a
     # busy 2-core machine a retry adopted its slot 2-7 s after the kill)
-    m = run_flux(netmon, spark, rate=30_000.0, kill=["1@0.8"])
+    m = run_flux(netmon, spark, rate=30_000.0, kill=["1@input+24000"])
     assert (m["output_digest"], m["output_tuples"]) == expected
     rec = m["recoveries"]
     # site 1 holds 8 of the 16 partitions of each of the 2 stages: every one comes back
@@ -131,7 +132,7 @@ def test_the_neighbour_of_a_recovered_site_can_fail_next(netmon: Any, spark: Any
     # input at 60K/s (5 s); a spare adopts site 1 at once; site 2 is killed 0.3 s after
     # site 1's recovery has completed
     m = run_flux(netmon, spark, rate=60_000.0, spare_sites=1,
-                 kill=["1@0.5", "2@recovered+0.3"])
+                 kill=["1@input+30000", "2@recovered+0.3"])
     assert m["kills"] == 2 and m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected
     # site 1 was caught up before its neighbour failed (site 2's own recovery may or may not
@@ -143,7 +144,7 @@ def test_the_neighbour_of_a_recovered_site_can_fail_next(netmon: Any, spark: Any
 def test_a_spare_site_takes_over_at_once(netmon: Any, spark: Any,
                                          expected: tuple[str, int]) -> None:
     # input at 60K/s (5 s): the spare's 16 catch-ups are done before it ends
-    m = run_flux(netmon, spark, rate=60_000.0, kill=["3@0.8"], spare_sites=1)
+    m = run_flux(netmon, spark, rate=60_000.0, kill=["3@input+48000"], spare_sites=1)
     assert (m["output_digest"], m["output_tuples"]) == expected
     rec = m["recoveries"]
     assert len(rec) == 16
@@ -155,12 +156,12 @@ def test_a_spare_site_takes_over_at_once(netmon: Any, spark: Any,
 def test_three_replicas_survive_two_sites_failing_at_once(netmon: Any, spark: Any,
                                                          expected: tuple[str, int]) -> None:
     """``--replicas 3`` on 5 sites: sites 1 and 2 (neighbours: partitions q = 0 and 1 mod 5
-    have copies on both) are killed 0.05 s apart; every partition keeps a complete copy,
-    a spare site adopts one slot at once and is caught up (the other waits for Spark's
-    retry), and the output is exact. (On a busy 2-core machine two retries at once adopted
-    their slots 7-9 s after the kills, after this input had ended.)"""
+    have copies on both) are killed 3,000 records (0.05 s of input) apart; every partition
+    keeps a complete copy, a spare site adopts one slot at once and is caught up (the other
+    waits for Spark's retry), and the output is exact. (On a busy 2-core machine two retries
+    at once adopted their slots 7-9 s after the kills, after this input had ended.)"""
     m = run_flux(netmon, spark, sites=5, partitions=20, replicas=3, rate=60_000.0,
-                 spare_sites=1, kill=["1@0.8", "2@0.85"])
+                 spare_sites=1, kill=["1@input+48000", "2@input+51000"])
     # (a spare that adopted slot 1 before site 2 died was catching up from it: that
     # orphaned catch-up fails slot 1's new process too, and it is recovered afresh)
     assert m["kills"] == 2 and {f["site"] for f in m["failures"]} == {1, 2}
@@ -179,4 +180,5 @@ def test_two_replicas_of_the_same_layout_lose_a_partition_clearly(netmon: Any,
                                         r"was still being caught up).* no complete replica is "
                                         r"left of stage 0: partitions 1, 6, 11, 16.* keep more "
                                         r"replicas \(--replicas 3 survives any 2 sites failing"):
-        run_flux(netmon, spark, sites=5, partitions=20, replicas=2, kill=["1@0.8", "2@0.85"])
+        run_flux(netmon, spark, sites=5, partitions=20, replicas=2,
+                 kill=["1@input+80000", "2@input+85000"])

@@ -128,7 +128,7 @@ def test_files_landing_into_a_table_with_ha_none_and_a_rewrite(
 def test_files_landing_into_a_table_with_ha_flux_and_a_kill(
         netmon: Any, spark: Any, expected: Any, tmp_path: Path) -> None:
     table = tmp_path / "table"
-    m, _, _ = run(netmon, spark, tmp_path, table, pause=0.2, ha="flux", kill=["1@1.0"])
+    m, _, _ = run(netmon, spark, tmp_path, table, pause=0.2, ha="flux", kill=["1@input+20000"])
     assert m["input_tuples"] == EVENTS and m["dead_letters"] == 0
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
     check_table(spark, table, expected)
@@ -148,7 +148,7 @@ def test_files_read_on_the_sites_with_ha_flux_and_a_kill(netmon: Any, spark: Any
                                                          expected: Any, tmp_path: Path) -> None:
     table = tmp_path / "table"
     m, _, _ = run(netmon, spark, tmp_path, table, pause=0.2, read_on="sites", ha="flux",
-                  kill=["1@1.0"])
+                  kill=["1@input+20000"])
     assert m["input_tuples"] == EVENTS and m["ingress_records"] == EVENTS // CHUNK_ROWS
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
     check_table(spark, table, expected)

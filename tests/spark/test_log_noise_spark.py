@@ -61,7 +61,7 @@ def spark_log(pid: int) -> str:
 
 def test_a_killed_site_leaves_no_java_stack_trace_in_the_terminal(tmp_path: Path) -> None:
     code, out, pid = run_cli(tmp_path, FINE, "--events", "400000", "--ha", "flux", "--rate",
-                             "100000", "--kill", "1@1")
+                             "100000", "--kill", "1@input+100000")
     assert code == 0, out[-3000:]
     assert "killing site 1" in out and "site 1 failed" in out
     assert "Python worker exited unexpectedly" not in out

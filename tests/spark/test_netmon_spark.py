@@ -70,7 +70,8 @@ def test_bad_records_go_to_dead_letters_and_the_run_goes_on(netmon: Any, spark: 
 
 
 def test_a_killed_site_stops_the_job_with_a_clear_error(netmon: Any, spark: Any) -> None:
-    args = netmon_args(events=2_000_000, rate=200_000, sites=2, partitions=8, kill=["1@1.0"])
+    args = netmon_args(events=2_000_000, rate=200_000, sites=2, partitions=8,
+                       kill=["1@input+200000"])
     with pytest.raises(RunFailed, match=r"site 1 failed.*--ha flux"):
         run_example(netmon, args, sink=CollectSink(), dead=DeadLetters(),
                     spark=spark)

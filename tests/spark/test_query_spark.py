@@ -16,7 +16,7 @@ import pytest
 import sparkflux
 from sparkflux.dataflow.api import Dataflow, Source
 from sparkflux.io.sinks import CollectSink
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.operators.stateless import Map
 from sparkflux.runner import reference_digest
 from sparkflux.spark import session_check
@@ -32,7 +32,7 @@ def test_start_with_my_session_status_metrics_and_the_reference(netmon: Any,
     opts = netmon.options(args)
     sink = CollectSink()
     query = sparkflux.start(netmon.build(opts), spark=spark, sink=sink, sites=4, partitions=16,
-                            ha="flux", rate=50_000, kill=["2@1.5"], balance=False,
+                            ha="flux", rate=50_000, kill=["2@input+75000"], balance=False,
                             announce=None)
     seen: list[dict] = []
     while not query.await_termination(timeout=0.5):

@@ -51,7 +51,7 @@ def run(two_sources: Any, spark: Any, **kw: Any) -> tuple[list[tuple], dict, Dea
     return sorted_rows(sink.table()), result.metrics, dead
 
 
-@pytest.mark.parametrize("ha,kill", [("none", []), ("flux", ["2@1.0"])],
+@pytest.mark.parametrize("ha,kill", [("none", []), ("flux", ["2@input+60000"])],
                          ids=["none", "flux-kill"])
 def test_union_of_shuffled_sources_matches_the_reference(
         two_sources: Any, spark: Any, expected: list[tuple], ha: str, kill: list[str]) -> None:

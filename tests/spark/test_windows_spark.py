@@ -59,6 +59,6 @@ def test_chained_windows_on_four_sites_match_the_reference(
 def test_chained_windows_survive_a_killed_site(hot_items: Any, spark: Any,
                                               expected: list[tuple]) -> None:
     rows, m = run_rows(hot_items, spark, sites=4, partitions=32, ha="flux", rate=50_000.0,
-                       kill=["1@1.5"])
+                       kill=["1@input+75000"])
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
     assert rows == expected

@@ -52,7 +52,7 @@ from sparkflux.control.membership import (
 )
 from sparkflux.control.membership import Standby as Sb
 from sparkflux.dataflow.placement import NOWHERE, Layout
-from sparkflux.protocol.producer import ProtocolError
+from sparkflux.protocol.errors import ProtocolError
 
 S, SE, R, RE = Slot, SlotEv, Recovery, RecoveryEv
 SITES = 4

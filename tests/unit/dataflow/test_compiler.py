@@ -9,7 +9,8 @@ import pytest
 
 from sparkflux.dataflow.api import Dataflow, Source
 from sparkflux.dataflow.compiler import compile_plan
-from sparkflux.operators.base import Operator, PlanError
+from sparkflux.model.errors import PlanError
+from sparkflux.operators.base import Operator
 from sparkflux.operators.stateless import Filter
 
 

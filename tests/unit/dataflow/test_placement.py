@@ -26,7 +26,7 @@ from sparkflux.dataflow.placement import (
     clash,
     ring_conflicts,
 )
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import failure_domain
 from sparkflux.runtime.frames import FRAME_HEADER, MSG, decode, encode

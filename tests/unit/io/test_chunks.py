@@ -42,9 +42,9 @@ from sparkflux.io.chunks import (
     spans,
 )
 from sparkflux.io.files import FilePosition, FileStreamSource
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import NO_WATERMARK
 from sparkflux.model.schema import PART, SN, SNM, T0
-from sparkflux.operators.base import PlanError
 from sparkflux.protocol.messages import Data, Outgoing
 from sparkflux.sim.workload import SCHEMA, tiny_files_plan, write_tiny_files
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import sparkflux.operators.count_window as count_window_mod
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.operators.count_window import CountWindowAggregate
 from tests.support.op_helpers import (
     assert_sn_increasing,

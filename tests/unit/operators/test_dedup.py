@@ -11,8 +11,9 @@ import pytest
 
 import sparkflux.operators.dedup as dedup_mod
 from sparkflux.model.batch import rank_within_runs
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import ENDED, Progress
-from sparkflux.operators.base import Operator, PlanError
+from sparkflux.operators.base import Operator
 from sparkflux.operators.dedup import Dedup, _RangeMax
 from tests.support.op_helpers import everywhere, make_batch, run, run_with_move, split, user_rows
 

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 import sparkflux.operators.group as group_mod
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Progress
-from sparkflux.operators.base import Operator, PlanError
+from sparkflux.operators.base import Operator
 from sparkflux.operators.group import GroupAggregate, running
 from tests.support.op_helpers import (
     assert_sn_increasing,

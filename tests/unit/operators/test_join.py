@@ -10,8 +10,8 @@ import pytest
 
 import sparkflux.operators.join as join_mod
 from sparkflux.model.batch import child_minor
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Progress
-from sparkflux.operators.base import PlanError
 from sparkflux.operators.join import WindowJoin
 from tests.support.op_helpers import (
     assert_sn_increasing,

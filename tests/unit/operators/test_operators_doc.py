@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparkflux.operators.base import Operator, PlanError
+from sparkflux.model.errors import PlanError
+from sparkflux.operators.base import Operator
 from tests.conftest import ROOT
 from tests.support.op_helpers import make_batch, run, run_with_move, split, user_rows
 

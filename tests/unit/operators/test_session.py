@@ -10,7 +10,7 @@ import pytest
 
 import sparkflux.operators.keyed as keyed
 import sparkflux.operators.session as session_mod
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.operators.keyed import KeyCollision
 from sparkflux.operators.session import SessionReconstruction
 from tests.support.op_helpers import (

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 import sparkflux.operators.stateless as stateless_mod
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.operators.stateless import Filter, Map, Project
 from tests.support.op_helpers import (
     assert_sn_increasing,

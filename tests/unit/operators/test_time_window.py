@@ -10,8 +10,8 @@ import pytest
 
 import sparkflux.operators.time_window as time_window_mod
 from sparkflux.model.batch import child_minor, rank_within_runs
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
-from sparkflux.operators.base import PlanError
 from sparkflux.operators.time_window import TimeWindowAggregate
 from tests.support.op_helpers import (
     assert_sn_increasing_per_partition,

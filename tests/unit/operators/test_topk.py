@@ -11,8 +11,9 @@ import pytest
 
 import sparkflux.operators.topk as topk_mod
 from sparkflux.model.batch import child_minor, rank_within_runs
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
-from sparkflux.operators.base import Operator, PlanError
+from sparkflux.operators.base import Operator
 from sparkflux.operators.topk import KeyedTopK, WindowTopK
 from tests.support.op_helpers import (
     assert_sn_increasing_per_partition,

@@ -10,7 +10,7 @@ import pytest
 
 import sparkflux.operators.union as union_mod
 from sparkflux.model.batch import concat
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.operators.union import unify_schemas, union_batches
 from tests.support.op_helpers import assert_sn_increasing, make_batch, split, user_rows
 

@@ -9,8 +9,8 @@ import pytest
 
 from sparkflux.model.schema import PART, SN, SNM
 from sparkflux.protocol.consumer import ConsumerSet
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import SRC, Ack, Data, Message, PSync, Streams
-from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site import link_runs
 
 SCHEMA = pa.schema([pa.field(SN, pa.int64()), pa.field(SNM, pa.int64()),

@@ -85,7 +85,7 @@ def test_a_reinstalled_producer_is_held_for_again() -> None:
 def test_an_ack_for_a_producer_not_hosted_here_is_ignored_and_one_out_of_range_refused() -> None:
     import pytest
 
-    from sparkflux.protocol.producer import ProtocolError
+    from sparkflux.protocol.errors import ProtocolError
 
     b = buffer()
     b.drop(1)  # producer 1's copy moved away; a consumer that has not seen the move acks it

@@ -14,8 +14,8 @@ import pytest
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
+from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import CuDone, Keepalive, Outgoing, PSync
-from sparkflux.protocol.producer import ProtocolError
 from sparkflux.protocol.site_boundary import (
     Beat,
     Close,

@@ -74,7 +74,7 @@ def test_a_capped_site_gathers_until_a_pass_is_worth_its_fixed_cost() -> None:
 
 
 def test_a_bad_balance_window_fails_fast_with_what_to_change() -> None:
-    from sparkflux.operators.base import PlanError
+    from sparkflux.model.errors import PlanError
     from sparkflux.options import balance_window
 
     assert balance_window(0.0) == 0.0 and balance_window(2.0) == 2.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.options import parse_kills
 from sparkflux.runtime import proctree
 from sparkflux.runtime.fault_specs import KillAt, KillProcess
@@ -93,8 +93,8 @@ def test_kill_options() -> None:
         KillProcess("python", 0, 0.0))
     for bad, match in [("jvm:1@2", "not one of python, executor, worker"),
                        ("worker:4@2", r"site must be in 0..3 or 'most'"),
-                       ("worker:1", "write LEVEL:SITE@SECONDS"),
-                       ("worker:x@1", "write LEVEL:SITE@SECONDS")]:
+                       ("worker:1", "write LEVEL:SITE@WHEN"),
+                       ("worker:x@1", "write LEVEL:SITE@WHEN")]:
         with pytest.raises(PlanError, match=match):
             parse_kills([bad], 4, MASTER)
     with pytest.raises(PlanError, match="needs a Spark standalone cluster here"):

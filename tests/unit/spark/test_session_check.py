@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.spark import session_check
 from sparkflux.spark.session_check import check_session, task_retries
 

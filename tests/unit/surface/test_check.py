@@ -8,8 +8,8 @@ import pytest
 
 from sparkflux.check import check_output
 from sparkflux.model.digest import digest_of
+from sparkflux.model.errors import PlanError
 from sparkflux.model.rows_digest import rows_digest_of
-from sparkflux.operators.base import PlanError
 from sparkflux.spark.expected import collect
 
 OUTPUT_SCHEMA = pa.schema([

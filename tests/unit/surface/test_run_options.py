@@ -10,14 +10,14 @@ import pytest
 import sparkflux
 from sparkflux import cli, query
 from sparkflux.dataflow.placement import Layout
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.options import (
     HEARTBEAT_INTERVAL_S,
     MIN_HEARTBEAT_TIMEOUT_S,
     replicas_option,
     run_config,
 )
-from sparkflux.runtime.fault_specs import KillAt, KillAtInput, KillInMove
+from sparkflux.runtime.fault_specs import Admitted, KillAt, KillInMove
 from sparkflux.runtime.site import SiteConfig
 from sparkflux.spark import launcher
 from tests.conftest import ROOT
@@ -114,7 +114,7 @@ def test_the_link_timeout_defaults_to_its_floor_and_refuses_less() -> None:
 
 def test_a_kill_timed_by_the_input_admitted() -> None:
     cfg = run_config(kill=["2@input+20000", "1@3"], ha="flux")
-    assert cfg.kills == (KillAtInput(2, 20000), KillAt(1, 3.0))
+    assert cfg.kills == (KillAt(2, Admitted(20000)), KillAt(1, 3.0))
     with pytest.raises(PlanError, match=r"write SITE@input\+RECORDS, e\.g\. --kill "
                                         r"1@input\+100000"):
         run_config(kill=["2@input+lots"], ha="flux")

@@ -11,15 +11,15 @@ import pytest
 
 import sparkflux
 from sparkflux import cli, query
-from sparkflux.operators.base import PlanError
+from sparkflux.model.errors import PlanError
 from sparkflux.options import flag_of, options_of, run_config
 from sparkflux.runtime.fault_specs import (
+    Admitted,
     Cut,
     Hang,
     KillAdopted,
     KillAfterRecovery,
     KillAt,
-    KillAtInput,
     KillInMove,
     KillProcess,
     Slow,
@@ -42,13 +42,14 @@ CLUSTER = "spark://127.0.0.1:7077"
     ("0@0.25", KillAt(0, 0.25)),
     ("2@recovered+0.3", KillAfterRecovery(2, 0.3)),
     ("1@adopted+0.2", KillAdopted(1, 0.2)),
-    ("3@input+100000", KillAtInput(3, 100_000)),
+    ("3@input+100000", KillAt(3, Admitted(100_000))),
     ("from@move+0.5", KillInMove("from", 0.5)),
     ("bystander@move+0", KillInMove("bystander", 0.0)),
     ("2@move+1", KillInMove(2, 1.0)),
     ("worker:most@20", KillProcess("worker", None, 20.0)),
     ("executor:2@1.5", KillProcess("executor", 2, 1.5)),
     ("python:0@0", KillProcess("python", 0, 0.0)),
+    ("worker:1@input+5000", KillProcess("worker", 1, Admitted(5000))),
 ])
 def test_each_kill_form_is_a_record_that_prints_back_as_its_spec(spec: str, record: Any
                                                                  ) -> None:
@@ -68,6 +69,9 @@ def test_a_record_prints_every_digit_it_holds() -> None:
     (lambda spec, sites: parse_cut(spec, sites, isolate=True), "2@0.5=4",
      Cut(2, 0.5, 4.0, isolate=True)),
     (parse_slow, "2@2=0.5", Slow(2, 2.0, 0.5)),
+    (parse_hang, "1@input+20000=3", Hang(1, Admitted(20_000), 3.0)),
+    (parse_cut, "3@input+1=45", Cut(3, Admitted(1), 45.0)),
+    (parse_slow, "0@input+0=0.25", Slow(0, Admitted(0), 0.25)),
 ])
 def test_hangs_cuts_and_slows_are_records_that_print_back(parse: Any, spec: str, record: Any
                                                           ) -> None:
@@ -92,7 +96,8 @@ def test_hangs_cuts_and_slows_are_records_that_print_back(parse: Any, spec: str,
                      r"bystander or a site in 0\.\.3"),
     ("source@move+-1", r"seconds >= 0"),
     ("jvm:1@2", "not one of python, executor, worker"),
-    ("worker:1", "write LEVEL:SITE@SECONDS"),
+    ("worker:1", "write LEVEL:SITE@WHEN"),
+    ("worker:1@input+x", "write LEVEL:SITE@WHEN"),
     ("worker:4@2", r"site must be in 0\.\.3 or 'most'"),
 ])
 def test_a_bad_kill_says_what_to_write(kill: str, message: str) -> None:
@@ -101,11 +106,14 @@ def test_a_bad_kill_says_what_to_write(kill: str, message: str) -> None:
 
 
 @pytest.mark.parametrize("option,spec,message", [
-    ("hang", "1@3", r"--hang '1@3': write SITE@SECONDS=DURATION, e\.g\. --hang 1@3=8"),
-    ("hang", "1@3=0", r"--hang '1@3=0': site in 0\.\.3, seconds >= 0, duration > 0"),
-    ("cut", "1=3", r"--cut '1=3': write SITE@SECONDS=DURATION, e\.g\. --cut 1@3=45"),
+    ("hang", "1@3", r"--hang '1@3': write SITE@WHEN=DURATION \(WHEN: SECONDS or "
+                    r"input\+RECORDS\), e\.g\. --hang 1@3=8"),
+    ("hang", "1@3=0", r"--hang '1@3=0': site in 0\.\.3, duration > 0"),
+    ("hang", "1@-3=2", r"write SITE@WHEN=DURATION"),
+    ("hang", "1@input+-3=2", r"write SITE@WHEN=DURATION"),
+    ("cut", "1=3", r"--cut '1=3': write SITE@WHEN=DURATION .*, e\.g\. --cut 1@3=45"),
     ("isolate", "5@1=2", r"--isolate '5@1=2': site in 0\.\.3"),
-    ("slow", "2@2", r"--slow '2@2': write SITE@SECONDS=FACTOR, e\.g\. --slow 2@2=0\.5"),
+    ("slow", "2@2", r"--slow '2@2': write SITE@WHEN=FACTOR .*, e\.g\. --slow 2@2=0\.5"),
     ("slow", "2@2=-1", r"factor > 0"),
 ])
 def test_a_bad_hang_cut_or_slow_says_what_to_write(option: str, spec: str, message: str
@@ -121,7 +129,7 @@ def test_a_process_kill_in_local_mode_says_it_needs_a_cluster() -> None:
 
 def test_records_given_in_python_are_checked_as_specs_are() -> None:
     opts = RunOptions(kill=[KillAt(1, 3.0), "2@input+5"], hang=[Hang(0, 1.0, 2.0)])
-    assert opts.kill == (KillAt(1, 3.0), KillAtInput(2, 5)) and opts.hang == (Hang(0, 1, 2),)
+    assert opts.kill == (KillAt(1, 3.0), KillAt(2, Admitted(5))) and opts.hang == (Hang(0, 1, 2),)
     with pytest.raises(PlanError, match=r"--kill '9@3': site must be in 0\.\.3"):
         RunOptions(kill=[KillAt(9, 3.0)])
 
