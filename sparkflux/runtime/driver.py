@@ -54,6 +54,7 @@ from sparkflux.runtime.site_load import site_load
 from sparkflux.runtime.transport import Connection, ConnectionLost, start_server
 
 log = logging.getLogger(__name__)
+STOP_DRAIN_S = 5.0  # at the run's end, how long the ``stop`` frames may take to leave, in all
 __all__ = ["INGRESS_POOL_ROWS", "Host", "site_load"]  # what other modules import from here
 T = TypeVar("T")
 
@@ -216,12 +217,9 @@ class Host:
             feeder.cancel()
             ticker.cancel()
             flusher.cancel()
-            for conn in [*self.conns.values(), *self.standbys]:
-                for c in self.stop_process(conn, cm.Stop(reason="run finished")):
-                    try:
-                        await asyncio.wait_for(c.drain(), 5.0)
-                    except (TimeoutError, ConnectionLost):
-                        pass
+            stopped = [c for conn in [*self.conns.values(), *self.standbys]
+                       for c in self.stop_process(conn, cm.Stop(reason="run finished"))]
+            await self._drain_all(stopped, STOP_DRAIN_S)
             server.close()
             for src in self.plan.sources:  # a source may hold a thread or a file open
                 try:
@@ -232,6 +230,24 @@ class Host:
                 out.close()
             self.dead_letters.close()
             self.done.set()
+
+    @staticmethod
+    async def _drain_all(conns: list[Connection], timeout: float) -> None:
+        """Wait until every connection has sent what it holds (the ``stop`` frames), all
+        together and at most ``timeout`` in all: a site that no longer reads (failed,
+        hung, cut off) must not hold the run's end for a timeout per connection."""
+
+        async def drain(c: Connection) -> None:
+            try:
+                await c.drain()
+            except ConnectionLost:
+                pass
+
+        if conns:
+            _, late = await asyncio.wait([asyncio.ensure_future(drain(c)) for c in conns],
+                                         timeout=timeout)
+            for task in late:  # their sites are told by their connections' end instead
+                task.cancel()
 
     def stop(self, reason: str) -> None:
         """Abort from another thread (e.g. the Spark job died)."""
