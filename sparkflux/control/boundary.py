@@ -633,11 +633,8 @@ def boundary_for(plan: PhysicalPlan, replicas: int,
     """A boundary with a fresh controller over chained declustering of ``replicas`` copies,
     run as ``options`` say."""
     layout = Layout(plan.sites, plan.partitions, replicas)
-    o = options
     controller = Controller(plan.sites, ha=replicas > 1, layout=layout,
-                            stages=len(plan.stages), heartbeat_timeout=o.heartbeat_timeout,
-                            recovery=o.recovery, balance=o.balance, policy=o.policy,
-                            link_settle=o.link_settle)
+                            stages=len(plan.stages), options=options)
     return Boundary(plan, layout, controller, end_with_output)
 
 

@@ -152,11 +152,11 @@ class ControlOptions:
 class Controller(Balancing):
     """Membership, views, recovery and load balancing for ``sites`` site slots."""
 
-    def __init__(self, sites: int, heartbeat_timeout: float = HEARTBEAT_TIMEOUT_S,
-                 ha: bool = False,
-                 layout: Layout | None = None, stages: int = 0, recovery: str = "standby",
-                 balance: bool = False, policy: PolicyConfig | None = None,
-                 standby_wait: float = 5.0, link_settle: float = SETTLE_S) -> None:
+    def __init__(self, sites: int, ha: bool = False, layout: Layout | None = None,
+                 stages: int = 0, options: ControlOptions | None = None,
+                 standby_wait: float = 5.0) -> None:
+        o = options or ControlOptions()
+        heartbeat_timeout, recovery, policy = o.heartbeat_timeout, o.recovery, o.policy
         if sites < 1:
             raise ValueError("a controller needs at least one site")
         if recovery not in ("standby", "survivors"):
@@ -200,7 +200,7 @@ class Controller(Balancing):
         self._unconfirmed: set[tuple[int, int]] = set()  # (site, epoch): `moved` awaited
         self._catching_up = False  # the group's catch-ups have started
         self.moves: list[MoveRecord] = []  # every move done (the run's metrics list them)
-        self.balance = balance and ha
+        self.balance = o.balance and ha
         self.policy = policy = policy or PolicyConfig()
         self.round = 0
         self.lb_state = Phase.WAIT  # the balancing round's phase (``rounds.py``)
@@ -215,7 +215,7 @@ class Controller(Balancing):
         self._moving_since = 0.0
         self.now = 0.0
         # partial partitions: which end of a broken link to exclude
-        self.links = LinkJudge(settle=link_settle)
+        self.links = LinkJudge(settle=o.link_settle)
         self._registered_as: dict[int, int] = {}  # slot -> its process's registered slot
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)

@@ -66,6 +66,7 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 
 from sparkflux.protocol.errors import ProtocolError
+from sparkflux.protocol.tables import transition
 
 
 class MembershipError(ProtocolError):
@@ -161,11 +162,8 @@ SLOT_TRANSITIONS: dict[Mode, Rules] = {
 def slot_step(slot: int, mode: Mode, state: Slot, event: SlotEv
               ) -> tuple[Slot, tuple[str, ...]]:
     """The slot's next state and the actions of ``event`` in ``state``."""
-    try:
-        return SLOT_TRANSITIONS[mode][(state, event)]
-    except KeyError:
-        raise SlotError(f"site slot {slot} ({mode.value}): no transition from {state.value} "
-                        f"on {event.value}") from None
+    return transition(SLOT_TRANSITIONS[mode], state, event, SlotError,
+                      f"site slot {slot} ({mode.value})")
 
 
 class Standby(StrEnum):
@@ -196,11 +194,8 @@ STANDBY_TRANSITIONS: dict[Mode, dict[tuple[Standby, StandbyEv],
 def standby_step(process: str, mode: Mode, state: Standby, event: StandbyEv
                  ) -> tuple[Standby, tuple[str, ...]]:
     """The standby process's next state and the actions of ``event`` in ``state``."""
-    try:
-        return STANDBY_TRANSITIONS[mode][(state, event)]
-    except KeyError:
-        raise StandbyError(f"standby {process} ({mode.value}): no transition from "
-                           f"{state.value} on {event.value}") from None
+    return transition(STANDBY_TRANSITIONS[mode], state, event, StandbyError,
+                      f"standby {process} ({mode.value})")
 
 
 class Recovery(StrEnum):
@@ -231,9 +226,5 @@ RECOVERY_TRANSITIONS: dict[tuple[Recovery, RecoveryEv], tuple[Recovery, tuple[st
 def recovery_step(slot: int | None, phase: Recovery, event: RecoveryEv
                   ) -> tuple[Recovery, tuple[str, ...]]:
     """The recovery task's next phase and the actions of ``event`` in ``phase``."""
-    try:
-        return RECOVERY_TRANSITIONS[(phase, event)]
-    except KeyError:
-        who = "no slot" if slot is None else f"site slot {slot}"
-        raise RecoveryError(f"recovery ({who}): no transition from {phase.value} on "
-                            f"{event.value}") from None
+    who = "no slot" if slot is None else f"site slot {slot}"
+    return transition(RECOVERY_TRANSITIONS, phase, event, RecoveryError, f"recovery ({who})")

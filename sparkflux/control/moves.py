@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
 from sparkflux.protocol.errors import ProtocolError
+from sparkflux.protocol.tables import transition
 
 
 class MoveError(ProtocolError):
@@ -96,11 +97,7 @@ RUNNING = frozenset({P.APPLYING, P.BUILDING, P.FOLDING, P.APPLYING_ALONE, P.BUIL
 def move_step(epoch: int, phase: MovePhase, event: MoveEv
               ) -> tuple[MovePhase, tuple[str, ...]]:
     """The next phase and the actions of ``event`` in ``phase``."""
-    try:
-        return MOVE_TRANSITIONS[(phase, event)]
-    except KeyError:
-        raise MoveError(f"move {epoch}: no transition from {phase.value} on "
-                        f"{event.value}") from None
+    return transition(MOVE_TRANSITIONS, phase, event, MoveError, f"move {epoch}")
 
 
 @dataclass(slots=True, kw_only=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 
 from sparkflux.protocol.errors import ProtocolError
+from sparkflux.protocol.tables import transition
 
 
 class RoundError(ProtocolError):
@@ -71,8 +72,5 @@ ROUND_TRANSITIONS: dict[tuple[Phase, Ev], tuple[Phase, tuple[str, ...]]] = {
 
 def step(round_no: int, phase: Phase, event: Ev) -> tuple[Phase, tuple[str, ...]]:
     """The next phase and the actions of ``event`` in ``phase``."""
-    try:
-        return ROUND_TRANSITIONS[(phase, event)]
-    except KeyError:
-        raise RoundError(f"balancing round {round_no}: no transition from {phase.value} on "
-                         f"{event.value}") from None
+    return transition(ROUND_TRANSITIONS, phase, event, RoundError,
+                      f"balancing round {round_no}")

@@ -53,6 +53,7 @@ from enum import Enum
 import numpy as np
 
 from sparkflux.protocol.errors import ProtocolError
+from sparkflux.protocol.tables import transition
 
 log = logging.getLogger(__name__)
 
@@ -222,12 +223,8 @@ class SurvivorCatchUp:
         return out
 
     def _fire(self, kind: Ev, event: CatchUpEvent | None) -> list[CatchUpAction]:
-        try:
-            nxt, names = SURVIVOR_TRANSITIONS[(self.state, kind)]
-        except KeyError:
-            raise CatchUpError(
-                f"{self.role} (epoch {self.epoch}): impossible event {kind.value!r} in state "
-                f"{self.state.value!r}") from None
+        nxt, names = transition(SURVIVOR_TRANSITIONS, self.state, kind, CatchUpError,
+                                f"{self.role} (epoch {self.epoch})")
         log.debug("%s: %s --%s--> %s %s", self.role, self.state.value, kind.value, nxt.value,
                   names)
         self.state = nxt
@@ -361,8 +358,5 @@ def new_replica_step(stage: int, q: int, r: int, installed: bool, event: str
                      ) -> tuple[NewPhase, tuple[str, ...]]:
     """The new replica's transition from its state (``installed`` or not) on ``event``."""
     state = NewPhase.CAUGHT_UP if installed else NewPhase.WAITING_FOR_STATE
-    try:
-        return NEW_REPLICA_TRANSITIONS[(state, event)]
-    except KeyError:
-        raise CatchUpError(f"new replica of stage {stage} partition {q} replica {r}: "
-                           f"impossible event {event!r} in state {state.value!r}") from None
+    return transition(NEW_REPLICA_TRANSITIONS, state, event, CatchUpError,
+                      f"new replica of stage {stage} partition {q} replica {r}")

@@ -4,7 +4,7 @@ a catch-up through ``cu-done`` and then ``folded`` from every party that gets th
 
 from __future__ import annotations
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     Action,
     CatchUp,
@@ -33,8 +33,9 @@ def finish(c: Controller, cu: CatchUp, now: float, nbytes: int = 0) -> list[Acti
 
 def started(balance: bool = True, window_s: float = 4.0) -> Controller:
     """A controller of 4 sites and ``P`` partitions, two copies each, every site ready."""
-    c = Controller(4, ha=True, layout=Layout(4, P, 2), stages=2, balance=balance,
-                   policy=PolicyConfig(delta_start=1.0, delta_min=0.25, window_s=window_s))
+    policy = PolicyConfig(delta_start=1.0, delta_min=0.25, window_s=window_s)
+    c = Controller(4, ha=True, layout=Layout(4, P, 2), stages=2,
+                   options=ControlOptions(balance=balance, policy=policy))
     for s in range(4):
         c.handle(Registered(address=SiteAddress(site=s, attempt=0, host="h", port=s, pid=s),
                             now=0.0))

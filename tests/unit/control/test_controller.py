@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     Abort,
     ConnectionClosed,
@@ -23,7 +23,7 @@ def addr(site: int, attempt: int = 0) -> SiteAddress:
 
 
 def started(n: int = 3) -> Controller:
-    c = Controller(n, heartbeat_timeout=2.0)
+    c = Controller(n, options=ControlOptions(heartbeat_timeout=2.0))
     for s in range(n):
         c.handle(Registered(address=addr(s), now=0.0))
     for s in range(n):
@@ -77,7 +77,7 @@ def test_with_one_copy_a_report_that_a_peer_is_unreachable_excludes_nobody() -> 
 def test_every_member_is_timed_from_view_one_not_from_its_registration() -> None:
     """A site that registered long before the last one is not excluded as hung the moment the
     view forms: its heartbeats before the view counted for no member."""
-    c = Controller(2, heartbeat_timeout=2.0)
+    c = Controller(2, options=ControlOptions(heartbeat_timeout=2.0))
     c.handle(Registered(address=addr(0), now=0.0))
     c.handle(Registered(address=addr(1), now=5.0))  # view 1 at 5.0
     assert c.handle(Tick(now=6.0)) == []

@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import ControlOptions, Controller
 from sparkflux.control.events import (
     Action,
     Adopt,
@@ -47,7 +47,7 @@ def addr(site: int, executor: str, attempt: int = 0, host: str = "h") -> SiteAdd
 def started(executors: tuple[str, ...] = EXECUTORS, recovery: str = "standby",
             hosts: tuple[str, ...] | None = None) -> tuple[Controller, list[Action]]:
     c = Controller(len(executors), ha=True, layout=Layout(len(executors), 8, 2), stages=1,
-                   recovery=recovery, heartbeat_timeout=1e9)
+                   options=ControlOptions(recovery=recovery, heartbeat_timeout=1e9))
     install: list[Action] = []
     for s, e in enumerate(executors):
         install += c.handle(Registered(address=addr(s, e, host=hosts[s] if hosts else "h"),

@@ -10,7 +10,7 @@ egress for the last.
 
 from __future__ import annotations
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     CatchUp,
     CatchUpDone,
@@ -29,7 +29,8 @@ from tests.support.control_helpers import finish
 
 
 def started() -> Controller:
-    c = Controller(4, ha=True, layout=Layout(4, 8, 2), stages=2, heartbeat_timeout=1e9)
+    c = Controller(4, ha=True, layout=Layout(4, 8, 2), stages=2,
+                   options=ControlOptions(heartbeat_timeout=1e9))
     for s in range(4):
         c.handle(Registered(address=SiteAddress(site=s, attempt=0, host="h", port=s, pid=s),
                             now=0.0))

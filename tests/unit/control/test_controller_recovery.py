@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     Abort,
     Adopt,
@@ -51,8 +51,8 @@ def view(number: int, *members: SiteAddress) -> View:
 
 
 def flux(timeout: float = 2.0, recovery: str = "standby") -> Controller:
-    c = Controller(SITES, heartbeat_timeout=timeout, ha=True, layout=Layout(SITES, 16, 2),
-                   stages=2, recovery=recovery)
+    c = Controller(SITES, ha=True, layout=Layout(SITES, 16, 2),
+                   stages=2, options=ControlOptions(heartbeat_timeout=timeout, recovery=recovery))
     for s in range(SITES):
         c.handle(Registered(address=addr(s), now=0.0))
     for s in range(SITES):
@@ -116,7 +116,8 @@ def test_the_old_process_heartbeat_does_not_count_for_the_new_one() -> None:
 
 
 def test_a_spare_adopts_at_the_failure_and_its_clock_starts_there() -> None:
-    c = Controller(SITES, heartbeat_timeout=2.0, ha=True, layout=Layout(SITES, 16, 2), stages=2)
+    c = Controller(SITES, ha=True, layout=Layout(SITES, 16, 2), stages=2,
+                   options=ControlOptions(heartbeat_timeout=2.0))
     spare = addr(SITES)  # --spare-sites: slot 4, a standby from the start
     assert c.handle(Registered(address=spare, now=0.0)) == [Standby(site=SITES, attempt=0)]
     for s in range(SITES):
@@ -139,8 +140,8 @@ def test_a_spare_adopts_at_the_failure_and_its_clock_starts_there() -> None:
 # -- 2. a site lost before the view forms ---------------------------------------------------------
 @pytest.mark.parametrize("ha", [True, False], ids=["flux", "none"])
 def test_a_site_lost_before_the_view_is_waited_for(ha: bool) -> None:
-    c = Controller(3, heartbeat_timeout=2.0, ha=ha, layout=Layout(3, 6, 2 if ha else 1),
-                   stages=1)
+    c = Controller(3, ha=ha, layout=Layout(3, 6, 2 if ha else 1),
+                   stages=1, options=ControlOptions(heartbeat_timeout=2.0))
     assert c.handle(Registered(address=addr(0), now=0.0)) == []
     assert c.handle(Registered(address=addr(1), now=0.1)) == []
     assert c.handle(ConnectionClosed(site=1, attempt=0, reason="EOF", now=0.2)) == []

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from sparkflux.control.controller import Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     Abort,
     Adopt,
@@ -170,8 +170,9 @@ def view(number: int, *members: SiteAddress) -> View:
 
 def controller(ha: bool = True, recovery: str = "standby", standby_wait: float = 5.0
                ) -> Controller:
-    return Controller(SITES, heartbeat_timeout=1e9, ha=ha, layout=Layout(SITES, 8, 2),
-                      stages=2, recovery=recovery, standby_wait=standby_wait)
+    return Controller(SITES, ha=ha, layout=Layout(SITES, 8, 2),
+                      stages=2, standby_wait=standby_wait,
+                      options=ControlOptions(heartbeat_timeout=1e9, recovery=recovery))
 
 
 def started(**kw: object) -> Controller:

@@ -379,12 +379,12 @@ def test_an_impossible_transition_names_role_state_and_event() -> None:
     cu.handle(catchup.CuStartEvent(producers=frozenset({0, 1})))
     with pytest.raises(CatchUpError) as e:
         cu.handle(InstalledEvent())  # installed before any state was sent
-    assert str(e.value) == ("survivor of stage 1 partition 5 replica 0 (epoch 7): impossible "
-                            "event 'installed' in state 'retaining'")
-    with pytest.raises(CatchUpError, match="impossible event 'cu-start' in state 'retaining'"):
+    assert str(e.value) == ("survivor of stage 1 partition 5 replica 0 (epoch 7): no "
+                            "transition from retaining on installed")
+    with pytest.raises(CatchUpError, match="no transition from retaining on cu-start"):
         cu.handle(catchup.CuStartEvent(producers=frozenset({0})))
     with pytest.raises(CatchUpError, match="new replica of stage 1 partition 2 replica 0: "
-                                           "impossible event 'state' in state 'caught-up'"):
+                                           "no transition from caught-up on 'state'"):
         catchup.new_replica_step(1, 2, 0, True, "state")
 
 
