@@ -472,9 +472,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 pending_detect.remove(det)
                 carry_out(core.handle(ConnectionClosed(site=det[1], attempt=det[2], reason="crash",
                                                        now=float(step))))
-            # Admit the next input batch when the window allows, with some probability.
+            # Admit the next input batch when the core does not hold it back (the runtime's
+            # rule, ``Boundary.held_back``; links here hold any amount: no pool), with some
+            # probability.
             can_admit = (next_batch < len(batches)
-                         and core.in_flight() < window * unit)
+                         and not core.held_back(window * unit, pool_full=False))
             if can_admit and rng.random() < 0.3:
                 stream, b = _item(batches[next_batch])
                 carry_out(core.handle(Input(batch=b, now=0.0, stream=stream)))
