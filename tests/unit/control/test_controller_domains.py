@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from sparkflux.control.controller import ControlOptions, Controller
+from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     Action,
     Adopt,
