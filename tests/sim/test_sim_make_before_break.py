@@ -38,8 +38,10 @@ PHASES = ("applying", "building")
 
 def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
     """One move of copy 0 of a random partition (initial placement: q on q % 4 and
-    (q + 1) % 4) to a site without a copy, and one site failing 0-320 steps later: the old
-    copy's, the destination, the other copy's (the new one is built from it) or the fourth.
+    (q + 1) % 4) to a site without a copy, and one site failing 0-320 steps later (in a third
+    of the seeds 0-24, so that the short phase of applying the move is hit as often as the
+    building): the old copy's, the destination, the other copy's (the new one is built from
+    it) or the fourth.
     A standby adopts the slot later; in a quarter of the seeds there is none, and the failed
     site's copies are recovered onto the survivors."""
     rng = np.random.default_rng((seed, 29))
@@ -49,7 +51,7 @@ def plan_for(seed: int, steps: int) -> tuple[FailurePlan, dict[str, Any]]:
     bystander = next(s for s in range(SITES) if s not in (src, other, dst))
     victim = (src, dst, other, bystander)[seed % 4]
     at = int(rng.integers(steps // 8, 2 * steps // 3))
-    crash = at + int(rng.integers(0, 321))
+    crash = at + int(rng.integers(0, 25 if rng.random() < 1 / 3 else 321))
     if rng.random() < 0.25:
         return FailurePlan(((victim, crash),), moves=((at, q, dst),)), {"recovery": "survivors"}
     return FailurePlan(((victim, crash),), standbys=(crash + int(rng.integers(1, 200)),),

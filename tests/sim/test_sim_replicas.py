@@ -96,7 +96,7 @@ def test_any_two_sites_may_fail_at_once(chunk: int, base: Any) -> None:
     assert len(results) == len(seeds)
 
 
-@pytest.mark.parametrize("seed", [286, 302])
+@pytest.mark.parametrize("seed", [9, 15])
 def test_a_catch_up_that_loses_its_survivor_is_recovered_afresh(seed: int, base: Any) -> None:
     """Seeds whose plan reaches the third kind of ``two_failures``: the survivor of slot a's
     catch-up fails while it runs, so the controller fails a's new process too (a third

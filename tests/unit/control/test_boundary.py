@@ -420,7 +420,7 @@ def test_mutation_egress_ignores_psync(
         crash = int(rng.integers(1, steps // 2))
         return FailurePlan(((int(rng.integers(SITES)), crash),), standbys=(crash + 20,))
 
-    seed, fp = _hunt(plans, batches, expected, ("buffers did not drain",), range(50))
+    seed, fp = _hunt(plans, batches, expected, ("buffers did not drain",), range(200))
     monkeypatch.undo()
     check(lambda: tiny_plan()[0], batches, seed, fp, expected=expected)
 
