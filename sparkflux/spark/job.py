@@ -22,7 +22,7 @@ from typing import Any
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.io.sinks import DeadLetters, Sink
 from sparkflux.model.errors import PlanError
-from sparkflux.runtime.driver import Host
+from sparkflux.runtime.driver import Host, open_sinks, sinks_of
 from sparkflux.runtime.fault_specs import KillProcess
 from sparkflux.runtime.plot import timeline_events
 from sparkflux.runtime.reports import result_metrics
@@ -69,6 +69,24 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     with every setting the job needs. ``dataflow_file``: the file the dataflow came from;
     the modules beside it are shipped. ``announce`` gets the run's milestones (the input's
     start)."""
+    sinks = sinks_of(plan, sink)
+    open_sinks(plan, sinks)  # a sink that cannot open fails the run before Spark starts
+    hosts: list[Host] = []
+    try:
+        return _launch(plan, cfg, sinks, dead_letters, spark, dataflow_file, announce, hosts)
+    except BaseException:
+        if hosts:  # the host's thread closes the sinks as it ends
+            hosts[0].stop("the launch failed")
+            hosts[0].done.wait(30)
+        else:
+            for out in sinks:
+                out.close()
+        raise
+
+
+def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters: DeadLetters,
+            spark: Any, dataflow_file: str | Path | None,
+            announce: Callable[[str], None] | None, hosts: list[Host]) -> Launched:
     source_slots = sum(src.task_slots for src in plan.sources)
     master = cfg.master or default_master(cfg.sites + cfg.spares + source_slots)
     tasks = plan.sites + cfg.spares
@@ -93,10 +111,13 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
         cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
     bind, advertise = driver_addresses(master, conf, cfg.bind_host)
     cfg = replace(cfg, local=is_local(master), bind_host=bind)
-    host = Host(plan, cfg, sink, dead_letters, announce)
+    host = Host(plan, cfg, None, dead_letters, announce, opened=sinks)
+    hosts.append(host)
     thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
     thread.start()
     host.ready.wait(30)
+    if host.failure is not None:  # e.g. a sink that cannot open: before any site starts
+        raise RunFailed(host.failure)
     if host.port is None:
         raise RunFailed(f"the driver host could not listen on {bind} (the address the "
                         f"executors are told to connect to is {advertise}); set "
