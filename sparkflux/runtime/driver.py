@@ -31,6 +31,7 @@ from sparkflux.control.events import ConnectionClosed
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import InputState
+from sparkflux.dataflow.api import POLL_S
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.io.sinks import DeadLetters, NullSink, Sink
@@ -220,6 +221,7 @@ class Host:
         self.ready.set()
         ticker = self._task(self.watch.ticker(), "the watchdog")
         flusher = self._task(self._flusher(), "the ingress's flusher")
+        poller = self._task(self._poll_sinks(), "a sink's poll")
         feeder = self._task(self.feed.run(), "the ingress")
         try:
             await self.finished.wait()
@@ -230,6 +232,7 @@ class Host:
             feeder.cancel()
             ticker.cancel()
             flusher.cancel()
+            poller.cancel()
             stopped = [c for conn in [*self.conns.values(), *self.standbys]
                        for c in self.stop_process(conn, cm.Stop(reason="run finished"))]
             await self._drain_all(stopped, STOP_DRAIN_S)
@@ -398,6 +401,19 @@ class Host:
                 return
             self.actions.carry_out(self.core.handle(ConnectionClosed(
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
+
+    async def _poll_sinks(self) -> None:
+        """Every ``POLL_S``: each sink may publish what it has held long enough
+        (``Sink.poll``), on a timer of its own, not on the data path."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            for k, out in enumerate(self.sinks):
+                try:
+                    out.poll()
+                except Exception as e:  # noqa: BLE001 - a sink that fails stops the run
+                    self.abort(f"sink {self.plan.sinks[k].name!r} ({type(out).__name__}) "
+                               f"failed: {_cause(e)}")
+                    return
 
     async def _flusher(self) -> None:
         """The ingress's DTSB flushed every 5 ms: what a connection could not take, sent

@@ -12,11 +12,15 @@ and the Spark job's own failure.
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
@@ -206,9 +210,43 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
         dataflow_file: str | Path | None = None) -> RunResult:
     """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
     launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file)
-    if display is not None:
-        display(launched.host.stats, launched.host.done)
-    return supervise(launched)
+    with interrupts_stop(launched.host):
+        if display is not None:
+            display(launched.host.stats, launched.host.done)
+        return supervise(launched)
+
+
+@contextmanager
+def interrupts_stop(host: Host) -> Iterator[None]:
+    """While a run waits in the main thread (``sparkflux run``): the first Ctrl-C or
+    SIGTERM ends the input, and what was admitted is processed and written, as
+    ``FluxQuery.stop()`` does, every sink closed valid and the metrics written; a second
+    aborts the run, its output so far still readable (each sink is closed as the run ends).
+    One line on stderr says which. Elsewhere (a notebook's thread) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    asked = 0
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal asked
+        asked += 1
+        name = signal.Signals(signum).name
+        if asked == 1:
+            print(f"\n{name}: the input ends here; what was admitted is processed and "
+                  f"written (again to abort)", file=sys.stderr, flush=True)
+            host.end_input()
+        else:
+            print(f"\n{name} again: aborting; the output written so far stays readable",
+                  file=sys.stderr, flush=True)
+            host.stop(f"aborted by {name}")
+
+    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def _watch_job(job: Any, host: Host) -> None:
