@@ -197,3 +197,31 @@ def test_default_aggregate_is_count() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(time_window_mod).failed == 0
+
+
+def test_a_count_needs_no_value_column() -> None:
+    """A click stream has no numeric column to count: ``value`` may be left out when every
+    aggregate is a count; the counts equal those over any value column."""
+    from sparkflux.model.progress import Frontier, Progress
+
+    batch = pa.RecordBatch.from_pydict({
+        "page": ["/", "/a", "/", "/"], "t": [1, 2, 3, 14], "v": [1.0, 2.0, 3.0, 4.0],
+        "_sn": [0, 1, 2, 3], "_snm": [0] * 4, "_t0": [0.0] * 4,
+        "_part": pa.array([0] * 4, pa.int32())})
+    outs = []
+    for kw in ({}, {"value": "v"}):
+        op = TimeWindowAggregate(by=["page"], time="t", size=10, aggs={"n": "count"}, **kw)
+        schema = op.bind(batch.schema)
+        assert schema.field("n").type == pa.int64()
+        op.process(batch)
+        out, _ = op.advance(Frontier.every(Progress(sn=3, wm=20), 1))
+        outs.append(sorted(zip(out.to_pydict()["page"], out.to_pydict()["window_start"],
+                               out.to_pydict()["n"], strict=True)))
+    assert outs[0] == outs[1] == [("/", 0, 2), ("/", 10, 1), ("/a", 0, 1)]
+
+
+def test_an_aggregate_of_values_without_a_value_column_names_the_fix() -> None:
+    with pytest.raises(PlanError, match=r"aggs 'top', 'total' aggregate a value: name its "
+                                        r"column, value=\"...\" \(only a count needs none\)"):
+        TimeWindowAggregate(by=["g"], time="t", size=10,
+                            aggs={"n": "count", "total": "sum", "top": "max"})
