@@ -134,7 +134,10 @@ class TimeWindowAggregate(TableState, Operator):
         self._table = rebind(self._table, fresh)
         fields = [*self.coder.key_schema, pa.field(self.names[0], pa.int64()),
                   pa.field(self.names[1], pa.int64()), *agg_fields(self.aggs, self._dtype)]
-        check_output_names(op, fields)
+        rename = ("a key column (by) has that name too (from a window step before this one?): "
+                  f"name this step's window columns otherwise, e.g. names=(\"{self.names[0]}2\", "
+                  f"\"{self.names[1]}2\")")
+        check_output_names(op, fields, dict.fromkeys(self.names, rename))
         return output_schema(fields)
 
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:

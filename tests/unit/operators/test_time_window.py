@@ -225,3 +225,19 @@ def test_an_aggregate_of_values_without_a_value_column_names_the_fix() -> None:
                                         r"column, value=\"...\" \(only a count needs none\)"):
         TimeWindowAggregate(by=["g"], time="t", size=10,
                             aggs={"n": "count", "total": "sum", "top": "max"})
+
+
+def test_a_second_window_step_keyed_by_the_first_ones_window_names_the_fix() -> None:
+    """Chaining two window aggregates, the second keyed by the first one's window start:
+    the error says how to rename this step's window columns (``names=``)."""
+    schema = pa.schema([pa.field("window_start", pa.int64()), pa.field("n", pa.int64()),
+                        pa.field("_sn", pa.int64()), pa.field("_snm", pa.int64()),
+                        pa.field("_t0", pa.float64()), pa.field("_part", pa.int32())])
+    op = TimeWindowAggregate(by=["window_start"], time="window_start", value="n", size=100)
+    with pytest.raises(PlanError, match=r"output column 'window_start' appears twice; a key "
+                                        r"column \(by\) has that name too .*names=\("
+                                        r"\"window_start2\", \"window_end2\"\)"):
+        op.bind(schema)
+    renamed = TimeWindowAggregate(by=["window_start"], time="window_start", value="n",
+                                  size=100, names=("top_start", "top_end"))
+    assert renamed.bind(schema).names[:3] == ["window_start", "top_start", "top_end"]
