@@ -52,14 +52,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sparkflux", description=__doc__,
+    p = argparse.ArgumentParser(prog="sparkflux", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=["run", "reference", "demo"])
     return p
 
 
 def _example_parser(prog: str, example_path: str | None) -> tuple[argparse.ArgumentParser, Any]:
-    p = argparse.ArgumentParser(prog=f"sparkflux {prog}")
+    p = argparse.ArgumentParser(prog=f"sparkflux {prog}", allow_abbrev=False)
     p.add_argument("example", help="path of the example dataflow (e.g. examples/netmon.py)")
     p.add_argument("--events", type=int, default=1_000_000, help="input events to generate")
     p.add_argument("--batch-size", type=int, default=8192, help="records per source batch")

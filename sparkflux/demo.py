@@ -48,7 +48,7 @@ def demo(argv: list[str]) -> int:
     from sparkflux.runner import reference_digest, run_example
     from sparkflux.spark.launcher import default_master, spark_session
 
-    p = argparse.ArgumentParser(prog="sparkflux demo")
+    p = argparse.ArgumentParser(prog="sparkflux demo", allow_abbrev=False)
     p.add_argument("--events", type=int, default=400_000)
     p.add_argument("--sites", type=int, default=4)
     p.add_argument("--partitions", type=int, default=32)

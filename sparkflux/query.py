@@ -151,6 +151,33 @@ def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,
     starts); ``options``: ``sparkflux run``'s (``sites``, ``partitions``, ``ha``, ``replicas``,
     ``master``, ``rate``, ``window``, ``spare_sites``, ``kill``, ...). Raises PlanError for a
     bad option, dataflow or session setting, RunFailed if the driver cannot listen."""
+    with _LOCK:
+        running = _RUNNING.get(id(dataflow))
+        if running is not None:
+            which = "starting" if running[1] is None else f"query {running[1].id}"
+            raise PlanError(f"dataflow {dataflow.name!r} is already running ({which}): its "
+                            f"sources and sinks cannot serve two runs. Stop it first "
+                            f"(query.stop() or query.abort()), or build a new Dataflow for a "
+                            f"second run")
+        _RUNNING[id(dataflow)] = (dataflow, None)  # reserved while it starts
+    try:
+        query = _start(dataflow, spark, sink, output, dead_letters, dead_letter, dataflow_file,
+                       announce, options)
+    except BaseException:
+        with _LOCK:
+            del _RUNNING[id(dataflow)]
+        raise
+    with _LOCK:
+        _RUNNING[id(dataflow)] = (dataflow, query)
+    threading.Thread(target=_forget_when_done, args=(dataflow, query), daemon=True,
+                     name=f"sparkflux-{dataflow.name}-end").start()
+    return query
+
+
+def _start(dataflow: Dataflow, spark: Any, sink: Sink | None, output: str | Path | None,
+           dead_letters: DeadLetters | None, dead_letter: str | Path | None,
+           dataflow_file: str | Path | None, announce: Callable[[str], None] | None,
+           options: dict[str, Any]) -> FluxQuery:
     cfg = run_config(**options)
     plan = compile_plan(dataflow, cfg.partitions, cfg.sites)
     if cfg.rate is not None and plan.isn_span is not None:
@@ -168,6 +195,19 @@ def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,
         announce(plan.describe())
     launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file, announce)
     return FluxQuery(launched)
+
+
+# The dataflows running in this process, by id, each with its query (a strong reference to
+# the dataflow keeps its id from being reused meanwhile).
+_RUNNING: dict[int, tuple[Dataflow, FluxQuery | None]] = {}
+_LOCK = threading.Lock()
+
+
+def _forget_when_done(dataflow: Dataflow, query: FluxQuery) -> None:
+    query.done.wait()
+    with _LOCK:
+        if _RUNNING.get(id(dataflow), (None, None))[1] is query:
+            del _RUNNING[id(dataflow)]
 
 
 __all__ = ["FluxQuery", "RunFailed", "start"]

@@ -71,6 +71,11 @@ def hint(f: StartFailed, shipped: tuple[str, ...] = (), dataflow: str = "") -> s
         if top in ENGINE_PACKAGES:
             return (f"'{name}' is part of sparkflux or what it needs: install sparkflux with "
                     f"its dependencies on every executor, in the versions the driver has")
+        if not dataflow:
+            return (f"'{name}' is not on the executors, and the dataflow was given as an "
+                    f"object, so nothing was shipped with it: pass dataflow_file= (the file "
+                    f"that defines it) to ship the modules beside that file, install '{top}' "
+                    f"on every executor, or list it in spark.submit.pyFiles")
         if top in shipped:
             return (f"'{top}' is {beside} and was shipped with it{what}, but '{name}' is not "
                     f"in it: check the name")

@@ -93,8 +93,16 @@ class Sink(ABC):
     @abstractmethod
     def write(self, batch: pa.RecordBatch) -> None: ...
 
+    def poll(self) -> None:  # noqa: B027 (optional hook)
+        """Called about every ``POLL_S`` seconds between writes, whether or not rows arrive:
+        a sink that holds rows back (to write them in files of some size) publishes what
+        has waited long enough here, so sparse output is not held until more comes."""
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Called once after the last batch."""
+
+
+POLL_S = 0.1  # how often the driver polls its sinks (``Sink.poll``)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from sparkflux.dataflow.ports import Port, port_schema
 from sparkflux.dataflow.program import StageProgram, Step
 from sparkflux.model.errors import PlanError
 from sparkflux.model.schema import PART, check_user_name, with_system
-from sparkflux.operators.base import require_columns
+from sparkflux.operators.base import check_contract, require_columns
 from sparkflux.operators.stream_join import StreamJoin
 
 
@@ -227,6 +227,7 @@ def _schemas(nodes: list[Node], depth: dict[str, int]) -> dict[str, pa.Schema]:
             out[n.name] = out[n.parents[0].name]
         elif n.kind == "apply":
             assert n.operator is not None
+            check_contract(n.operator)
             out[n.name] = n.operator.bind(out[n.parents[0].name])
         elif n.kind == "join":
             left, right = (out[p.name] for p in n.parents)

@@ -11,9 +11,11 @@ holds the rows with ``b * sn_span <= _sn < (b + 1) * sn_span``, in files numbere
 
 (each number zero-padded, so names sort in output order). A file ends when it holds
 ``rows_per_file`` rows, when the output passes its range, at the end of the run, or, with
-``flush_interval``, once its oldest row has waited that long (so the table is at most about
-that far behind the output). A directory records the settings in ``_sparkflux_table.json``;
-a sink with other settings for it is refused.
+``flush_interval``, once its oldest row has waited that long, checked on every write and on
+the driver's poll (``Sink.poll``, every 0.1 s) whether or not more rows come: a window's rows
+are readable about ``flush_interval`` after the window closes, even when nothing follows.
+A directory records the settings in ``_sparkflux_table.json``; a sink with other settings
+for it is refused.
 
 **Readers never see half a file, nor a file change.** Each file is written under a hidden
 temporary name (``.part-...parquet.tmp``, which Spark's and pyarrow's readers skip, as they
@@ -114,6 +116,10 @@ class TableSink(Sink):
         cuts = np.flatnonzero(ranges[1:] != ranges[:-1]) + 1  # the output is in SN order
         for lo, hi in zip([0, *cuts], [*cuts, batch.num_rows], strict=True):
             self._add(int(ranges[lo]), batch.slice(lo, hi - lo).select(self._keep))
+        self.poll()
+
+    def poll(self) -> None:
+        """Publish the file being filled once its oldest row has waited ``flush_interval``."""
         if (self.flush_interval is not None and self._unwritten_since is not None
                 and time.monotonic() - self._unwritten_since >= self.flush_interval):
             self._write_file()

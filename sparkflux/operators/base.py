@@ -36,6 +36,7 @@ the last input the state reflects. ``partition_info()`` reports per-partition si
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -56,11 +57,16 @@ class PartitionInfo:
     nbytes: int
 
 
+CONTRACT = 2  # the operator contract's version (docs/operators.md, "The contract's versions")
+
+
 class Operator(ABC):
     """A deterministic operator over SN-ordered batches of many mini-partitions."""
 
     #: True when the operator keeps state between batches (needs an exchange before it).
     stateful: bool = False
+    #: The contract the operator is written against; a different one is refused at build.
+    contract: int = CONTRACT
 
     def __init__(self) -> None:
         self._output_schema: pa.Schema | None = None
@@ -114,3 +120,26 @@ def require_columns(op: str, schema: pa.Schema, columns: list[str] | tuple[str, 
             f"{op}: unknown column(s) {', '.join(map(repr, missing))}; "
             f"the input has: {available}"
         )
+
+
+def check_contract(op: Operator) -> None:
+    """PlanError when ``op`` is written against another version of the operator contract,
+    saying what changed: a declared ``contract`` other than ``CONTRACT``, or the marks of
+    contract 1 (an ``advance`` that took one progress marker, a ``holds_progress``
+    attribute), which contract 2 replaced with per-partition progress."""
+    name = type(op).__name__
+    change = ("contract 2 tracks progress per mini-partition: advance(frontier) gets a "
+              "Frontier (per partition, frontier.of(part)) and returns (rows, frontier), where "
+              "a frontier below the input's holds that partition's progress back (see "
+              "docs/operators.md, 'advance')")
+    if op.contract != CONTRACT:
+        raise PlanError(f"{name} is written against operator contract {op.contract}; this "
+                        f"sparkflux runs contract {CONTRACT}: {change}")
+    if hasattr(op, "holds_progress"):
+        raise PlanError(f"{name} defines holds_progress, which contract 1 read and contract "
+                        f"{CONTRACT} ignores: {change}; remove the attribute")
+    params = list(inspect.signature(type(op).advance).parameters.values())[1:]
+    if params and (params[0].name == "progress" or "Progress" in str(params[0].annotation)
+                   and "Frontier" not in str(params[0].annotation)):
+        raise PlanError(f"{name}.advance({params[0].name}) takes one progress marker, as in "
+                        f"operator contract 1: {change}")

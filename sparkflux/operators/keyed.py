@@ -47,15 +47,18 @@ def output_schema(fields: Iterable[pa.Field]) -> pa.Schema:
     return with_system([f for f in fields if f.name not in SYSTEM_COLUMNS]).append(PART_FIELD)
 
 
-def check_output_names(op: str, fields: Sequence[pa.Field]) -> None:
-    """PlanError when output column names repeat or would shadow a system column."""
+def check_output_names(op: str, fields: Sequence[pa.Field],
+                       fixes: Mapping[str, str] | None = None) -> None:
+    """PlanError when output column names repeat or would shadow a system column; ``fixes``:
+    per column the operator's own way to rename it, named in the error."""
     seen: set[str] = set()
     for f in fields:
         if f.name.startswith("_"):
             raise PlanError(f"{op}: output column {f.name!r} starts with '_', which is reserved "
                             f"for system columns; rename it")
         if f.name in seen:
-            raise PlanError(f"{op}: output column {f.name!r} appears twice; rename one of them")
+            fix = (fixes or {}).get(f.name, "rename one of them")
+            raise PlanError(f"{op}: output column {f.name!r} appears twice; {fix}")
         seen.add(f.name)
 
 

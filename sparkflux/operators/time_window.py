@@ -56,7 +56,8 @@ from sparkflux.operators.keyed import (
 
 
 class TimeWindowAggregate(TableState, Operator):
-    """Aggregate ``value`` per group of ``by`` over event-time windows of ``time``.
+    """Aggregate ``value`` per group of ``by`` over event-time windows of ``time`` (a count
+    needs no ``value``).
 
     Output per closed window: the ``by`` columns, ``window_start``, ``window_end`` (int64, in
     the units of ``time``; ``names`` renames them, e.g. for a second windowed step over the
@@ -84,8 +85,9 @@ class TimeWindowAggregate(TableState, Operator):
         self,
         by: Sequence[str],
         time: str,
-        value: str,
+        *,
         size: int,
+        value: str | None = None,
         slide: int | None = None,
         aggs: Mapping[str, str] | None = None,
         names: tuple[str, str] = ("window_start", "window_end"),
@@ -105,7 +107,11 @@ class TimeWindowAggregate(TableState, Operator):
         self.time, self.value, self.size, self.slide = time, value, size, slide
         self.windows = size // slide  # windows per tuple
         self.aggs = check_aggs(op, aggs if aggs is not None else {"count": "count"})
-        self._dtype = np.dtype(np.float64)
+        needs = sorted(name for name, f in self.aggs.items() if f != "count")
+        if value is None and needs:
+            raise PlanError(f"{op}: aggs {', '.join(repr(n) for n in needs)} aggregate a value: "
+                            f"name its column, value=\"...\" (only a count needs none)")
+        self._dtype: np.dtype = np.dtype(np.float64)
         self._table = KeyTable(self._spec())
 
     def _spec(self) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -118,16 +124,20 @@ class TimeWindowAggregate(TableState, Operator):
 
     def _bind(self, input_schema: pa.Schema) -> pa.Schema:
         op = "TimeWindowAggregate"
-        require_columns(op, input_schema, [self.time, self.value])
+        require_columns(op, input_schema, [self.time] + ([self.value] if self.value else []))
         self.coder.bind(input_schema)
         check_time_type(op, input_schema, self.time)
-        self._dtype = value_dtype(op, input_schema, self.value)
+        self._dtype = (value_dtype(op, input_schema, self.value) if self.value
+                       else np.dtype(np.int64))
         # The key values are kept for every window: the output carries them.
         fresh = KeyTable(self._spec(), self.coder.key_schema, verify=not self.coder.exact)
         self._table = rebind(self._table, fresh)
         fields = [*self.coder.key_schema, pa.field(self.names[0], pa.int64()),
                   pa.field(self.names[1], pa.int64()), *agg_fields(self.aggs, self._dtype)]
-        check_output_names(op, fields)
+        rename = ("a key column (by) has that name too (from a window step before this one?): "
+                  f"name this step's window columns otherwise, e.g. names=(\"{self.names[0]}2\", "
+                  f"\"{self.names[1]}2\")")
+        check_output_names(op, fields, dict.fromkeys(self.names, rename))
         return output_schema(fields)
 
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -136,7 +146,8 @@ class TimeWindowAggregate(TableState, Operator):
         op = "TimeWindowAggregate"
         w, n = self.windows, batch.num_rows
         time = int64_column(op, batch, self.time)
-        values = value_array(op, batch, self.value, self._dtype)
+        values = (value_array(op, batch, self.value, self._dtype) if self.value
+                  else np.zeros(n, dtype=self._dtype))
         part, code = part_array(batch), self.coder.encode(batch)
 
         # One entry per (tuple, window it belongs to), folded per (part, key, window start).

@@ -18,7 +18,9 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -29,6 +31,7 @@ from sparkflux.control.events import ConnectionClosed
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import InputState
+from sparkflux.dataflow.api import POLL_S
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.io.sinks import DeadLetters, NullSink, Sink
@@ -47,7 +50,7 @@ from sparkflux.runtime.handshake import Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
 from sparkflux.runtime.pacing import total
-from sparkflux.runtime.run_config import LiveStats, RunConfig
+from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed
 from sparkflux.runtime.security import make_security
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.site_load import site_load
@@ -64,24 +67,19 @@ class Host:
     connections, and the parts that carry out the core's actions (``door``, ``feed``,
     ``actions``, ``watch``, ``faults``), all on one asyncio loop."""
 
-    def __init__(self, plan: PhysicalPlan, cfg: RunConfig, sink: Sink,
+    def __init__(self, plan: PhysicalPlan, cfg: RunConfig, sink: Sink | None,
                  dead_letters: DeadLetters,
-                 announce: Callable[[str], None] | None = None) -> None:
+                 announce: Callable[[str], None] | None = None,
+                 opened: list[Sink] | None = None) -> None:
         self.plan = plan
         self.cfg = cfg
         self.announce = announce or log.info  # the run's milestones, for the user
         self.security = cfg.security or make_security(secrets.token_bytes(32))
         self.gate = Gate(self.security.secret, lambda: (DRIVER_ID, 0),
                          self.security.handshake_timeout, self.security.max_pending)
-        # Each sink of the dataflow writes to its own Sink object; the run's ``sink`` (its
-        # --output) takes the first one that has none, the others with none are counted only.
-        run_sink: Sink | None = sink
-        self.sinks: list[Sink] = []
-        for spec in plan.sinks:
-            mine = spec.sink if spec.sink is not None else run_sink
-            if spec.sink is None:
-                run_sink = None
-            self.sinks.append(mine if mine is not None else NullSink())
+        # ``opened``: the sinks launch opened before Spark started (``open_sinks``)
+        self.sinks = opened if opened is not None else sinks_of(plan, sink)
+        self._sinks_open = opened is not None
         self.sink = self.sinks[0]
         self.digests = [Digest() for _ in plan.sinks]
         self.dead_letters = dead_letters
@@ -187,27 +185,44 @@ class Host:
 
     # -- thread entry, and calls from other threads ------------------------------------------
     def serve_forever(self) -> None:
-        """The host's thread: the loop runs until the run ends."""
-        asyncio.run(self._main())
+        """The host's thread: the loop runs until the run ends. Whatever ends it, the run
+        ends with it: a failure of the thread itself is the run's failure, with its cause,
+        and ``ready`` and ``done`` are set, so nothing waits for a thread that is gone."""
+        try:
+            asyncio.run(self._main())
+        except BaseException as e:  # the run must end with the cause
+            if self.failure is None:
+                self.failure = f"the driver failed: {_cause(e)}"
+            log.debug("the driver's thread failed", exc_info=True)
+        finally:
+            if self.failure is not None:
+                self.stats.phase = "failed"
+            self.ready.set()
+            self.done.set()
 
     async def _main(self) -> None:
         """Listen, open the sinks, run the parts' tasks until the run ends, then stop every
         site process and close the server, the sources and the sinks."""
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(self._loop_error)
         self.start_ingress = asyncio.Event()
         self.heard = asyncio.Event()
         self.finished = asyncio.Event()
         server = await start_server(self.door.accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
-        for k, (out, digest) in enumerate(zip(self.sinks, self.digests, strict=True)):
+        if not self._sinks_open and not self._open_sinks():
+            server.close()
+            self.dead_letters.close()
+            return
+        for k, digest in enumerate(self.digests):  # the digests start from the sinks' schemas
             nothing = pa.RecordBatch.from_pylist([], schema=self.plan.sink_schema(k))
-            out.open(self.plan.sink_schema(k))
             digest.update(nothing)
             self.rows_digests[k].update(nothing)
         self.ready.set()
-        ticker = asyncio.create_task(self.watch.ticker())
-        flusher = asyncio.create_task(self._flusher())
-        feeder = asyncio.create_task(self.feed.run())
+        ticker = self._task(self.watch.ticker(), "the watchdog")
+        flusher = self._task(self._flusher(), "the ingress's flusher")
+        poller = self._task(self._poll_sinks(), "a sink's poll")
+        feeder = self._task(self.feed.run(), "the ingress")
         try:
             await self.finished.wait()
         finally:
@@ -217,6 +232,7 @@ class Host:
             feeder.cancel()
             ticker.cancel()
             flusher.cancel()
+            poller.cancel()
             stopped = [c for conn in [*self.conns.values(), *self.standbys]
                        for c in self.stop_process(conn, cm.Stop(reason="run finished"))]
             await self._drain_all(stopped, STOP_DRAIN_S)
@@ -230,6 +246,39 @@ class Host:
                 out.close()
             self.dead_letters.close()
             self.done.set()
+
+    def _open_sinks(self) -> bool:
+        """Open every sink before any site starts (unless ``launch`` has); one that cannot
+        open fails the run at once, naming it."""
+        try:
+            open_sinks(self.plan, self.sinks)
+        except RunFailed as e:
+            self.failure = str(e)
+            return False
+        return True
+
+    def _task(self, coro: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        """A task of the run's: if it fails, the run fails with its cause (a task that dies
+        unseen would leave the run waiting for it)."""
+        task = asyncio.create_task(coro, name=what)
+
+        def done(t: asyncio.Task[None]) -> None:
+            if not t.cancelled() and (e := t.exception()) is not None:
+                self.abort(f"{what} failed: {_cause(e)}")
+
+        task.add_done_callback(done)
+        return task
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Any error the loop catches itself (a connection's handler, a timer's callback):
+        the run fails with it rather than logging it and waiting."""
+        e = context.get("exception")
+        if isinstance(e, asyncio.CancelledError):
+            return
+        cause = _cause(e) if isinstance(e, BaseException) else context.get("message", "?")
+        log.debug("the driver's loop caught: %s", context.get("message"), exc_info=e)
+        if self.finished is not None and not self.finished.is_set():
+            self.abort(f"the driver failed: {cause}")
 
     @staticmethod
     async def _drain_all(conns: list[Connection], timeout: float) -> None:
@@ -353,6 +402,19 @@ class Host:
             self.actions.carry_out(self.core.handle(ConnectionClosed(
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
 
+    async def _poll_sinks(self) -> None:
+        """Every ``POLL_S``: each sink may publish what it has held long enough
+        (``Sink.poll``), on a timer of its own, not on the data path."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            for k, out in enumerate(self.sinks):
+                try:
+                    out.poll()
+                except Exception as e:  # noqa: BLE001 - a sink that fails stops the run
+                    self.abort(f"sink {self.plan.sinks[k].name!r} ({type(out).__name__}) "
+                               f"failed: {_cause(e)}")
+                    return
+
     async def _flusher(self) -> None:
         """The ingress's DTSB flushed every 5 ms: what a connection could not take, sent
         once it can."""
@@ -368,3 +430,46 @@ class Host:
             self.stats.phase = "failed"
         assert self.finished is not None
         self.finished.set()
+
+
+def _cause(e: BaseException) -> str:
+    """An exception as one line a user reads first (type and message), then where it was
+    raised: the innermost frames of its traceback."""
+    where = traceback.extract_tb(e.__traceback__)[-3:]
+    frames = "; ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in where)
+    return f"{type(e).__name__}: {e}" + (f" (at {frames})" if frames else "")
+
+
+def sinks_of(plan: PhysicalPlan, sink: Sink | None) -> list[Sink]:
+    """The Sink object each sink of the dataflow writes to: its own, or the run's ``sink``
+    (its ``--output``) for the first that has none; the others with none are counted only."""
+    run_sink, sinks = sink, []
+    for spec in plan.sinks:
+        mine = spec.sink if spec.sink is not None else run_sink
+        if spec.sink is None:
+            run_sink = None
+        sinks.append(mine if mine is not None else NullSink())
+    return sinks
+
+
+def open_sinks(plan: PhysicalPlan, sinks: list[Sink]) -> None:
+    """Open every sink; one that cannot open (a path under a file, a directory without
+    write permission) raises ``RunFailed`` naming it and the cause, the ones opened before
+    it closed again."""
+    for k, out in enumerate(sinks):
+        try:
+            out.open(plan.sink_schema(k))
+        except Exception as e:
+            for opened in sinks[:k]:
+                opened.close()
+            raise RunFailed(f"sink {plan.sinks[k].name!r} ({type(out).__name__}) could not "
+                            f"open: {_cause(e)}{_path_hint(e)}") from e
+
+
+def _path_hint(e: BaseException) -> str:
+    """What to change, for the errors a sink's path gives."""
+    if isinstance(e, (FileExistsError, NotADirectoryError)):
+        return "; a directory on the sink's path is a file: choose another path"
+    if isinstance(e, PermissionError):
+        return "; this process may not write there: choose a writable path"
+    return ""

@@ -12,17 +12,21 @@ and the Spark job's own failure.
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.io.sinks import DeadLetters, Sink
 from sparkflux.model.errors import PlanError
-from sparkflux.runtime.driver import Host
+from sparkflux.runtime.driver import Host, open_sinks, sinks_of
 from sparkflux.runtime.fault_specs import KillProcess
 from sparkflux.runtime.plot import timeline_events
 from sparkflux.runtime.reports import result_metrics
@@ -69,6 +73,24 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     with every setting the job needs. ``dataflow_file``: the file the dataflow came from;
     the modules beside it are shipped. ``announce`` gets the run's milestones (the input's
     start)."""
+    sinks = sinks_of(plan, sink)
+    open_sinks(plan, sinks)  # a sink that cannot open fails the run before Spark starts
+    hosts: list[Host] = []
+    try:
+        return _launch(plan, cfg, sinks, dead_letters, spark, dataflow_file, announce, hosts)
+    except BaseException:
+        if hosts:  # the host's thread closes the sinks as it ends
+            hosts[0].stop("the launch failed")
+            hosts[0].done.wait(30)
+        else:
+            for out in sinks:
+                out.close()
+        raise
+
+
+def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters: DeadLetters,
+            spark: Any, dataflow_file: str | Path | None,
+            announce: Callable[[str], None] | None, hosts: list[Host]) -> Launched:
     source_slots = sum(src.task_slots for src in plan.sources)
     master = cfg.master or default_master(cfg.sites + cfg.spares + source_slots)
     tasks = plan.sites + cfg.spares
@@ -93,10 +115,13 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
         cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
     bind, advertise = driver_addresses(master, conf, cfg.bind_host)
     cfg = replace(cfg, local=is_local(master), bind_host=bind)
-    host = Host(plan, cfg, sink, dead_letters, announce)
+    host = Host(plan, cfg, None, dead_letters, announce, opened=sinks)
+    hosts.append(host)
     thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
     thread.start()
     host.ready.wait(30)
+    if host.failure is not None:  # e.g. a sink that cannot open: before any site starts
+        raise RunFailed(host.failure)
     if host.port is None:
         raise RunFailed(f"the driver host could not listen on {bind} (the address the "
                         f"executors are told to connect to is {advertise}); set "
@@ -185,9 +210,43 @@ def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetter
         dataflow_file: str | Path | None = None) -> RunResult:
     """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
     launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file)
-    if display is not None:
-        display(launched.host.stats, launched.host.done)
-    return supervise(launched)
+    with interrupts_stop(launched.host):
+        if display is not None:
+            display(launched.host.stats, launched.host.done)
+        return supervise(launched)
+
+
+@contextmanager
+def interrupts_stop(host: Host) -> Iterator[None]:
+    """While a run waits in the main thread (``sparkflux run``): the first Ctrl-C or
+    SIGTERM ends the input, and what was admitted is processed and written, as
+    ``FluxQuery.stop()`` does, every sink closed valid and the metrics written; a second
+    aborts the run, its output so far still readable (each sink is closed as the run ends).
+    One line on stderr says which. Elsewhere (a notebook's thread) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    asked = 0
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal asked
+        asked += 1
+        name = signal.Signals(signum).name
+        if asked == 1:
+            print(f"\n{name}: the input ends here; what was admitted is processed and "
+                  f"written (again to abort)", file=sys.stderr, flush=True)
+            host.end_input()
+        else:
+            print(f"\n{name} again: aborting; the output written so far stays readable",
+                  file=sys.stderr, flush=True)
+            host.stop(f"aborted by {name}")
+
+    before = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def _watch_job(job: Any, host: Host) -> None:

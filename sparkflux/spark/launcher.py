@@ -76,7 +76,9 @@ def spark_session(master: str | None = None, app_name: str = "sparkflux") -> Spa
         "spark.app.name": app_name,
         "spark.driver.extraJavaOptions": java_opts,
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
-        "spark.ui.enabled": "false",
+        # Spark's UI tells the story (the site job under the dataflow's name); its console
+        # progress bar would redraw for the whole run, as the site job never ends
+        "spark.ui.enabled": "true",
         "spark.ui.showConsoleProgress": "false",
         "spark.speculation": "false",
         "spark.dynamicAllocation.enabled": "false",
@@ -158,6 +160,14 @@ class SiteJob:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+def site_job_description(plan: PhysicalPlan, tasks: int) -> str:
+    """What Spark's UI shows for the site job: the dataflow, its sites and spares."""
+    spares = tasks - plan.sites
+    return (f"sparkflux {plan.name}: {plan.sites} sites"
+            + (f" and {spares} spare{'s' if spares > 1 else ''}" if spares else "")
+            + f", {plan.partitions} mini-partitions per stage")
+
+
 def launch_sites(spark: Any, plan: PhysicalPlan, settings: SiteSettings, tasks: int
                  ) -> SiteJob:
     """Start ``tasks`` site tasks, each with ``settings``, in a background thread and return
@@ -177,8 +187,10 @@ def launch_sites(spark: Any, plan: PhysicalPlan, settings: SiteSettings, tasks: 
 
     def body() -> None:
         try:
-            sc.setJobGroup(job.group, f"sparkflux sites of {plan.name}", interruptOnCancel=True)
+            sc.setJobGroup(job.group, site_job_description(plan, tasks), interruptOnCancel=True)
+            sc.setLocalProperty("callSite.short", f"sparkflux {plan.name}")
             rdd = sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(site_task)
+            rdd.setName(f"sparkflux {plan.name}: site tasks")
             job.summaries = rdd.collect()
         except BaseException as e:  # noqa: BLE001 - reported to the driver thread
             job.error = e

@@ -108,6 +108,13 @@ def check_session(spark: Any, tasks: int, ha: bool, user_session: bool = True,
                         f"lost Spark has no free slot to restart its sites, so recovery goes "
                         f"to the surviving sites (give the executors {need - slots} more "
                         f"core(s))")
+    cores = os.cpu_count() or 1
+    if master.startswith("local") and tasks > CROWDED * cores:
+        warnings.append(f"{tasks} site tasks on a machine with {cores} cores (local mode): "
+                        f"each site gets about {cores / tasks:.2g} of a core, so the run is "
+                        f"correct but slower than with fewer sites (--sites {CROWDED * cores} "
+                        f"or less), and timeouts meant for a silent site may catch a starved "
+                        f"one")
     if problems:
         raise PlanError("the Spark session cannot run this dataflow:\n  - "
                         + "\n  - ".join(problems))
@@ -116,6 +123,9 @@ def check_session(spark: Any, tasks: int, ha: bool, user_session: bool = True,
     for w in warnings:
         log.warning("%s", w)
     return warnings
+
+
+CROWDED = 2  # local mode: more site tasks than this many per core draws a warning
 
 
 def _on(conf: Any, key: str) -> bool:

@@ -100,6 +100,9 @@ def test_the_hint_fits_the_error() -> None:
     assert "install sparkflux" in hint(report(0, 0, message="No module named 'pyarrow.lib'"))
     assert "put it beside flow.py" in hint(MISSING, (), "flow.py")
     assert "there are none beside it" in hint(MISSING, (), "flow.py")
+    given_as_object = hint(MISSING)  # sparkflux.start(dataflow) without dataflow_file=
+    assert "the dataflow was given as an object" in given_as_object
+    assert "pass dataflow_file=" in given_as_object and "dataflow file" not in given_as_object
     assert "'helpers' is beside flow.py and was shipped" in hint(
         report(0, 0, message="No module named 'helpers.extra'"), ("helpers",), "flow.py")
     assert "must match the driver's" in hint(report(0, 0, error_type="ImportError",

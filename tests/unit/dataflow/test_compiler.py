@@ -129,3 +129,34 @@ def test_a_union_of_sources_pads_their_columns_and_needs_event_times() -> None:
         Dataflow("w").source(Timed(), lateness=-1)
     with pytest.raises(PlanError, match="lateness needs an event_time"):
         Dataflow("w").source(Src(), lateness=3)
+
+
+class OldAdvance(Stateful):
+    """Written against contract 1: ``advance`` took one progress marker."""
+
+    def advance(self, progress):  # type: ignore[no-untyped-def,override]
+        return progress
+
+
+class OldHolds(Stateful):
+    holds_progress = True
+
+
+class Future(Stateful):
+    contract = 3
+
+
+@pytest.mark.parametrize("op,says", [
+    (OldAdvance(), r"OldAdvance.advance\(progress\) takes one progress marker, as in operator "
+                   r"contract 1: contract 2 tracks progress per mini-partition"),
+    (OldHolds(), r"OldHolds defines holds_progress, which contract 1 read and contract 2 "
+                 r"ignores: .*; remove the attribute"),
+    (Future(), r"Future is written against operator contract 3; this sparkflux runs "
+               r"contract 2"),
+])
+def test_an_operator_of_another_contract_is_refused_saying_what_changed(op: Operator,
+                                                                      says: str) -> None:
+    df = Dataflow("old")
+    df.source(Src()).exchange(by=["a"]).apply(op, name="mine").sink()
+    with pytest.raises(PlanError, match=says):
+        compile_plan(df, partitions=4, sites=2)

@@ -159,3 +159,34 @@ def test_foreach_batch_gets_every_batch_once_with_its_sn_range() -> None:
     assert calls[0][0].schema.names == ["key", "value", "_sn", "_snm"]
     got = pa.Table.from_batches([b for b, _, _ in calls])
     assert user_rows(got) == expected(rows)
+
+
+def test_a_poll_publishes_held_rows_once_they_have_waited_with_no_more_output(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sparse output (a window's rows, then nothing): the rows are published by the driver's
+    poll once they have waited ``flush_interval``, not when more rows come."""
+    import sparkflux.io.table_sink as table_sink
+
+    now = [100.0]
+    monkeypatch.setattr(table_sink.time, "monotonic", lambda: now[0])
+    rows = output(50)
+    sink = write(tmp_path, [rows], close=False, flush_interval=1.0)
+    sink.poll()
+    assert parts(tmp_path) == []  # held: it has not waited a second yet
+    now[0] += 0.99
+    sink.poll()
+    assert parts(tmp_path) == []
+    now[0] += 0.02
+    sink.poll()  # no write came, the poll publishes
+    assert len(parts(tmp_path)) == 1
+    assert user_rows(pq.read_table(tmp_path)) == expected(rows)
+    sink.poll()  # nothing held: nothing more
+    assert len(parts(tmp_path)) == 1 and sink.files_written == 1
+
+
+def test_without_a_flush_interval_a_poll_publishes_nothing(tmp_path: Path) -> None:
+    sink = write(tmp_path, [output(50)], close=False, flush_interval=None)
+    sink.poll()
+    assert parts(tmp_path) == []
+    sink.close()
+    assert len(parts(tmp_path)) == 1

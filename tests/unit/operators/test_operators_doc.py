@@ -68,3 +68,24 @@ def test_the_worked_example_fails_at_plan_time() -> None:
         changes(by=["sensor"], value="reading").bind(schema)
     with pytest.raises(PlanError, match="numeric"):
         changes(by=["sensor"], value="name").bind(schema)
+
+
+def test_every_operator_is_importable_from_the_package() -> None:
+    """``from sparkflux.operators import X`` for every operator class of the package, the
+    very class its module defines."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import sparkflux.operators as ops
+
+    defined = {}
+    for mod in pkgutil.iter_modules(ops.__path__):
+        module = importlib.import_module(f"sparkflux.operators.{mod.name}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if (cls.__module__ == module.__name__ and not name.startswith("_")
+                    and issubclass(cls, Operator) and cls is not Operator):
+                defined[name] = cls
+    assert len(defined) >= 13
+    assert {name: getattr(ops, name) for name in defined} == defined
+    assert set(defined) <= set(ops.__all__)

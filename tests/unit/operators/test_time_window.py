@@ -197,3 +197,47 @@ def test_default_aggregate_is_count() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(time_window_mod).failed == 0
+
+
+def test_a_count_needs_no_value_column() -> None:
+    """A click stream has no numeric column to count: ``value`` may be left out when every
+    aggregate is a count; the counts equal those over any value column."""
+    from sparkflux.model.progress import Frontier, Progress
+
+    batch = pa.RecordBatch.from_pydict({
+        "page": ["/", "/a", "/", "/"], "t": [1, 2, 3, 14], "v": [1.0, 2.0, 3.0, 4.0],
+        "_sn": [0, 1, 2, 3], "_snm": [0] * 4, "_t0": [0.0] * 4,
+        "_part": pa.array([0] * 4, pa.int32())})
+    outs = []
+    for kw in ({}, {"value": "v"}):
+        op = TimeWindowAggregate(by=["page"], time="t", size=10, aggs={"n": "count"}, **kw)
+        schema = op.bind(batch.schema)
+        assert schema.field("n").type == pa.int64()
+        op.process(batch)
+        out, _ = op.advance(Frontier.every(Progress(sn=3, wm=20), 1))
+        outs.append(sorted(zip(out.to_pydict()["page"], out.to_pydict()["window_start"],
+                               out.to_pydict()["n"], strict=True)))
+    assert outs[0] == outs[1] == [("/", 0, 2), ("/", 10, 1), ("/a", 0, 1)]
+
+
+def test_an_aggregate_of_values_without_a_value_column_names_the_fix() -> None:
+    with pytest.raises(PlanError, match=r"aggs 'top', 'total' aggregate a value: name its "
+                                        r"column, value=\"...\" \(only a count needs none\)"):
+        TimeWindowAggregate(by=["g"], time="t", size=10,
+                            aggs={"n": "count", "total": "sum", "top": "max"})
+
+
+def test_a_second_window_step_keyed_by_the_first_ones_window_names_the_fix() -> None:
+    """Chaining two window aggregates, the second keyed by the first one's window start:
+    the error says how to rename this step's window columns (``names=``)."""
+    schema = pa.schema([pa.field("window_start", pa.int64()), pa.field("n", pa.int64()),
+                        pa.field("_sn", pa.int64()), pa.field("_snm", pa.int64()),
+                        pa.field("_t0", pa.float64()), pa.field("_part", pa.int32())])
+    op = TimeWindowAggregate(by=["window_start"], time="window_start", value="n", size=100)
+    with pytest.raises(PlanError, match=r"output column 'window_start' appears twice; a key "
+                                        r"column \(by\) has that name too .*names=\("
+                                        r"\"window_start2\", \"window_end2\"\)"):
+        op.bind(schema)
+    renamed = TimeWindowAggregate(by=["window_start"], time="window_start", value="n",
+                                  size=100, names=("top_start", "top_end"))
+    assert renamed.bind(schema).names[:3] == ["window_start", "top_start", "top_end"]

@@ -112,3 +112,13 @@ def test_a_source_that_runs_spark_jobs_needs_its_slots_beside_the_sites() -> Non
                       source_slots={"DataFrameSource": 1})
     assert check_session(FakeSession("local[5,400]"), 4, ha=True, user_session=False,
                          source_slots={"DataFrameSource": 1}) == []
+
+
+def test_more_than_two_sites_per_core_in_local_mode_warns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session_check.os, "cpu_count", lambda: 2)
+    assert check_session(FakeSession("local[10,400]"), 4, ha=True) == []  # two per core
+    (warning,) = check_session(FakeSession("local[10,400]"), 8, ha=True)
+    assert warning.startswith("8 site tasks on a machine with 2 cores (local mode): each "
+                              "site gets about 0.25 of a core")
+    assert "--sites 4 or less" in warning

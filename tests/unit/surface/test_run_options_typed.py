@@ -233,3 +233,14 @@ def test_run_args_has_every_default_and_refuses_an_unknown_name() -> None:
     assert RunOptions.of(**options_of(cli.run_args(netmon))) == RunOptions()
     with pytest.raises(PlanError, match="no option.s. spares for"):
         cli.run_args(netmon, spares=1)
+
+
+@pytest.mark.parametrize("prefix", ["--partition", "--site", "--ha-mode", "--even"])
+def test_an_option_prefix_is_refused_not_guessed(prefix: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``--partition 8`` is not taken as ``--partitions 8``: a typo must not run a query other
+    than the one the user meant."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", str(ROOT / "examples" / "netmon.py"), prefix, "8"])
+    assert e.value.code == 2
+    assert f"unrecognized arguments: {prefix} 8" in capsys.readouterr().err

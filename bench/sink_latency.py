@@ -1,0 +1,173 @@
+"""How soon a closed window is readable from a table: sparkflux's ``TableSink`` beside Spark
+Structured Streaming's file sink, on the same files, in the same run.
+
+Click files land in an inbox every ``--every`` seconds, each holding the next second of event
+time (``ts``, int64 microseconds); both engines count clicks per page in tumbling 10-second
+event-time windows and write a Parquet table. A window ``[w, w + 10 s)`` can close once event
+time passes its end, that is when the first file with an event at or after ``w + 10 s`` lands
+(its *closing file*). For each window this measures the time from its closing file's landing
+to the moment ``spark.read.parquet`` of the table first returns its rows, polling both tables
+every ``--poll`` seconds (the poll is the measurement's resolution).
+
+    sparkflux:  FileStreamSource -> exchange(page) -> TimeWindowAggregate(count) -> TableSink
+    Spark SSS:  readStream.parquet -> withWatermark(0 s) -> groupBy(window, page).count()
+                -> writeStream.parquet, append mode, a micro-batch every ``--trigger`` s
+
+Prints one row per window and the medians, and their ratio (sparkflux / Spark: below 0.5 is
+the goal). Run: ``.venv/bin/python bench/sink_latency.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sparkflux
+from sparkflux.dataflow.api import Dataflow
+from sparkflux.io import TableSink
+from sparkflux.io.files import FileStreamSource
+from sparkflux.operators.time_window import TimeWindowAggregate
+from sparkflux.spark.launcher import spark_session
+
+WINDOW_S = 10
+PAGES = 20
+SCHEMA = pa.schema([pa.field("page", pa.int32(), nullable=False),
+                    pa.field("user", pa.int32(), nullable=False),
+                    pa.field("ts", pa.int64(), nullable=False)])
+
+
+def clicks(second: int, per_second: int, rng: np.random.Generator) -> pa.Table:
+    """One second of clicks, in event-time order."""
+    ts = second * 1_000_000 + np.sort(rng.integers(0, 1_000_000, per_second))
+    return pa.table({"page": rng.integers(0, PAGES, per_second).astype(np.int32),
+                     "user": rng.integers(0, 10_000, per_second).astype(np.int32),
+                     "ts": ts.astype(np.int64)}, schema=SCHEMA)
+
+
+def land(inboxes: list[Path], second: int, table: pa.Table) -> float:
+    """Write the file under a hidden name and rename it into every inbox; the landing time."""
+    for inbox in inboxes:
+        tmp = inbox / f".part-{second:05d}.parquet.tmp"
+        pq.write_table(table, tmp)
+        tmp.rename(inbox / f"part-{second:05d}.parquet")
+    return time.time()
+
+
+def sparkflux_flow(inbox: Path, table: Path) -> Dataflow:
+    df = Dataflow("sink_latency")
+    (df.source(FileStreamSource(inbox, SCHEMA, event_time="ts", end_marker="_DONE",
+                                poll_interval=0.05), name="clicks")
+       .exchange(by=["page"])
+       .apply(TimeWindowAggregate(by=["page"], time="ts", value="user", size=WINDOW_S * 10**6,
+                                  aggs={"clicks": "count"}), name="per_page")
+       .sink(TableSink(table, flush_interval=0.2), name="out"))
+    return df
+
+
+def start_spark_query(spark: Any, inbox: Path, table: Path, trigger: float) -> Any:
+    from pyspark.sql import functions as F
+
+    stream = (spark.readStream.schema("page INT, user INT, ts BIGINT")
+              .parquet(str(inbox))
+              .withColumn("t", F.timestamp_micros("ts"))
+              .withWatermark("t", "0 seconds")
+              .groupBy(F.window("t", f"{WINDOW_S} seconds"), "page").count()
+              .select(F.unix_micros(F.col("window.start")).alias("window_start"), "page",
+                      "count"))
+    return (stream.writeStream.format("parquet").outputMode("append")
+            .option("checkpointLocation", str(table.parent / "spark-checkpoint"))
+            .trigger(processingTime=f"{int(trigger * 1000)} milliseconds")
+            .start(str(table)))
+
+
+def seen_windows(spark: Any, table: Path) -> set[int]:
+    """The window starts (microseconds) ``spark.read.parquet`` returns rows of now."""
+    try:
+        df = spark.read.parquet(str(table))
+        return {r[0] for r in df.select("window_start").distinct().collect()}
+    except Exception:  # noqa: BLE001 - no file yet: nothing readable
+        return set()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=int, default=45, help="seconds of input (files)")
+    p.add_argument("--every", type=float, default=1.0, help="a file lands every this often")
+    p.add_argument("--per-second", type=int, default=2_000, help="clicks per file")
+    p.add_argument("--poll", type=float, default=0.1, help="how often both tables are read")
+    p.add_argument("--trigger", type=float, default=0.5, help="Spark's micro-batch interval")
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sink-latency-"))
+    inbox_f, inbox_s = work / "in-sparkflux", work / "in-spark"
+    inbox_f.mkdir()
+    inbox_s.mkdir()
+    table_f, table_s = work / "sparkflux-table", work / "spark-table"
+    spark = spark_session("local[8]")
+    spark.sparkContext.setLogLevel("ERROR")
+    query = sparkflux.start(sparkflux_flow(inbox_f, table_f), spark=spark, sites=2,
+                            partitions=8, announce=None)
+    spark_query = start_spark_query(spark, inbox_s, table_s, args.trigger)
+    landed: dict[int, float] = {}  # second -> when its file landed
+    first_seen: dict[str, dict[int, float]] = {"sparkflux": {}, "spark": {}}
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            for name, table in (("sparkflux", table_f), ("spark", table_s)):
+                now = time.time()
+                for w in seen_windows(spark, table) - first_seen[name].keys():
+                    first_seen[name][w] = now
+            stop.wait(args.poll)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    rng = np.random.default_rng(7)
+    time.sleep(3.0)  # both queries started: the first files find them listening
+    for second in range(args.seconds):
+        landed[second] = land([inbox_f, inbox_s], second, clicks(second, args.per_second, rng))
+        print(f"\rfile {second + 1}/{args.seconds}", end="", file=sys.stderr, flush=True)
+        time.sleep(args.every)
+    time.sleep(5.0)  # the last windows' rows reach both tables
+    stop.set()
+    poller.join(30)
+    print(file=sys.stderr)
+    (inbox_f / "_DONE").touch()
+    query.await_termination(60)
+    spark_query.stop()
+    rows = []
+    for w in range(0, args.seconds - WINDOW_S, WINDOW_S):
+        closing = w + WINDOW_S  # the first second at or past the window's end
+        start = w * 1_000_000
+        times = [first_seen[n].get(start) for n in ("sparkflux", "spark")]
+        rows.append((w, *(None if t is None else t - landed[closing] for t in times)))
+    print(f"{'window':>10} {'sparkflux s':>12} {'Spark SSS s':>12}")
+    for w, a, b in rows:
+        print(f"{f'{w}-{w + WINDOW_S}':>10} {_s(a):>12} {_s(b):>12}")
+    mine = [a for _, a, _ in rows if a is not None]
+    theirs = [b for _, _, b in rows if b is not None]
+    if mine and theirs:
+        m, s = statistics.median(mine), statistics.median(theirs)
+        print(f"median: sparkflux {m:.2f} s, Spark Structured Streaming {s:.2f} s, "
+              f"ratio {m / s:.2f} (poll {args.poll} s, trigger {args.trigger} s)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _s(x: float | None) -> str:
+    return "never" if x is None else f"{x:.2f}"
+
+
+if __name__ == "__main__":
+    main()
