@@ -6,6 +6,7 @@ the driver's loop that fails, or an error its loop catches, ends the run with it
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -35,7 +36,8 @@ def test_an_output_that_cannot_open_stops_the_command_at_once(a_file: Path) -> N
     proc = subprocess.run([sys.executable, "-m", "sparkflux.cli", "run",
                            str(ROOT / "examples" / "netmon.py"), "--events", "1000",
                            "--output", str(a_file / "out.parquet"), "--no-progress"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "400"})  # no wrapping in the path
     took = time.monotonic() - t0
     assert proc.returncode == 2, proc.stdout + proc.stderr
     out = " ".join((proc.stdout + proc.stderr).split())
