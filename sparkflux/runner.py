@@ -25,6 +25,7 @@ from sparkflux.model.errors import PlanError
 from sparkflux.options import options_of
 from sparkflux.query import start
 from sparkflux.runtime.run_config import LiveStats, RunResult
+from sparkflux.spark.job import interrupts_stop
 
 if TYPE_CHECKING:
     from sparkflux.spark.expected import Expected
@@ -48,9 +49,10 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
                   output=args.output, dead_letter=args.dead_letter,
                   dataflow_file=getattr(module, "__file__", None), announce=announce,
                   **options_of(args))
-    if display is not None:
-        display(query.stats, query.done)
-    query.await_termination()
+    with interrupts_stop(query._run.host):  # Ctrl-C: end the input; again: abort
+        if display is not None:
+            display(query.stats, query.done)
+        query.await_termination()
     assert query.result is not None
     return query.result
 

@@ -1,9 +1,9 @@
 """Ctrl-C and SIGTERM stop ``sparkflux run`` gracefully: the first ends the input, what was
 admitted is processed and written, the output file is valid Parquet holding exactly the rows
 the metrics count, and the metrics file is written; a second aborts (exit code 2) and the
-output written so far is still readable. The signal goes to the command's whole process
-group, as a terminal's Ctrl-C does (the Spark JVM and the sites included), at a random moment
-of the input."""
+output written so far is still readable. SIGINT goes to the command's whole process group,
+as a terminal's Ctrl-C does (the Spark JVM and the sites included); SIGTERM to the command's
+process, as a process manager sends it; each at a random moment of the input."""
 
 from __future__ import annotations
 
@@ -58,7 +58,10 @@ def interrupted(tmp_path: Path, signals: list[signal.Signals], *extra: str
         for k, sig in enumerate(signals):
             if k:
                 time.sleep(0.2)
-            os.killpg(proc.pid, sig)
+            if sig == signal.SIGINT:  # a terminal's Ctrl-C: the whole foreground group
+                os.killpg(proc.pid, sig)
+            else:  # a process manager's SIGTERM: the command's own process
+                os.kill(proc.pid, sig)
         code = proc.wait(120)
         reader.join(10)
     return code, "".join(lines), moment
