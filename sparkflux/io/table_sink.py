@@ -38,6 +38,10 @@ of its own.
 Columns: the sink's user columns, and ``_sn`` and ``_snm`` unless ``sequence_columns`` is
 False (they let a reader order the rows as the output did); the timing columns (``_t0``,
 ``_part``) never.
+
+**Update mode.** ``TableSink(path, mode="update", key=[...])`` keeps the latest row of every
+key instead, compacted into one snapshot file that is replaced whole at each publish (a
+running count per user reads as one row per user): ``io/table_update.py``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,29 +58,64 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkflux.dataflow.api import Sink
+from sparkflux.io.table_update import SnapshotTable
 from sparkflux.model.schema import SN, SNM, TIMING_COLUMNS
 
 log = logging.getLogger(__name__)
 
 META = "_sparkflux_table.json"
 DIGITS = 19  # int64's decimal digits: every SN fits, and names sort by number
+MODES = ("append", "update")
 
 
 class TableSink(Sink):
-    """Parquet part files named by output SN range (see the module)."""
+    """The output as a Parquet table that ``spark.read.parquet(path)`` reads while the
+    dataflow runs.
 
-    def __init__(self, path: str | Path, *, sn_span: int = 1 << 16,
+    ``mode="append"`` (the default): every output row, in part files named by output SN
+    range (``sn_span``, ``rows_per_file``; see the module). ``mode="update"`` with
+    ``key=[columns]``: the latest row of every key, one snapshot file replaced whole at each
+    publish, a superseded one kept ``retain_superseded`` seconds for readers that listed it
+    (``io/table_update.py``). Either publishes what it holds once its oldest row has waited
+    ``flush_interval`` seconds (None: only when a file fills, and at the end), and at the
+    end. ``sequence_columns``: write ``_sn`` and ``_snm`` beside the user columns."""
+
+    def __init__(self, path: str | Path, *, mode: str = "append",
+                 key: Sequence[str] | None = None, sn_span: int = 1 << 16,
                  rows_per_file: int = 1 << 16, flush_interval: float | None = 1.0,
-                 sequence_columns: bool = True) -> None:
+                 sequence_columns: bool = True, retain_superseded: float = 30.0) -> None:
+        if mode not in MODES:
+            raise ValueError(f"TableSink mode={mode!r}: give mode='append' (every row) or "
+                             f"mode='update' with key=[...] (the latest row of every key)")
+        if mode == "update":
+            if isinstance(key, str) or not key or not all(isinstance(k, str) for k in key):
+                example = [key] if isinstance(key, str) else ["user"]
+                raise ValueError(f"TableSink mode='update' keeps the latest row of every key: "
+                                 f"give key= a list of column names, e.g. key={example!r} "
+                                 f"(got {key!r})")
+            if retain_superseded < 0:
+                raise ValueError(f"retain_superseded must be >= 0 seconds (got "
+                                 f"{retain_superseded})")
+        elif key is not None:
+            raise ValueError(f"TableSink key={key!r} is for mode='update' (the latest row of "
+                             f"every key); mode='append' writes every row: drop key=, or add "
+                             f"mode='update'")
         if sn_span < 1 or rows_per_file < 1:
             raise ValueError(f"sn_span and rows_per_file must be >= 1 (got {sn_span}, "
                              f"{rows_per_file})")
+        if flush_interval is not None and flush_interval < 0:
+            raise ValueError(f"flush_interval must be >= 0 seconds, or None (got "
+                             f"{flush_interval})")
         self.path = Path(path)
+        self.mode = mode
+        self.key = list(key) if key is not None else None
         self.sn_span = sn_span
         self.rows_per_file = rows_per_file
         self.flush_interval = flush_interval
         self.sequence_columns = sequence_columns
-        self.files_written = 0
+        self._files_written = 0
+        self._update = (SnapshotTable(self.path, list(key), flush_interval, retain_superseded)
+                        if mode == "update" and key is not None else None)
         self._check_settings()
         self._keep: list[str] = []
         self._schema: pa.Schema | None = None
@@ -85,7 +125,14 @@ class TableSink(Sink):
         self._held = 0  # rows of that file
         self._unwritten_since: float | None = None  # when its oldest unwritten row came
 
-    def _settings(self) -> dict[str, int]:
+    @property
+    def files_written(self) -> int:
+        """Files published by this sink: part files, or snapshots in update mode."""
+        return self._update.files_written if self._update else self._files_written
+
+    def _settings(self) -> dict[str, object]:
+        if self._update is not None:
+            return {"mode": "update", "key": self.key}
         return {"sn_span": self.sn_span, "rows_per_file": self.rows_per_file}
 
     def _check_settings(self) -> None:
@@ -93,12 +140,24 @@ class TableSink(Sink):
         if not meta.exists():
             return
         before = json.loads(meta.read_text())
-        if {k: before.get(k) for k in self._settings()} != self._settings():
+        was = before.get("mode", "append")  # tables written before update mode: append
+        if was != self.mode:
+            keyed = f", key={before.get('key')}" if was == "update" else ""
             raise ValueError(
-                f"table {self.path} was written with sn_span={before.get('sn_span')}, "
-                f"rows_per_file={before.get('rows_per_file')}: a sink with other settings "
-                f"would cut other files and add to its rows instead of replacing them; use "
-                f"the same settings, or a new directory")
+                f"table {self.path} was written in mode={was!r}{keyed}: a sink in "
+                f"mode={self.mode!r} would mix rows of both kinds; use a new directory")
+        if {k: before.get(k) for k in self._settings()} == self._settings():
+            return
+        if self._update is not None:
+            raise ValueError(
+                f"table {self.path} keeps the latest row per key={before.get('key')}: a sink "
+                f"with key={self.key} would fold other rows together; use the same key, or a "
+                f"new directory")
+        raise ValueError(
+            f"table {self.path} was written with sn_span={before.get('sn_span')}, "
+            f"rows_per_file={before.get('rows_per_file')}: a sink with other settings "
+            f"would cut other files and add to its rows instead of replacing them; use "
+            f"the same settings, or a new directory")
 
     def open(self, schema: pa.Schema) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -107,9 +166,14 @@ class TableSink(Sink):
         drop = set(TIMING_COLUMNS) | (set() if self.sequence_columns else {SN, SNM})
         self._keep = [n for n in schema.names if n not in drop]
         self._schema = pa.schema([schema.field(n) for n in self._keep])
+        if self._update is not None:  # checks the key against the columns first
+            self._update.open(self._schema)
         self._replace(self.path / META, json.dumps(self._settings()).encode())
 
     def write(self, batch: pa.RecordBatch) -> None:
+        if self._update is not None:
+            self._update.write(batch)
+            return
         if not batch.num_rows:
             return
         ranges = batch.column(SN).to_numpy() // self.sn_span
@@ -120,11 +184,17 @@ class TableSink(Sink):
 
     def poll(self) -> None:
         """Publish the file being filled once its oldest row has waited ``flush_interval``."""
+        if self._update is not None:
+            self._update.poll()
+            return
         if (self.flush_interval is not None and self._unwritten_since is not None
                 and time.monotonic() - self._unwritten_since >= self.flush_interval):
             self._write_file()
 
     def close(self) -> None:
+        if self._update is not None:
+            self._update.close()
+            return
         self._end_range()
 
     def _add(self, rng: int, rows: pa.RecordBatch) -> None:
@@ -154,7 +224,7 @@ class TableSink(Sink):
         tmp = self.path / f".{name}.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, self.path / name)
-        self.files_written += 1
+        self._files_written += 1
         self._file, self._rows, self._held = self._file + 1, [], 0
         self._unwritten_since = None
 
