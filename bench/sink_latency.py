@@ -71,7 +71,7 @@ def sparkflux_flow(inbox: Path, table: Path) -> Dataflow:
     (df.source(FileStreamSource(inbox, SCHEMA, event_time="ts", end_marker="_DONE",
                                 poll_interval=0.05), name="clicks")
        .exchange(by=["page"])
-       .apply(TimeWindowAggregate(by=["page"], time="ts", value="user", size=WINDOW_S * 10**6,
+       .apply(TimeWindowAggregate(by=["page"], time="ts", size=WINDOW_S * 10**6,
                                   aggs={"clicks": "count"}), name="per_page")
        .sink(TableSink(table, flush_interval=0.2), name="out"))
     return df
@@ -135,17 +135,30 @@ def main() -> None:
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     rng = np.random.default_rng(7)
-    time.sleep(3.0)  # both queries started: the first files find them listening
+    # Both queries listening before the first file: sparkflux's sites connected and its
+    # source read, Spark's first trigger waiting for data.
+    ready = time.monotonic() + 120
+    while not (query.status["message"] in ("running", "waiting for the source")
+               and spark_query.status["message"] in ("Waiting for data to arrive",
+                                                     "Waiting for next trigger")):
+        if time.monotonic() > ready:
+            sys.exit(f"not ready after 120 s: {query.status}, {spark_query.status}")
+        time.sleep(0.1)
     for second in range(args.seconds):
         landed[second] = land([inbox_f, inbox_s], second, clicks(second, args.per_second, rng))
         print(f"\rfile {second + 1}/{args.seconds}", end="", file=sys.stderr, flush=True)
-        time.sleep(args.every)
-    time.sleep(5.0)  # the last windows' rows reach both tables
+        time.sleep(args.every)  # the input's pace
+    measured = {w * 1_000_000 for w in range(0, args.seconds - WINDOW_S, WINDOW_S)}
+    deadline = time.monotonic() + 30  # then a window not seen is reported "never"
+    while time.monotonic() < deadline and not all(
+            measured <= seen.keys() for seen in first_seen.values()):
+        time.sleep(args.poll)
     stop.set()
     poller.join(30)
     print(file=sys.stderr)
     (inbox_f / "_DONE").touch()
     query.await_termination(60)
+    spark.sparkContext.setLogLevel("OFF")  # stopping interrupts a micro-batch: its errors
     spark_query.stop()
     rows = []
     for w in range(0, args.seconds - WINDOW_S, WINDOW_S):
