@@ -63,6 +63,8 @@ class CollectSink(Sink):
 
 
 class NullSink(Sink):
+    """Counts the output rows and keeps none (benchmarks)."""
+
     def __init__(self) -> None:
         self.rows = 0
 
