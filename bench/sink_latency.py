@@ -6,20 +6,28 @@ time (``ts``, int64 microseconds); both engines count clicks per page in tumblin
 event-time windows and write a Parquet table. A window ``[w, w + 10 s)`` can close once event
 time passes its end, that is when the first file with an event at or after ``w + 10 s`` lands
 (its *closing file*). For each window this measures the time from its closing file's landing
-to the moment ``spark.read.parquet`` of the table first returns its rows, polling both tables
-every ``--poll`` seconds (the poll is the measurement's resolution).
+to the moment its rows are readable, two ways:
+
+- *committed*: a thread watches both directories every 10 ms for what makes rows readable:
+  a new part file in sparkflux's table (written hidden and renamed into place), a new entry
+  of Spark's ``_spark_metadata`` log (Spark reads the files its log names), and reads the
+  windows in what was added; resolution 10 ms plus the read.
+- *read*: ``spark.read.parquet`` of each table, in turn, every ``--poll`` seconds, until it
+  returns the window's rows; each figure is late by up to a poll and two such reads (the
+  median read's time is printed).
 
     sparkflux:  FileStreamSource -> exchange(page) -> TimeWindowAggregate(count) -> TableSink
     Spark SSS:  readStream.parquet -> withWatermark(0 s) -> groupBy(window, page).count()
                 -> writeStream.parquet, append mode, a micro-batch every ``--trigger`` s
 
-Prints one row per window and the medians, and their ratio (sparkflux / Spark: below 0.5 is
-the goal). Run: ``.venv/bin/python bench/sink_latency.py``.
+Prints one row per window and the medians of each measure, and their ratios (sparkflux /
+Spark: below 0.5 is the goal). Run: ``.venv/bin/python bench/sink_latency.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import sys
@@ -28,6 +36,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +52,7 @@ from sparkflux.operators.time_window import TimeWindowAggregate
 from sparkflux.spark.launcher import spark_session
 
 WINDOW_S = 10
+FLUSH_INTERVAL = 0.2  # TableSink's: a closed window's rows are published within it
 PAGES = 20
 SCHEMA = pa.schema([pa.field("page", pa.int32(), nullable=False),
                     pa.field("user", pa.int32(), nullable=False),
@@ -73,7 +83,7 @@ def sparkflux_flow(inbox: Path, table: Path) -> Dataflow:
        .exchange(by=["page"])
        .apply(TimeWindowAggregate(by=["page"], time="ts", size=WINDOW_S * 10**6,
                                   aggs={"clicks": "count"}), name="per_page")
-       .sink(TableSink(table, flush_interval=0.2), name="out"))
+       .sink(TableSink(table, flush_interval=FLUSH_INTERVAL), name="out"))
     return df
 
 
@@ -102,6 +112,29 @@ def seen_windows(spark: Any, table: Path) -> set[int]:
         return set()
 
 
+def committed_windows(table: Path, seen: set[str]) -> set[int]:
+    """The window starts in what was committed to ``table`` since the names in ``seen``
+    (which this adds to): sparkflux's new part files, Spark's new log entries' files."""
+    found: set[int] = set()
+    log = table / "_spark_metadata"
+    if log.is_dir():  # Spark's file sink: an entry commits the files it names
+        for entry in sorted(log.iterdir()):
+            if entry.name.startswith(".") or entry.name in seen:
+                continue
+            seen.add(entry.name)
+            for line in entry.read_text().splitlines()[1:]:
+                file = unquote(urlparse(json.loads(line)["path"]).path)
+                found |= set(pq.read_table(file, columns=["window_start"])
+                             .column(0).to_pylist())
+    elif table.is_dir():  # sparkflux's append table: a part file is readable once renamed
+        for file in table.glob("part-*.parquet"):
+            if file.name not in seen:
+                seen.add(file.name)
+                found |= set(pq.read_table(file, columns=["window_start"])
+                             .column(0).to_pylist())
+    return found
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=int, default=45, help="seconds of input (files)")
@@ -122,7 +155,18 @@ def main() -> None:
     spark_query = start_spark_query(spark, inbox_s, table_s, args.trigger)
     landed: dict[int, float] = {}  # second -> when its file landed
     first_seen: dict[str, dict[int, float]] = {"sparkflux": {}, "spark": {}}
+    first_committed: dict[str, dict[int, float]] = {"sparkflux": {}, "spark": {}}
     stop = threading.Event()
+
+    def watch() -> None:
+        names: dict[str, set[str]] = {"sparkflux": set(), "spark": set()}
+        while not stop.is_set():
+            for name, table in (("sparkflux", table_f), ("spark", table_s)):
+                now = time.time()
+                for w in committed_windows(table, names[name]):
+                    first_committed[name].setdefault(w, now)
+            stop.wait(0.01)
+    looks: list[float] = []  # how long each look at a table took: the real resolution
 
     def poll() -> None:
         while not stop.is_set():
@@ -130,10 +174,13 @@ def main() -> None:
                 now = time.time()
                 for w in seen_windows(spark, table) - first_seen[name].keys():
                     first_seen[name][w] = now
+                looks.append(time.time() - now)
             stop.wait(args.poll)
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     rng = np.random.default_rng(7)
     # Both queries listening before the first file: sparkflux's sites connected and its
     # source read, Spark's first trigger waiting for data.
@@ -151,31 +198,46 @@ def main() -> None:
     measured = {w * 1_000_000 for w in range(0, args.seconds - WINDOW_S, WINDOW_S)}
     deadline = time.monotonic() + 30  # then a window not seen is reported "never"
     while time.monotonic() < deadline and not all(
-            measured <= seen.keys() for seen in first_seen.values()):
+            measured <= seen.keys()
+            for seen in (*first_seen.values(), *first_committed.values())):
         time.sleep(args.poll)
     stop.set()
     poller.join(30)
+    watcher.join(30)
     print(file=sys.stderr)
     (inbox_f / "_DONE").touch()
     query.await_termination(60)
     spark.sparkContext.setLogLevel("OFF")  # stopping interrupts a micro-batch: its errors
     spark_query.stop()
+    names = ("sparkflux", "spark")
     rows = []
     for w in range(0, args.seconds - WINDOW_S, WINDOW_S):
-        closing = w + WINDOW_S  # the first second at or past the window's end
+        at = landed[w + WINDOW_S]  # the closing file: the first second past the window's end
         start = w * 1_000_000
-        times = [first_seen[n].get(start) for n in ("sparkflux", "spark")]
-        rows.append((w, *(None if t is None else t - landed[closing] for t in times)))
-    print(f"{'window':>10} {'sparkflux s':>12} {'Spark SSS s':>12}")
-    for w, a, b in rows:
-        print(f"{f'{w}-{w + WINDOW_S}':>10} {_s(a):>12} {_s(b):>12}")
-    mine = [a for _, a, _ in rows if a is not None]
-    theirs = [b for _, _, b in rows if b is not None]
-    if mine and theirs:
-        m, s = statistics.median(mine), statistics.median(theirs)
-        print(f"median: sparkflux {m:.2f} s, Spark Structured Streaming {s:.2f} s, "
-              f"ratio {m / s:.2f} (poll {args.poll} s, trigger {args.trigger} s)")
+        rows.append((w, *(_after(first_committed[n].get(start), at) for n in names),
+                     *(_after(first_seen[n].get(start), at) for n in names)))
+    print(f"{'':>10} {'committed, s':^25} {'read by Spark, s':^25}")
+    print(f"{'window':>10} {'sparkflux':>12} {'Spark SSS':>12} {'sparkflux':>12} "
+          f"{'Spark SSS':>12}")
+    for w, *xs in rows:
+        print(f"{f'{w}-{w + WINDOW_S}':>10} " + " ".join(f"{_s(x):>12}" for x in xs))
+    for label, col in (("committed", 1), ("read by Spark", 3)):
+        mine = [r[col] for r in rows if r[col] is not None]
+        theirs = [r[col + 1] for r in rows if r[col + 1] is not None]
+        if mine and theirs:
+            m, t = statistics.median(mine), statistics.median(theirs)
+            print(f"median {label}: sparkflux {m:.2f} s, Spark Structured Streaming {t:.2f} s, "
+                  f"ratio {m / t:.2f}")
+    print(f"(poll {args.poll} s, trigger {args.trigger} s, TableSink flush_interval "
+          f"{FLUSH_INTERVAL} s)")
+    if looks:
+        print(f"a read of one table by Spark (spark.read.parquet, distinct windows) took "
+              f"{statistics.median(looks):.2f} s in the median, {max(looks):.2f} s at most")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _after(t: float | None, since: float) -> float | None:
+    return None if t is None else t - since
 
 
 def _s(x: float | None) -> str:
