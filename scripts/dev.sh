@@ -2,8 +2,8 @@
 # Set everything up on a fresh Debian machine, then run the demo or the tests.
 #   bash scripts/dev.sh demo     # set up, then `sparkflux demo`
 #   bash scripts/dev.sh test     # set up, then the whole test suite
-# Installs a Java runtime (and iptables) through apt-get if missing, creates .venv, installs the
-# package with its pinned dependencies. Safe to run again: each step is skipped when done.
+# Installs a Java runtime (and iptables, chromium) through apt-get if missing, creates .venv,
+# installs the package with its pinned dependencies. Safe to run again: each step is skipped when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,9 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 # iptables: the tests cut a site's links on the loopback interface (--cut, --isolate)
 command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+# chromium: a test loads the live dashboard in a headless browser (and
+# scripts/dashboard_screenshot.py draws it)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
 "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from sparkflux.dataflow.examples import load_example
-from sparkflux.display import live_progress
+from sparkflux.display import live_progress, summary
 from sparkflux.model.errors import PlanError
 from sparkflux.options import add_run_options, options_of, run_config
 from sparkflux.runner import reference_result, run_example
@@ -189,10 +188,7 @@ def _too_many_dead_letters(metrics: dict[str, Any], fraction: float) -> bool:
 
 
 def _print_summary(metrics: dict[str, Any]) -> None:
-    t = Table(title="run summary", show_header=False)
-    for k, v in metrics.items():
-        t.add_row(k, f"{v:,}" if isinstance(v, int) else str(v))
-    Console().print(t)
+    Console().print(summary(metrics))
 
 
 def cmd_reference(argv: list[str]) -> int:

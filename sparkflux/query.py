@@ -40,6 +40,7 @@ from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.io.sinks import DeadLetters, NullSink, ParquetSink
 from sparkflux.model.errors import PlanError
 from sparkflux.options import run_config
+from sparkflux.runtime.progress import QueryProgress, QueryStatus, RunEvent
 from sparkflux.runtime.reports import result_metrics
 from sparkflux.runtime.run_config import LiveStats, RunFailed, RunResult
 from sparkflux.spark.job import Launched, launch, supervise
@@ -79,27 +80,46 @@ class FluxQuery:
         return not self.done.is_set()
 
     @property
-    def status(self) -> dict[str, Any]:
-        """What the run is doing now: its phase, the input's state (admitting, blocked and
-        by what, idle, ended), records in and out, dead letters, input dropped (``rate``),
-        live sites, failures so far."""
+    def status(self) -> QueryStatus:
+        """What the run is doing now (a ``QueryStatus``; ``status["message"]`` reads as
+        PySpark's dict does): its phase, the input's state (admitting, blocked and by what,
+        idle, ended), records in and out, dead letters, input dropped (``rate``), live sites,
+        failures so far, and why it failed."""
         host = self._run.host
         s = host.stats
         live, failures = host.on_loop(lambda: (
             len(host.controller.view.members) - len(host.dead), len(host.failures)))
-        return {
-            "message": "failed" if self._error is not None else
-                       "finished" if self.done.is_set() else s.phase,
-            "is_active": self.is_active,
-            "input": host.input_state + (f" (by {host.blocked_by})"
-                                         if host.input_state == "blocked" else ""),
-            "input_records": s.events_in,
-            "output_records": s.results_out,
-            "dead_letters": s.dead_letters,
-            "dropped": s.dropped,
-            "sites": live,
-            "failures": failures,
-        }
+        return QueryStatus(
+            message="failed" if self._error is not None else
+                    "finished" if self.done.is_set() else s.phase,
+            is_active=self.is_active,
+            input=host.input_state + (f" (by {host.blocked_by})"
+                                      if host.input_state == "blocked" else ""),
+            input_records=s.events_in, output_records=s.results_out,
+            dead_letters=s.dead_letters, dropped=s.dropped, sites=live, failures=failures,
+            error=None if self._error is None else str(self._error))
+
+    @property
+    def last_progress(self) -> QueryProgress | None:
+        """The latest interval's progress (Spark's ``lastProgress``; None before the input
+        starts): rows and rates per source, processed and output rates, latency, the
+        stages' watermarks, the operators' state, the sites and their roles, and the
+        failures, take-overs, catch-ups and moves of the interval."""
+        return self._run.host.progress.last
+
+    @property
+    def recent_progress(self) -> list[QueryProgress]:
+        """The last intervals' progress, oldest first (Spark's ``recentProgress``)."""
+        log_ = self._run.host.progress
+        with log_.lock:
+            return list(log_.recent)
+
+    @property
+    def events(self) -> list[RunEvent]:
+        """Every failure, take-over, adoption, catch-up, move and stall so far, in order."""
+        log_ = self._run.host.progress
+        with log_.lock:
+            return list(log_.events)
 
     @property
     def metrics(self) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +23,11 @@ from sparkflux.io.sinks import DeadLetters
 from sparkflux.model.errors import PlanError
 from sparkflux.options import options_of
 from sparkflux.query import start
-from sparkflux.runtime.run_config import LiveStats, RunResult
+from sparkflux.runtime.run_config import RunResult
 from sparkflux.spark.job import interrupts_stop
 
 if TYPE_CHECKING:
+    from sparkflux.display import Display
     from sparkflux.spark.expected import Expected
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
                 dead: DeadLetters | None = None, spark: Any = None,
-                display: Callable[[LiveStats, threading.Event], None] | None = None,
+                display: Display | None = None,
                 announce: Callable[[str], None] = log.info) -> RunResult:
     """Build, compile and run an example dataflow module with parsed ``args`` (the options of
     ``sparkflux run``); ``display`` shows live progress, ``announce`` gets the plan's
@@ -51,7 +51,7 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
                   **options_of(args))
     with interrupts_stop(query._run.host):  # Ctrl-C: end the input; again: abort
         if display is not None:
-            display(query.stats, query.done)
+            display(query._run.host)
         query.await_termination()
     assert query.result is not None
     return query.result

@@ -92,6 +92,18 @@ class Heartbeat:
     out_part: npt.NDArray[np.int64] = field(default_factory=_empty)
     held: int = 0
     pending: int = 0
+    # For the run's progress (``runtime/progress_log.py``), every ``STATE_EVERY``
+    # heartbeats (``has_state``; empty between): the event-time watermark of every installed
+    # consumer replica (its stage, partition and watermark), and the state of every hosted
+    # (operator, partition): the operator's index over the plan, the partition, keys, bytes.
+    has_state: bool = False
+    wm_stage: npt.NDArray[np.int64] = field(default_factory=_empty)
+    wm_part: npt.NDArray[np.int64] = field(default_factory=_empty)
+    wm: npt.NDArray[np.int64] = field(default_factory=_empty)
+    state_op: npt.NDArray[np.int64] = field(default_factory=_empty)
+    state_part: npt.NDArray[np.int64] = field(default_factory=_empty)
+    state_keys: npt.NDArray[np.int64] = field(default_factory=_empty)
+    state_bytes: npt.NDArray[np.int64] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
@@ -484,6 +485,45 @@ class SiteCore:
                 i = int(np.argmin(o_sn))
                 out_sn[s], out_part[s] = o_sn[i], prod.parts[i]
         return in_sn, in_part, out_sn, out_part
+
+    def watermarks(self) -> tuple[npt.NDArray[np.int64], ...]:
+        """The event-time watermark of every consumer replica installed here: three arrays
+        (stage, partition, watermark of its input frontier). The driver's progress keeps,
+        per partition, the highest any copy reported (a watermark is a promise: it holds
+        once made) and gives a stage the lowest over its partitions."""
+        stages: list[npt.NDArray[np.int64]] = []
+        parts: list[npt.NDArray[np.int64]] = []
+        wms: list[npt.NDArray[np.int64]] = []
+        for s, cons in enumerate(self.cons):
+            mine = np.flatnonzero(cons.installed)
+            stages.append(np.full(mine.size, s, dtype=np.int64))
+            parts.append(cons.parts[mine].astype(np.int64))
+            wms.append(cons.frontier()[1][mine].astype(np.int64))
+        empty = np.zeros(0, dtype=np.int64)
+        return tuple(np.concatenate(x) if x else empty for x in (stages, parts, wms))
+
+    def state_sizes(self) -> tuple[npt.NDArray[np.int64], ...]:
+        """The state of every operator's mini-partitions hosted here (``partition_info``,
+        the thesis' getPartitionInfo): four arrays of one entry per (operator, partition),
+        the operator's index over the plan's stages in order, the partition, its keys and
+        its bytes. The driver keeps, per operator and partition, the largest over the
+        copies, so that replicas are counted once."""
+        ops: list[int] = []
+        parts: list[int] = []
+        keys: list[int] = []
+        nbytes: list[int] = []
+        k = 0
+        for s, stage in enumerate(self.plan.stages):
+            hosted = set(self.prods[s].parts[self.prods[s].hosted].tolist())
+            for op in stage.operators:
+                for info in op.partition_info():
+                    if info.part in hosted:
+                        ops.append(k)
+                        parts.append(info.part)
+                        keys.append(info.keys)
+                        nbytes.append(info.nbytes)
+                k += 1
+        return tuple(np.asarray(x, dtype=np.int64) for x in (ops, parts, keys, nbytes))
 
 
 def coalesce_acks(outs: list[Outgoing]) -> list[Outgoing]:

@@ -48,7 +48,7 @@ An impossible (state, event) pair raises ``SiteLifeError`` naming the site, stat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -66,6 +66,9 @@ LINK_TIMEOUT_S = 1.0  # rule 6: a peer link silent this long (while read) is rep
 # An incoming link may come before this site has heard of the incarnation that dials it (the
 # view, an adoption or an ``avail`` still on its way): it may wait this long for that news.
 CLAIM_WAIT_S = 10.0
+# The state sizes (``SiteCore.state_sizes``, a pass over every operator's partitions) go with
+# one heartbeat in this many, the first included: about once a second.
+STATE_EVERY = 10
 
 
 class SiteLifeError(ProtocolError):
@@ -330,6 +333,7 @@ class SiteBoundary:
         self._state_sent: dict[tuple[int, int], tuple[int, float]] = {}  # (stage, q) -> sent
         # (peer, its process) -> the silence last reported, while not heard since
         self._silent: dict[tuple[int, tuple[int, int]], float] = {}
+        self._beats = 0  # heartbeats sent with a core (``STATE_EVERY``)
 
     @property
     def dead_sites(self) -> set[int]:
@@ -569,6 +573,12 @@ class SiteBoundary:
             counts=core.processed.copy() if core else none, refused=ev.refused,
             in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part, held=ev.held,
             pending=core.pending_rows() if core else 0)
+        if core is not None and self._beats % STATE_EVERY == 0:
+            op, part, keys, nbytes = core.state_sizes()
+            wm_stage, wm_part, wm = core.watermarks()
+            msg = replace(msg, has_state=True, wm_stage=wm_stage, wm_part=wm_part, wm=wm,
+                          state_op=op, state_part=part, state_keys=keys, state_bytes=nbytes)
+        self._beats += core is not None
         return [Send(dest=DRIVER, message=msg, channel=channel_of(msg))]
 
     def _record_state_sent(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:

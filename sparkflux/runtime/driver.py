@@ -41,6 +41,7 @@ from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
 from sparkflux.protocol.messages import CuStart
+from sparkflux.runtime.dashboard import Dashboard
 from sparkflux.runtime.driver_actions import Actions
 from sparkflux.runtime.driver_door import Door
 from sparkflux.runtime.driver_feed import INGRESS_POOL_ROWS, Feed
@@ -50,6 +51,7 @@ from sparkflux.runtime.handshake import Gate
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
 from sparkflux.runtime.pacing import total
+from sparkflux.runtime.progress_log import ProgressLog
 from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed
 from sparkflux.runtime.security import make_security
 from sparkflux.runtime.site import schemas_of
@@ -157,6 +159,10 @@ class Host:
         self.launched_at: float | None = None
         self.site_start_s: float | None = None
         self.executor_start_s: float | None = None  # a new cluster application's, if timed
+        self.source_rows = [0] * len(plan.streams)  # rows admitted per source
+        # the run's progress per interval, and its events (``query.last_progress``)
+        self.progress = ProgressLog(self, cfg.progress_interval)
+        self.dashboard: Dashboard | None = None  # started by the launch, stopped at the end
         self.door = Door(self)  # the connections accepted, authenticated and paired
         self.feed = Feed(self)  # the input, paced and admitted
         self.actions = Actions(self)  # the core's actions carried out
@@ -199,6 +205,8 @@ class Host:
                 self.stats.phase = "failed"
             self.ready.set()
             self.done.set()
+            if self.dashboard is not None:
+                self.dashboard.stop()
 
     async def _main(self) -> None:
         """Listen, open the sinks, run the parts' tasks until the run ends, then stop every
@@ -223,9 +231,13 @@ class Host:
         flusher = self._task(self._flusher(), "the ingress's flusher")
         poller = self._task(self._poll_sinks(), "a sink's poll")
         feeder = self._task(self.feed.run(), "the ingress")
+        progress = self._task(self.progress.run(), "the progress log")
         try:
             await self.finished.wait()
         finally:
+            progress.cancel()
+            if self.metrics.start is not None:
+                self.progress.tick()  # the last interval, to the end
             for spec in self.faults.unfired():
                 log.warning("%s did not fire: the run admitted %d input records", spec,
                             self.stats.events_in)
@@ -385,6 +397,8 @@ class Host:
                     self.utilisation.setdefault(slot, []).append((
                         time.time(), msg.busy_s, msg.slept_s))
                     self.site_load[slot] = site_load(msg, self.site_load.get(slot, {}))
+                    if member:
+                        self.progress.heartbeat(slot, msg)
                     self.site_refused[(slot, attempt)] = msg.refused
                 elif isinstance(msg, cm.Unreachable) and member:
                     # (a crash resets its links at every peer: the exclusion, if any, is

@@ -43,6 +43,7 @@ class Actions:
     def __init__(self, host: Host) -> None:
         self.host = host
         self._catch_up_started: dict[tuple[int, int], float] = {}  # (stage, q) -> wall time
+        self._catching_sites: set[int] = set()  # sites being caught up (noted once each)
 
     def carry_out(self, actions: list[BoundaryAction]) -> None:
         """Carry out the core's actions, in order: the host's whole part of the protocol."""
@@ -71,12 +72,15 @@ class Actions:
                     self._failed(set(dead))
                 case AdoptProcess():
                     self._adopt(a)
-                case CatchUp(stage=stage, q=q):
+                case CatchUp(stage=stage, q=q, r=r, survivor=survivor):
                     self._catch_up_started[(stage, q)] = time.time()
+                    self._note_catch_up(stage, q, r, survivor)
                 case CaughtUp():
                     self._caught_up(a)
                 case Recovered(slot=slot):
                     host.recovered.append({"site": slot, "time": time.time()})
+                    host.progress.recovered(slot)
+                    self._catching_sites.discard(slot)
                     host.stats.phase = "running"
                     if len(host.recovered) == 1:
                         host.faults.after_recovery()
@@ -130,6 +134,9 @@ class Actions:
         host.identity[conn] = (a.slot, a.attempt, a.pid)
         host.conns[a.slot] = conn
         host.stats.phase = f"recovering site {a.slot}"
+        host.progress.note("adoption", a.slot, f"standby process {a.pid} adopted site "
+                                               f"{a.slot} {now - failed_at:.2f} s after it "
+                                               f"failed")
         conn.send(a.message)
         host.faults.adopted(a.slot)
 
@@ -142,12 +149,42 @@ class Actions:
         for s in new:
             host.outbox.drop(s)
             host.failures.append({"site": s, "time": now, "reason": reasons.get(s, "")})
+            host.progress.note("failure", s, f"site {s} failed: {reasons.get(s, '') or 'lost'}")
+            self._note_take_over(s)
             conn = host.conns.pop(s)
             # A live process that was excluded (cut off, hung, suspected) finds its driver
             # connections closed and ends its task with an error: Spark then starts the slot
             # a fresh process, which registers as a standby and adopts it, as after a crash.
             conn.close()
             host.control_of.get(conn, conn).close()
+
+    def _note_take_over(self, site: int) -> None:
+        """Flux-HA's take-over of a failed site: its partitions' other copies, on the
+        sites named, serve them at once (the failure's event says so; ``--ha none`` has none)."""
+        layout = self.host.controller.layout
+        if layout is None or (self.host.replicas or 1) < 2:
+            return
+        by: dict[int, int] = {}
+        for q, r in layout.hosted(site).items():
+            for other in layout.others(q, r):
+                if other not in self.host.dead:
+                    by[other] = by.get(other, 0) + 1
+        if by:
+            self.host.progress.note("take-over", site, f"site {site}'s partitions served by "
+                                    f"their other copies on " + ", ".join(
+                                        f"site {s} ({n})" for s, n in sorted(by.items())))
+
+    def _note_catch_up(self, stage: int, q: int, r: int, survivor: int) -> None:
+        """A catch-up's start, noted once per site being rebuilt (its first copy)."""
+        layout = self.host.controller.layout
+        if layout is None:
+            return
+        site = layout.site_of(q, r)
+        if site not in self._catching_sites:
+            self._catching_sites.add(site)
+            self.host.progress.note("catch-up", site, f"catching up site {site} from its "
+                                    f"partitions' surviving copies (first: stage {stage} "
+                                    f"partition {q} from site {survivor})")
 
     def _deliver(self, d: Deliver) -> None:
         """The egress's output to each sink it belongs to, with its digests and counts (a
@@ -176,6 +213,9 @@ class Actions:
         the old copy's site (a move made before it breaks builds from ``NOWHERE``)."""
         host = self.host
         host.move_started[a.epoch] = time.time()
+        if a.reason != "recovery":
+            host.progress.note("move", a.dst, f"moving partition {a.q} to site {a.dst} "
+                                              f"({a.reason})")
         rec = host.controller.moving.get(a.epoch)
         src = rec.src if rec is not None else a.src
         host.stats.phase = (
@@ -189,6 +229,8 @@ class Actions:
         """A replica's catch-up ended: recorded with its start, for the metrics."""
         now = time.time()
         start = self._catch_up_started.pop((c.stage, c.q), now)
+        if c.site is not None:
+            self.host.progress.caught_up(c.site)
         self.host.catch_ups.append({
             "stage": c.stage, "partition": c.q, "replica": c.r, "site": c.site,
             "state_bytes": c.nbytes, "move_s": c.move_s, "start": start, "end": now,

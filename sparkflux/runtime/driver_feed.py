@@ -115,6 +115,11 @@ class Feed:
         host.ingress_times.append(time.time())
         host.ingress_counts.append(host.ingress.next_isn - before)
         host.stats.events_in = host.ingress.next_isn
+        if item is not None:
+            host.source_rows[stream] += item.num_rows if hasattr(item, "num_rows") else len(item)
+        else:
+            host.progress.note("input-ended", None,
+                               f"source {host.plan.streams[stream].name!r} ended")
         host.faults.admitted(host.stats.events_in)
 
     async def wait_window(self) -> None:

@@ -42,6 +42,16 @@ class EgressMetrics:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(self._latencies)
 
+    def latencies_between(self, lo: float, hi: float) -> np.ndarray:
+        """The latencies of the rows delivered in (lo, hi] (the newest first searched)."""
+        sel = []
+        for a, t in zip(reversed(self._latencies), reversed(self._lat_times), strict=True):
+            if t <= lo:
+                break
+            if t <= hi:
+                sel.append(a)
+        return np.concatenate(sel) if sel else np.zeros(0, dtype=np.float32)
+
     def latency_p99_between(self, lo: float, hi: float) -> float:
         """p99 latency of the rows delivered in [lo, hi]."""
         sel = [a for a, t in zip(self._latencies, self._lat_times, strict=True) if lo <= t <= hi]

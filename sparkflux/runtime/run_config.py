@@ -45,6 +45,8 @@ class RunConfig:
     heartbeat_timeout: float = Opts.heartbeat_timeout
     link_timeout: float = Opts.link_timeout  # --link-timeout: a peer link silent this long
     start_timeout: float = Opts.start_timeout
+    progress_interval: float = Opts.progress_interval  # --progress-interval
+    ui_port: int | None = Opts.ui_port  # --ui-port (None: the default for the master)
     bind_host: str = "127.0.0.1"
     # --kill, every form (``fault_specs.py``), in the order given
     kills: tuple[Kill, ...] = ()
@@ -82,7 +84,8 @@ class RunConfig:
             replicas=o.replica_count, rate=o.rate, ingress_buffer=o.ingress_buffer,
             window=o.window, stall_timeout=o.stall_timeout,
             heartbeat_timeout=o.heartbeat_timeout, link_timeout=o.link_timeout,
-            start_timeout=o.start_timeout, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
+            start_timeout=o.start_timeout, progress_interval=o.progress_interval,
+            ui_port=o.ui_port, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
             balance=o.balance, delta_min=o.balance_delta_min, window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb)

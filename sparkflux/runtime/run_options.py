@@ -140,6 +140,13 @@ class RunOptions:
     balance_window: float = option(
         2.0, "how far back the load-balancing policy's statistics reach while the placement "
              "is unchanged (0: each collection phase alone)", metavar="SECONDS")
+    progress_interval: float = option(
+        1.0, "how often the run's progress is taken (query.last_progress, the live view, the "
+             "dashboard, the Prometheus series)", metavar="SECONDS")
+    ui_port: int | None = option(
+        None, "serve the live dashboard and Prometheus /metrics on this port (0: any free "
+              "port; -1: off; default: the first free port from 4050 in local mode, off on a "
+              "cluster)", metavar="PORT")
     start_timeout: float = option(
         180.0, "give up, saying what the Spark master lacks, when the sites have not all "
                "registered this long after the job was submitted", metavar="SECONDS")
@@ -185,6 +192,13 @@ class RunOptions:
         if self.standby_wait is not None:
             seconds_option("--standby-wait", self.standby_wait)
         seconds_option("start_timeout", self.start_timeout)
+        if not self.progress_interval >= 0.1:
+            raise PlanError(f"--progress-interval {self.progress_interval}: give 0.1 seconds "
+                            f"or more")
+        if self.ui_port is not None and (isinstance(self.ui_port, bool) or not isinstance(
+                self.ui_port, int) or not -1 <= self.ui_port <= 65535):
+            raise PlanError(f"--ui-port {self.ui_port!r}: give a port number (0: any free "
+                            f"port, -1: no dashboard)")
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalised while constructed (frozen after)

@@ -66,6 +66,7 @@ from sparkflux.protocol.channels import Channel, ordered_with_data
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import Outgoing, State
+from sparkflux.protocol.site import SiteCore
 from sparkflux.protocol.site_boundary import (
     Beat,
     Dial,
@@ -83,6 +84,8 @@ from sparkflux.protocol.site_boundary import (
 from sparkflux.runtime.frames import FRAME_HEADER, MSG, decode, encode
 from sparkflux.sim.network import CONTROL, DATA, Network
 
+# every this many steps the copies' state sizes are compared (``same_state_at_same_frontier``)
+STATE_CHECK_STEPS = 97
 HEARTBEAT_STEPS = 25  # with the policy on, every live site sends its counters this often
 
 
@@ -442,6 +445,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
             for k in [k for k, (_, heal, _) in cut.items() if heal <= step]:
                 del cut[k]
                 heal(k)
+            if step % STATE_CHECK_STEPS == 0:
+                same_state_at_same_frontier(
+                    {s: c.core for s, c in sites.items() if s not in crashed_now
+                     and s not in hung and c.core is not None}, plan)
             beat = clock.heartbeat_every if clock else HEARTBEAT_STEPS
             if (clock or balance) and step % beat == 0:
                 for s in sorted(sites):
@@ -551,6 +558,32 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      core.ingress.next_isn, recovered, live_replicas,
                      [(m.q, m.r, m.src, m.dst) for m in controller.moves], tables,
                      crash_points, [m.short_s for m in controller.moves])
+
+
+def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:
+    """The state sizes the heartbeats report (``SiteCore.state_sizes``): two copies of an
+    operator's mini-partition whose input frontiers stand at the same SN hold the same keys
+    (their bytes are estimates from the copy's own buffers, which may differ by a few). The
+    run's progress counts each partition once, from any copy, on that rule."""
+    stage_of = [s.index for s in plan.stages for _ in s.operators]
+    seen: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+    for k, core in sorted(cores.items()):
+        at: dict[tuple[int, int], int] = {}
+        for s, cons in enumerate(core.cons):
+            f_sn = cons.frontier()[0]
+            for i in np.flatnonzero(cons.installed):
+                at[(s, int(cons.parts[i]))] = int(f_sn[i])
+        for o, q, keys, nbytes in zip(*core.state_sizes(), strict=True):
+            frontier = at.get((stage_of[int(o)], int(q)))
+            if frontier is None:
+                continue
+            key = (int(o), int(q), frontier)
+            mine = (int(keys), int(nbytes), k)
+            other = seen.setdefault(key, mine)
+            if other[0] != mine[0]:
+                raise Violation(f"operator {int(o)} partition {int(q)} at frontier {frontier}: "
+                                f"site {other[2]} holds {other[0]} keys, {other[1]} bytes; "
+                                f"site {k} holds {keys} keys, {nbytes} bytes")
 
 
 def _move_points(controller: Any, site: int) -> list[tuple[str, str]]:

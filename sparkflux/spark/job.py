@@ -26,11 +26,12 @@ from typing import Any
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.io.sinks import DeadLetters, Sink
 from sparkflux.model.errors import PlanError
+from sparkflux.runtime.dashboard import start_dashboard
 from sparkflux.runtime.driver import Host, open_sinks, sinks_of
 from sparkflux.runtime.fault_specs import KillProcess
 from sparkflux.runtime.plot import timeline_events
 from sparkflux.runtime.reports import result_metrics
-from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed, RunResult
+from sparkflux.runtime.run_config import RunConfig, RunFailed, RunResult
 from sparkflux.runtime.security import SECRET_CONF, make_security, resolve_secret
 from sparkflux.spark.launcher import (
     SiteJob,
@@ -127,6 +128,12 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
                         f"executors are told to connect to is {advertise}); set "
                         f"spark.driver.host / spark.driver.bindAddress to an address of "
                         f"this machine the executors can reach")
+    try:
+        host.dashboard = start_dashboard(host, bind, cfg.ui_port, cfg.local)
+    except OSError as e:
+        raise PlanError(str(e)) from None
+    if host.dashboard is not None and announce is not None:
+        announce(f"dashboard: {host.dashboard.url} (Prometheus: {host.dashboard.url}/metrics)")
     # Sites on a cluster bind to, and advertise, their address towards the driver ("").
     site_bind = bind if is_local(master) else ""
     assert cfg.security is not None
@@ -206,13 +213,13 @@ def supervise(run: Launched) -> RunResult:
 
 
 def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
-        spark: Any = None, display: Callable[[LiveStats, threading.Event], None] | None = None,
+        spark: Any = None, display: Callable[[Host], None] | None = None,
         dataflow_file: str | Path | None = None) -> RunResult:
     """Run ``plan`` to the end of its input and return its metrics (raises RunFailed)."""
     launched = launch(plan, cfg, sink, dead_letters, spark, dataflow_file)
     with interrupts_stop(launched.host):
         if display is not None:
-            display(launched.host.stats, launched.host.done)
+            display(launched.host)
         return supervise(launched)
 
 

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from sparkflux.dataflow.placement import DRIVER, Layout
+from sparkflux.model.progress import NO_WATERMARK
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import CuDone, Keepalive, Outgoing, PSync
 from sparkflux.protocol.site_boundary import (
+    STATE_EVERY,
     Beat,
     Close,
     Crash,
@@ -266,3 +268,22 @@ def test_a_link_claiming_an_unknown_incarnation_is_refused_once_it_has_waited() 
     b.handle(view())
     assert b.admissible(0, (0, 0), peer=True, waited=5.0) is Verdict.ADMIT
     assert b.admissible(0, (0, 0), peer=False, waited=5.0) is Verdict.ADMIT
+
+
+def test_the_state_goes_with_one_heartbeat_in_state_every() -> None:
+    b = site(1)
+    b.handle(view())
+    beats = [b.handle(Beat(pid=7))[0].message for _ in range(2 * STATE_EVERY + 1)]
+    assert all(isinstance(m, cm.Heartbeat) for m in beats)
+    with_state = [k for k, m in enumerate(beats) if m.has_state]  # type: ignore[union-attr]
+    assert with_state == [0, STATE_EVERY, 2 * STATE_EVERY]
+    for m in beats:
+        if not m.has_state:  # type: ignore[union-attr]
+            assert m.state_op.size == m.wm.size == 0  # type: ignore[union-attr]
+    # every installed consumer replica's watermark: nothing processed yet, so at the start;
+    # and the state holds no key
+    first = beats[0]
+    assert isinstance(first, cm.Heartbeat) and b.core is not None
+    installed = sum(int(c.installed.sum()) for c in b.core.cons)
+    assert first.wm.size == first.wm_part.size == first.wm_stage.size == installed > 0
+    assert (first.wm == NO_WATERMARK).all() and first.state_keys.sum() == 0
