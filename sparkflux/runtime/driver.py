@@ -18,9 +18,7 @@ import logging
 import secrets
 import threading
 import time
-import traceback
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -41,6 +39,7 @@ from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
 from sparkflux.protocol.messages import CuStart
+from sparkflux.runtime.causes import cause, sink_failure
 from sparkflux.runtime.dashboard import Dashboard
 from sparkflux.runtime.driver_actions import Actions
 from sparkflux.runtime.driver_door import Door
@@ -198,7 +197,7 @@ class Host:
             asyncio.run(self._main())
         except BaseException as e:  # the run must end with the cause
             if self.failure is None:
-                self.failure = f"the driver failed: {_cause(e)}"
+                self.failure = f"the driver failed: {cause(e)}"
             log.debug("the driver's thread failed", exc_info=True)
         finally:
             if self.failure is not None:
@@ -276,7 +275,7 @@ class Host:
 
         def done(t: asyncio.Task[None]) -> None:
             if not t.cancelled() and (e := t.exception()) is not None:
-                self.abort(f"{what} failed: {_cause(e)}")
+                self.abort(f"{what} failed: {cause(e)}")
 
         task.add_done_callback(done)
         return task
@@ -287,10 +286,10 @@ class Host:
         e = context.get("exception")
         if isinstance(e, asyncio.CancelledError):
             return
-        cause = _cause(e) if isinstance(e, BaseException) else context.get("message", "?")
+        why = cause(e) if isinstance(e, BaseException) else context.get("message", "?")
         log.debug("the driver's loop caught: %s", context.get("message"), exc_info=e)
         if self.finished is not None and not self.finished.is_set():
-            self.abort(f"the driver failed: {cause}")
+            self.abort(f"the driver failed: {why}")
 
     @staticmethod
     async def _drain_all(conns: list[Connection], timeout: float) -> None:
@@ -425,8 +424,7 @@ class Host:
                 try:
                     out.poll()
                 except Exception as e:  # noqa: BLE001 - a sink that fails stops the run
-                    self.abort(f"sink {self.plan.sinks[k].name!r} ({type(out).__name__}) "
-                               f"failed: {_cause(e)}")
+                    self.abort(sink_failure(self.plan, k, out, "failed to publish", e))
                     return
 
     async def _flusher(self) -> None:
@@ -444,14 +442,6 @@ class Host:
             self.stats.phase = "failed"
         assert self.finished is not None
         self.finished.set()
-
-
-def _cause(e: BaseException) -> str:
-    """An exception as one line a user reads first (type and message), then where it was
-    raised: the innermost frames of its traceback."""
-    where = traceback.extract_tb(e.__traceback__)[-3:]
-    frames = "; ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in where)
-    return f"{type(e).__name__}: {e}" + (f" (at {frames})" if frames else "")
 
 
 def sinks_of(plan: PhysicalPlan, sink: Sink | None) -> list[Sink]:
@@ -476,14 +466,4 @@ def open_sinks(plan: PhysicalPlan, sinks: list[Sink]) -> None:
         except Exception as e:
             for opened in sinks[:k]:
                 opened.close()
-            raise RunFailed(f"sink {plan.sinks[k].name!r} ({type(out).__name__}) could not "
-                            f"open: {_cause(e)}{_path_hint(e)}") from e
-
-
-def _path_hint(e: BaseException) -> str:
-    """What to change, for the errors a sink's path gives."""
-    if isinstance(e, (FileExistsError, NotADirectoryError)):
-        return "; a directory on the sink's path is a file: choose another path"
-    if isinstance(e, PermissionError):
-        return "; this process may not write there: choose a writable path"
-    return ""
+            raise RunFailed(sink_failure(plan, k, out, "could not open", e)) from e

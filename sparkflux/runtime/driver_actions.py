@@ -4,7 +4,6 @@ out on the host's connections, sinks and records, in the order the core gave the
 from __future__ import annotations
 
 import time
-import traceback
 from typing import TYPE_CHECKING
 
 from sparkflux.control.boundary import (
@@ -31,6 +30,7 @@ from sparkflux.control.events import (
 from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import Outgoing
+from sparkflux.runtime.causes import sink_failure
 
 if TYPE_CHECKING:
     from sparkflux.runtime.driver import Host
@@ -195,10 +195,8 @@ class Actions:
             for k, rows in host.plan.by_sink(d.batch):
                 try:
                     host.sinks[k].write(rows)
-                except Exception:  # noqa: BLE001 - a sink that fails stops the run, never hangs it
-                    host.abort(f"sink {host.plan.sinks[k].name!r} "
-                               f"({type(host.sinks[k]).__name__}) failed:\n"
-                               f"{traceback.format_exc()}")
+                except Exception as e:  # noqa: BLE001 - a sink that fails stops the run
+                    host.abort(sink_failure(host.plan, k, host.sinks[k], "failed to write", e))
                     return
                 host.digests[k].update(rows)
                 host.rows_digests[k].update(rows)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sparkflux.control.boundary import Input, InputEnd
 from sparkflux.control.watchdog import pool_reason, window_reason
+from sparkflux.runtime.causes import cause
 from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed
 from sparkflux.runtime.transport import ConnectionLost
 
@@ -98,8 +98,8 @@ class Feed:
             host.input_state = "ended"
         except ConnectionLost as e:
             host.abort(str(e))
-        except Exception:  # noqa: BLE001 - a bug must stop the run, never hang it
-            host.abort(f"the ingress failed:\n{traceback.format_exc()}")
+        except Exception as e:  # noqa: BLE001 - a bug must stop the run, never hang it
+            host.abort(f"the ingress failed: {cause(e)}")
         finally:
             if pump is not None:
                 pump.cancel()
