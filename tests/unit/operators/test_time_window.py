@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,7 @@ from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
 from sparkflux.operators.time_window import TimeWindowAggregate
 from tests.support.op_helpers import (
     assert_sn_increasing_per_partition,
+    bounds_as_int64,
     everywhere,
     make_batch,
     per_partition,
@@ -22,6 +24,7 @@ from tests.support.op_helpers import (
     run_with_move,
     split,
     user_rows,
+    with_timestamps,
 )
 
 AGGS = {"hi": "max", "lo": "min", "total": "sum", "n": "count", "mean": "avg"}
@@ -220,9 +223,9 @@ def test_a_count_needs_no_value_column() -> None:
     assert outs[0] == outs[1] == [("/", 0, 2), ("/", 10, 1), ("/a", 0, 1)]
 
 
-def test_an_aggregate_of_values_without_a_value_column_names_the_fix() -> None:
-    with pytest.raises(PlanError, match=r"aggs 'top', 'total' aggregate a value: name its "
-                                        r"column, value=\"...\" \(only a count needs none\)"):
+def test_an_aggregate_of_values_without_a_column_names_the_fix() -> None:
+    with pytest.raises(PlanError, match=r"""aggregate 'total' = 'sum' reads a column: write """
+                                        r"""'total': \("sum", "<column>"\) \(only "count" """):
         TimeWindowAggregate(by=["g"], time="t", size=10,
                             aggs={"n": "count", "total": "sum", "top": "max"})
 
@@ -241,3 +244,21 @@ def test_a_second_window_step_keyed_by_the_first_ones_window_names_the_fix() -> 
     renamed = TimeWindowAggregate(by=["window_start"], time="window_start", value="n",
                                   size=100, names=("top_start", "top_end"))
     assert renamed.bind(schema).names[:3] == ["window_start", "top_start", "top_end"]
+
+
+@pytest.mark.parametrize("type_", [pa.timestamp("us"), pa.timestamp("ms", tz="UTC")])
+def test_timestamp_time_gives_timestamp_bounds(type_: pa.DataType) -> None:
+    """With a timestamp ``time`` the bounds come out as that timestamp type (unit and zone),
+    with the numbers an integer ``time`` gives; the rest of the output is the same."""
+    s = Stream(4)
+    stamped = with_timestamps(s.batch, "t", type_)
+    pieces = [split(b, np.random.default_rng(4), 9) for b in (s.batch, stamped)]
+    ints, stamps = (run(factory(12, 4), p, s.progress, finish=True) for p in pieces)
+    assert stamps.schema.field("window_start").type == type_
+    assert stamps.schema.field("window_end").type == type_
+    assert ints.schema.field("window_start").type == pa.int64()
+    assert ints.num_rows > 50
+    assert bounds_as_int64(stamps, ["window_start", "window_end"]).equals(ints)
+    first = stamps.to_pylist()[0]
+    assert first["window_end"] - first["window_start"] == timedelta(
+        microseconds=12 * (1000 if type_.unit == "ms" else 1))
