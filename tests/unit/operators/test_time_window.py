@@ -262,3 +262,26 @@ def test_timestamp_time_gives_timestamp_bounds(type_: pa.DataType) -> None:
     first = stamps.to_pylist()[0]
     assert first["window_end"] - first["window_start"] == timedelta(
         microseconds=12 * (1000 if type_.unit == "ms" else 1))
+
+
+def test_no_key_aggregates_every_row_of_a_window_of_a_partition() -> None:
+    batch = make_batch({"g": [1, 2, 2, 1, 1], "t": [0, 3, 12, 14, 15], "v": [4, 9, 1, 6, 6]},
+                       part=[0, 0, 0, 0, 1])
+    out = run(lambda: TimeWindowAggregate(by=[], time="t", size=10,
+                                          aggs={"n": "count", "top": ("max", "v")}),
+              [batch], finish=True)
+    assert out.schema.names[:4] == ["window_start", "window_end", "n", "top"]
+    assert sorted(zip(out.column("_part").to_pylist(), out.column("window_start").to_pylist(),
+                      out.column("n").to_pylist(), out.column("top").to_pylist(),
+                      strict=True)) == [(0, 0, 2, 9), (0, 10, 2, 6), (1, 10, 1, 6)]
+
+
+def test_no_key_state_moves() -> None:
+    s = Stream(11)
+    make = factory(12, 4, by=())
+    batches = split(s.batch, np.random.default_rng(11), 10)
+    whole = per_partition(run(make, batches, s.progress, finish=True))
+    assert whole.num_rows > 50
+    for cut in (3, 7):
+        moved = run_with_move(make, batches, cut, s.progress, finish=True, wire=True)
+        assert per_partition(moved).equals(whole)
