@@ -13,10 +13,11 @@ Every query reads the three streams it needs (``generator.py``) as sources with
 - Q4 average price per category: each auction's winning bid (its highest bid between its
   opening and its expiry), averaged per category over tumbling windows of the auctions'
   expiry times.
-- Q5 hot items: the auctions with the most bids per sliding window (10 s, every 2 s): a count
-  per auction, the largest count per window, and the join of the two (ties all kept).
-- Q7 highest bid: the bids with the highest price per tumbling 10 s window (the window's
-  maximum joined back with the bids).
+- Q5 hot items: the auctions with the most bids per sliding window (10 s, every 2 s): one
+  window aggregate (a count per auction and window), then a top-1 of every window with its
+  ties kept (``WindowTopK(by=[], ties=True)`` after an exchange on the window's start).
+- Q7 highest bid: the bids with the highest price per tumbling 10 s window, ties all kept: a
+  top-1 with ties over all the bids (``exchange(by=[])``: one partition, a global top).
 - Q8 monitor new users: persons who opened an auction in the 10 s tumbling window they
   registered in (a join on ``id = seller`` and the window).
 """
@@ -34,6 +35,7 @@ from generator import SCHEMAS, batches, table  # a module beside this one
 from sparkflux.dataflow.api import Dataflow, Source
 from sparkflux.operators.stateless import Filter, Map, Project
 from sparkflux.operators.time_window import TimeWindowAggregate
+from sparkflux.operators.topk import KeyedTopK, WindowTopK
 
 WINDOW, SLIDE = 10_000, 2_000  # ms of event time
 MAX_DURATION = 10_000  # ms: the longest an auction is open (generator.py)
@@ -101,30 +103,26 @@ def q3(df: Dataflow, o: NexmarkOptions) -> None:
 
 
 def q5(df: Dataflow, o: NexmarkOptions) -> None:
-    counts = (df.source(NexmarkStream("bid", o), name="bids").exchange(by=["auction"])
-                .apply(TimeWindowAggregate(by=["auction"], time="date_time", value="price",
-                                           size=WINDOW, slide=SLIDE, aggs={"num": "count"}),
-                       name="bids_per_auction"))
-    top = (counts.exchange(by=["window_start"])
-                 .apply(TimeWindowAggregate(by=["window_start"], time="window_start",
-                                            value="num", size=SLIDE, aggs={"top": "max"},
-                                            names=("w_start", "w_end")), name="most_bids"))
-    (counts.join(top, left_on=["window_start", "num"], right_on=["window_start", "top"],
-                 time=("window_start", "window_start"), window=0, name="hot")
-           .apply(Project(["auction", "num", "window_start", "window_end"]), name="columns")
-           .sink(name="out"))
+    # The second step ranks the counts of every window_start: its windows, SLIDE long over
+    # window_start (a multiple of SLIDE), each hold one window_start, and the exchange puts
+    # all the counts of one window_start in one partition, so by=[] is the whole window.
+    (df.source(NexmarkStream("bid", o), name="bids").exchange(by=["auction"])
+       .apply(TimeWindowAggregate(by=["auction"], time="date_time", size=WINDOW, slide=SLIDE,
+                                  aggs={"num": "count"}), name="bids_per_auction")
+       .exchange(by=["window_start"])
+       .apply(WindowTopK(by=[], time="window_start", size=SLIDE, order=[("num", "desc")],
+                         ties=True, names=("w_start", "w_end")), name="hot")
+       .apply(Project(["auction", "num", "window_start", "window_end"]), name="columns")
+       .sink(name="out"))
 
 
 def q7(df: Dataflow, o: NexmarkOptions) -> None:
-    bids = (df.source(NexmarkStream("bid", o), name="bids")
-              .apply(_window_of("date_time", WINDOW), name="window"))
-    top = (bids.exchange(by=["w"])
-               .apply(TimeWindowAggregate(by=["w"], time="date_time", value="price",
-                                          size=WINDOW, aggs={"top": "max"}), name="max_price"))
-    (bids.join(top, left_on=["w", "price"], right_on=["w", "top"],
-               time=("date_time", "window_start"), window=WINDOW, name="highest")
-         .apply(Project(["auction", "bidder", "price", "date_time", "w"]), name="columns")
-         .sink(name="out"))
+    (df.source(NexmarkStream("bid", o), name="bids")
+       .exchange(by=[])
+       .apply(WindowTopK(by=[], time="date_time", size=WINDOW, order=[("price", "desc")],
+                         ties=True, names=("w", "w_end")), name="highest")
+       .apply(Project(["auction", "bidder", "price", "date_time", "w"]), name="columns")
+       .sink(name="out"))
 
 
 def q8(df: Dataflow, o: NexmarkOptions) -> None:
@@ -139,8 +137,6 @@ def q8(df: Dataflow, o: NexmarkOptions) -> None:
 
 
 def q4(df: Dataflow, o: NexmarkOptions) -> None:
-    from sparkflux.operators.topk import KeyedTopK
-
     auctions = df.source(NexmarkStream("auction", o), name="auctions")
     bids = df.source(NexmarkStream("bid", o), name="bids")
     in_time = ((pc.field("date_time_right") >= pc.field("date_time"))
@@ -151,9 +147,9 @@ def q4(df: Dataflow, o: NexmarkOptions) -> None:
              .apply(KeyedTopK(by=["id"], order=[("price", "desc"), ("date_time_right", "asc")],
                               until="expires"), name="winning_bid")
              .exchange(by=["category"])
-             .apply(TimeWindowAggregate(by=["category"], time="expires", value="price",
-                                        size=WINDOW, aggs={"avg_price": "avg",
-                                                           "auctions": "count"}),
+             .apply(TimeWindowAggregate(by=["category"], time="expires", size=WINDOW,
+                                        aggs={"avg_price": ("avg", "price"),
+                                              "auctions": "count"}),
                     name="avg_per_category")
              .sink(name="out"))
 

@@ -127,9 +127,16 @@ class Stream:
     node: Node
 
     def exchange(self, by: list[str] | tuple[str, ...], name: str | None = None) -> Stream:
-        """Repartition on the ``by`` columns: hash(by) -> mini-partition -> site."""
-        if not by:
-            raise PlanError("exchange(by=...) needs at least one key column")
+        """Repartition on the ``by`` columns: hash(by) -> mini-partition -> site.
+
+        ``by=[]`` sends every row to one mini-partition (0), hence one site: what an operator
+        without a key needs for one result over the whole stream (``WindowTopK(by=[])``: the
+        top of every window). That stage then runs on one site, as a global aggregate must;
+        exchange on a column the rows of a group share where there is one."""
+        if isinstance(by, str) or not isinstance(by, (list, tuple)) or not all(
+                isinstance(c, str) and c for c in by):
+            raise PlanError(f"exchange(by=...) takes a list of column names, e.g. "
+                            f"by=[\"page\"] (or by=[] for one partition); got {by!r}")
         return self.dataflow._add(Node(self.dataflow._name(name, "exchange"), "exchange",
                                        (self.node,), by=tuple(by)))
 

@@ -45,7 +45,10 @@ def key_codes(batch: pa.RecordBatch | pa.Table, columns: Sequence[str]) -> npt.N
 def partition_of(
     batch: pa.RecordBatch | pa.Table, columns: Sequence[str], partitions: int
 ) -> npt.NDArray[np.int32]:
-    """The mini-partition (0..partitions-1) of every row: hash of the key columns mod P."""
+    """The mini-partition (0..partitions-1) of every row: hash of the key columns mod P;
+    with no key columns, 0 for every row (``exchange(by=[])``: one partition)."""
+    if not columns:
+        return np.zeros(batch.num_rows, dtype=np.int32)
     return (key_codes(batch, columns) % np.uint64(partitions)).astype(np.int32)
 
 

@@ -16,6 +16,14 @@ import pyarrow as pa
 
 from sparkflux.model.batch import empty
 from sparkflux.model.errors import PlanError
+from sparkflux.operators.aggs import (
+    agg_fields,
+    one_value_column,
+    parse_aggs,
+    read_columns,
+    value_array,
+    value_dtype,
+)
 from sparkflux.operators.base import Operator, require_columns
 from sparkflux.operators.keyed import (
     KeyCoder,
@@ -29,52 +37,13 @@ from sparkflux.operators.keyed import (
     rebind,
 )
 
-AGGREGATES = ("max", "min", "sum", "count", "avg")
-
-
-def check_aggs(op: str, aggs: Mapping[str, str]) -> dict[str, str]:
-    """The aggregates as a dict, or PlanError for an empty one or an unknown function."""
-    if not isinstance(aggs, Mapping) or not aggs:
-        raise PlanError(f"{op}: aggs must be a non-empty dict output_name -> function")
-    for name, func in aggs.items():
-        if func not in AGGREGATES:
-            raise PlanError(
-                f"{op}: unknown aggregate {func!r} for {name!r}; use one of "
-                f"{', '.join(AGGREGATES)}"
-            )
-    return dict(aggs)
-
-
-def value_dtype(op: str, schema: pa.Schema, value: str) -> np.dtype:
-    """int64 for integer value columns, float64 for floating ones (PlanError otherwise)."""
-    t = schema.field(value).type
-    if pa.types.is_integer(t):
-        return np.dtype(np.int64)
-    if pa.types.is_floating(t):
-        return np.dtype(np.float64)
-    raise PlanError(f"{op}: value column {value!r} must be numeric, not {t}")
-
-
-def agg_fields(aggs: Mapping[str, str], dtype: np.dtype) -> list[pa.Field]:
-    """Output fields: max/min/sum keep the widened value type, count is int64, avg float64."""
-    widened = pa.from_numpy_dtype(dtype)
-    types = {"max": widened, "min": widened, "sum": widened, "count": pa.int64(),
-             "avg": pa.float64()}
-    return [pa.field(name, types[func]) for name, func in aggs.items()]
-
-
-def value_array(op: str, batch: pa.RecordBatch, value: str, dtype: np.dtype) -> np.ndarray:
-    col = batch.column(value)
-    if col.null_count:
-        raise ValueError(f"{op}: value column {value!r} holds nulls; filter them out first")
-    return col.cast(pa.from_numpy_dtype(dtype)).to_numpy(zero_copy_only=False)
-
 
 class CountWindowAggregate(TableState, Operator):
     """Aggregate the last ``history`` values of ``value`` per group of ``by``, by count.
 
-    Output per emitting tuple: the ``by`` columns, then each of ``aggs`` (``out_name ->
-    func``, func in max, min, sum, count, avg) in dict order. An output keeps its triggering
+    Output per emitting tuple: the ``by`` columns, then each of ``aggs`` in dict order
+    (``out_name -> "count" | (func, column)``, func in max, min, sum, count, avg, the column
+    ``value``; a bare ``func`` reads ``value`` too: ``aggs.py``). An output keeps its triggering
     row's ``_sn, _snm, _t0, _part``. ``history`` is a small number in practice; the window is
     evaluated with one vectorized step per offset ``0 .. history-1``.
 
@@ -98,7 +67,7 @@ class CountWindowAggregate(TableState, Operator):
         history: int,
         slide: int = 1,
         every: int = 1,
-        aggs: Mapping[str, str] | None = None,
+        aggs: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         op = "CountWindowAggregate"
@@ -107,7 +76,8 @@ class CountWindowAggregate(TableState, Operator):
                 raise PlanError(f"{op}: {name} must be an integer >= 1 (got {v!r})")
         self.coder = KeyCoder(op, by)
         self.value, self.history, self.slide, self.every = value, history, slide, every
-        self.aggs = check_aggs(op, aggs if aggs is not None else {})
+        self.aggs = parse_aggs(op, aggs if aggs is not None else {}, value=value)
+        one_value_column(op, self.aggs, value)  # the window holds one column's values
         self._dtype = np.dtype(np.float64)
         self._table = KeyTable(self._spec())
 
@@ -117,12 +87,12 @@ class CountWindowAggregate(TableState, Operator):
 
     def _bind(self, input_schema: pa.Schema) -> pa.Schema:
         op = "CountWindowAggregate"
-        require_columns(op, input_schema, [self.value])
+        require_columns(op, input_schema, [self.value, *read_columns(self.aggs)])
         self.coder.bind(input_schema)
         self._dtype = value_dtype(op, input_schema, self.value)
         keys = None if self.coder.exact else self.coder.key_schema
         self._table = rebind(self._table, KeyTable(self._spec(), keys, verify=True))
-        fields = [*self.coder.key_schema, *agg_fields(self.aggs, self._dtype)]
+        fields = [*self.coder.key_schema, *agg_fields(self.aggs, {self.value: self._dtype})]
         check_output_names(op, fields)
         return output_schema(fields)
 
@@ -181,7 +151,7 @@ class CountWindowAggregate(TableState, Operator):
             "count": lambda: size.astype(np.int64),
             "avg": lambda: total / size,
         }
-        return [results[func]() for func in self.aggs.values()]
+        return [results[a.func]() for a in self.aggs.values()]
 
     def _update(self, part: np.ndarray, code: np.ndarray, order: np.ndarray,
                 starts: np.ndarray, sizes: np.ndarray, found: np.ndarray, n0: np.ndarray,

@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from sparkflux.model.batch import empty
 from sparkflux.model.errors import PlanError
+from sparkflux.operators.aggs import Agg, parse_aggs, read_columns, value_array, value_dtype
 from sparkflux.operators.base import Operator, require_columns
-from sparkflux.operators.count_window import value_array, value_dtype
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,
@@ -73,35 +73,15 @@ def running(ufunc: np.ufunc, init: np.ndarray, values: np.ndarray, starts: np.nd
     return out
 
 
-def check_group_aggs(op: str, aggs: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """``aggs`` as ``{name: (func, column[, carried])}``, or PlanError saying the form."""
-    form = ('a dict output_name -> (func, column), e.g. {"n": ("count", None), "top": '
-            '("max", "price"), "who": ("argmax", "price", "bidder")}')
-    if not isinstance(aggs, Mapping) or not aggs:
-        raise PlanError(f"{op}: aggs must be {form}")
-    out = {}
-    for name, spec in aggs.items():
-        if not isinstance(spec, (tuple, list)) or not spec or spec[0] not in FUNCS:
-            raise PlanError(f"{op}: aggregate {name!r} = {spec!r}: aggs must be {form}, with "
-                            f"func one of {', '.join(FUNCS)}")
-        func = spec[0]
-        arity = 3 if func in ("argmax", "argmin") else 2
-        named = all(isinstance(c, str) for c in spec[1:])
-        if len(spec) != arity or not (named or (func == "count" and spec[1] is None)):
-            what = "(func, value_column, carried_column)" if arity == 3 else "(func, column)"
-            raise PlanError(f"{op}: aggregate {name!r} = {spec!r}: {func} takes {what}")
-        out[name] = tuple(spec)
-    return out
-
-
 class GroupAggregate(TableState, Operator):
     """The aggregates so far of the key ``by`` of every row, on every row.
 
-    ``aggs`` maps an output name to ``(func, column)``: ``count`` (rows; the column may be
-    None), ``sum``, ``min``, ``max``, ``avg`` of a numeric column, ``first`` / ``last`` (the
-    column's value in the key's first row / in this row), or ``(argmax | argmin,
-    value_column, carried_column)``: the carried column's value in the row with the largest
-    (smallest) value so far, the earliest such row on ties (NaN never wins over a number).
+    ``aggs`` maps an output name to ``"count"`` (the rows so far) or ``(func, column)``, the
+    spelling ``TimeWindowAggregate`` shares (``aggs.py``): ``sum``, ``min``, ``max``, ``avg``
+    of a numeric column, ``first`` / ``last`` (the column's value in the key's first row / in
+    this row), or ``(argmax | argmin, value_column, carried_column)``: the carried column's
+    value in the row with the largest (smallest) value so far, the earliest such row on ties
+    (NaN never wins over a number). ``("count", None)`` is a count too.
     ``carry`` copies columns of the triggering row. Output: the ``by`` columns, the aggs in
     order (count int64, avg float64, sum/min/max int64 or float64, first/last/argmax/argmin
     of their column's type), then ``carry``.
@@ -110,7 +90,7 @@ class GroupAggregate(TableState, Operator):
     >>> batch = pa.RecordBatch.from_pydict({"cat": [1, 2, 1, 1], "price": [5, 9, 8, 3],
     ...     "bidder": ["a", "b", "c", "d"], "_sn": [0, 1, 2, 3], "_snm": [0] * 4,
     ...     "_t0": [0.0] * 4, "_part": pa.array([0] * 4, pa.int32())})
-    >>> op = GroupAggregate(by=["cat"], aggs={"n": ("count", None), "avg": ("avg", "price"),
+    >>> op = GroupAggregate(by=["cat"], aggs={"n": "count", "avg": ("avg", "price"),
     ...     "best": ("argmax", "price", "bidder")})
     >>> _ = op.bind(batch.schema)
     >>> out = op.process(batch).to_pydict()
@@ -127,7 +107,7 @@ class GroupAggregate(TableState, Operator):
         if isinstance(carry, str):
             raise PlanError(f"{op}: carry must be a list of column names, e.g. [{carry!r}]")
         self.coder = KeyCoder(op, by)
-        self.aggs = check_group_aggs(op, aggs)
+        self.aggs: dict[str, Agg] = parse_aggs(op, aggs, FUNCS)
         self.carry = list(carry or [])
         self._dtypes: dict[str, np.dtype] = {}
         self._table = KeyTable(self._spec())
@@ -136,28 +116,27 @@ class GroupAggregate(TableState, Operator):
         # n: rows so far; per numeric aggregate its running value (a sum for avg, the best
         # value for argmax/argmin). The carried values live in the table's payload.
         spec: dict[str, tuple[np.dtype, tuple[int, ...]]] = {"n": (np.dtype(np.int64), ())}
-        for name, (func, *_) in self.aggs.items():
-            if func in _NUMERIC:
+        for name, a in self.aggs.items():
+            if a.func in _NUMERIC:
                 spec[f"v:{name}"] = (self._dtypes.get(name, np.dtype(np.float64)), ())
         return spec
 
     def _bind(self, input_schema: pa.Schema) -> pa.Schema:
         op = "GroupAggregate"
-        columns = [c for _, *cols in self.aggs.values() for c in cols if c is not None]
-        require_columns(op, input_schema, [*columns, *self.carry])
+        require_columns(op, input_schema, [*read_columns(self.aggs), *self.carry])
         self.coder.bind(input_schema)
         fields, payload = [*self.coder.key_schema], []
-        for name, (func, *cols) in self.aggs.items():
-            if func in _NUMERIC:
-                self._dtypes[name] = value_dtype(op, input_schema, cols[0])
-            if func in ("count", "avg"):
-                fields.append(pa.field(name, pa.int64() if func == "count" else pa.float64()))
-            elif func in ("sum", "min", "max"):
+        for name, a in self.aggs.items():
+            if a.func in _NUMERIC:
+                self._dtypes[name] = value_dtype(op, input_schema, str(a.column))
+            if a.func in ("count", "avg"):
+                fields.append(pa.field(name, pa.int64() if a.func == "count" else pa.float64()))
+            elif a.func in ("sum", "min", "max"):
                 fields.append(pa.field(name, pa.from_numpy_dtype(self._dtypes[name])))
             else:
-                fields.append(input_schema.field(cols[-1]).with_name(name))
-            if func in _CARRIED:
-                payload.append(input_schema.field(cols[-1]).with_name(name))
+                fields.append(input_schema.field(_shown(a)).with_name(name))
+            if a.func in _CARRIED:
+                payload.append(input_schema.field(_shown(a)).with_name(name))
         fields += [input_schema.field(c) for c in self.carry]
         check_output_names(op, fields)
         keys = None if self.coder.exact else self.coder.key_schema
@@ -192,20 +171,21 @@ class GroupAggregate(TableState, Operator):
         results: list[pa.Array] = []
         update: dict[str, np.ndarray] = {"n": n[ends]}
         carried_at_end: dict[str, np.ndarray] = {}  # per group: index of its carried value
-        for name, (func, *cols) in self.aggs.items():
+        for name, (func, column, carried) in self.aggs.items():
             if func == "count":
                 results.append(pa.array(n[sn_order]))
                 continue
             if func == "last":
-                results.append(batch.column(cols[0]))
+                results.append(batch.column(column))
                 continue
             if func == "first":
                 pick = np.where(present, slot_of_group, n_stored + heads)
                 carried_at_end[name] = pick
-                results.append(self._carried(name, stored, batch, cols[0], pick[group][sn_order]))
+                results.append(self._carried(name, stored, batch, str(column),
+                                             pick[group][sn_order]))
                 continue
             dtype = self._dtypes[name]
-            v = value_array(op, batch, cols[0], dtype)[order]
+            v = value_array(op, batch, str(column), dtype)[order]
             if func in ("sum", "avg"):
                 acc = running(np.add, table.get(f"v:{name}", found, 0), v, starts, sizes)
                 update[f"v:{name}"] = acc[ends]
@@ -231,13 +211,13 @@ class GroupAggregate(TableState, Operator):
             pick = np.where(has, n_stored + order[np.maximum(lead, 0)], slot_of_group[group])
             update[f"v:{name}"] = acc[ends]
             carried_at_end[name] = pick[ends]
-            results.append(self._carried(name, stored, batch, cols[1], pick[sn_order]))
+            results.append(self._carried(name, stored, batch, str(carried), pick[sn_order]))
 
         self._update(batch, found, present, heads, part, code, keys, update, stored,
                      carried_at_end)
-        carried = [batch.column(c) for c in self.carry]
+        copied = [batch.column(c) for c in self.carry]
         return assemble(schema, [*(batch.column(c) for c in self.coder.columns), *results,
-                                 *carried], batch)
+                                 *copied], batch)
 
     def _carried(self, name: str, stored: pa.Table | None, batch: pa.RecordBatch,
                  column: str, pick: np.ndarray) -> pa.Array:
@@ -258,10 +238,10 @@ class GroupAggregate(TableState, Operator):
             table.cols[name][found[present]] = v[present]
         payload = None
         if table.payload is not None:
-            payload = pa.table({name: self._carried(name, stored, batch, self.aggs[name][-1],
+            payload = pa.table({name: self._carried(name, stored, batch, _shown(self.aggs[name]),
                                                     carried_at_end[name])
                                 for name in table.payload.column_names})
-            changed = [name for name in payload.column_names if self.aggs[name][0] != "first"]
+            changed = [name for name in payload.column_names if self.aggs[name].func != "first"]
             if changed:
                 table.set_payload(found[present], payload.filter(pa.array(present)))
         new = ~present
@@ -269,6 +249,13 @@ class GroupAggregate(TableState, Operator):
                      {name: v[new] for name, v in update.items()},
                      None if keys is None else keys.filter(pa.array(new)),
                      None if payload is None else payload.filter(pa.array(new)))
+
+
+def _shown(a: Agg) -> str:
+    """The input column whose values a first, last, argmax or argmin aggregate shows."""
+    shown = a.carried if a.carried is not None else a.column
+    assert shown is not None  # parse_aggs names it for every one of them
+    return shown
 
 
 def _extremes(dtype: np.dtype) -> tuple[Any, Any]:

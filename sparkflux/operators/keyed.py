@@ -112,6 +112,13 @@ def check_time_type(op: str, schema: pa.Schema, name: str) -> None:
         raise PlanError(f"{op}: time column {name!r} must be an integer or a timestamp, not {t}")
 
 
+def time_type(schema: pa.Schema, name: str) -> pa.DataType:
+    """The type of the window bounds (start, end) over the time column ``name``: its own
+    timestamp type (unit and zone) for a timestamp column, int64 for an integer one."""
+    t = schema.field(name).type
+    return t if pa.types.is_timestamp(t) else pa.int64()
+
+
 # -- key codes --------------------------------------------------------------------------------
 
 
@@ -119,12 +126,19 @@ class KeyCoder:
     """Int64 codes for the values of some key columns (exact when the types allow, else hashed).
 
     The choice depends only on the column types, fixed at ``bind``, so every batch of a stream
-    and every process codes a key the same way.
+    and every process codes a key the same way. ``empty_ok``: the operator accepts no key
+    columns at all (one group per partition: every row's code is 0, ``exact``); otherwise an
+    empty list is a PlanError.
     """
 
-    def __init__(self, op: str, columns: Sequence[str]) -> None:
-        if isinstance(columns, str) or not columns:
-            raise PlanError(f"{op}: key columns must be a non-empty list of names")
+    def __init__(self, op: str, columns: Sequence[str], empty_ok: bool = False) -> None:
+        if isinstance(columns, str) or not all(isinstance(c, str) and c for c in columns):
+            raise PlanError(f"{op}: key columns (by) must be a list of column names, e.g. "
+                            f"by=[\"page\"]; got {columns!r}")
+        if not columns and not empty_ok:
+            raise PlanError(f"{op}: key columns (by) must name at least one column; {op} "
+                            f"keeps state per key, so name the column(s) that tell its groups "
+                            f"apart")
         self.op = op
         self.columns = list(columns)
         self.exact = False
@@ -145,8 +159,8 @@ class KeyCoder:
 
     def encode(self, batch: pa.RecordBatch | pa.Table) -> np.ndarray:
         """One int64 code per row; hashed codes are checked for collisions within the batch."""
-        if batch.num_rows == 0:
-            return np.zeros(0, dtype=np.int64)
+        if batch.num_rows == 0 or not self.columns:
+            return np.zeros(batch.num_rows, dtype=np.int64)
         if self.exact:
             for c in self.columns:
                 if batch.column(c).null_count:

@@ -10,6 +10,13 @@ key code, and a sub-key (a window start, or 0). Two structures hold it:
   outside a group's top k can never come back into it (rows are only added), so keeping k is
   exact.
 
+With ``ties`` a group keeps every row whose *rank* is at most k, SQL's ``RANK() <= k``: a
+row's rank is 1 + the number of rows strictly better by the ``order`` keys alone (peers,
+equal in every key, share a rank; null equals null and NaN equals NaN). A rank only grows as
+rows come, so a row ranked beyond k never comes back either: the state is the rows that can
+still be in the top k with ties, k plus the peers of the k-th. Within a group the rows stay
+in the total order (peers by SN), so the output is the same however the input is cut.
+
 ``Ranked`` is sorted by slot and, within a slot, by rank; a batch gathers the stored rows of
 the groups it touches, ranks them with its own in one Arrow sort, and puts back the first k
 of each group. Nothing loops over rows in Python.
@@ -65,8 +72,9 @@ def check_sortable(op: str, schema: pa.Schema, order: list[tuple[str, str]]) -> 
 class Ranked:
     """The best rows of every group, sorted by slot then rank (at most ``k`` per group)."""
 
-    def __init__(self, schema: pa.Schema, order: list[tuple[str, str]], k: int) -> None:
-        self.schema, self.order, self.k = schema, order, k
+    def __init__(self, schema: pa.Schema, order: list[tuple[str, str]], k: int,
+                 ties: bool = False) -> None:
+        self.schema, self.order, self.k, self.ties = schema, order, k, ties
         self.slot = np.zeros(0, dtype=np.int64)
         self.a = {name: np.zeros(0, dtype=t) for name, t in _ARRAYS.items()}
         self.rows = schema.empty_table()
@@ -97,14 +105,36 @@ class Ranked:
             ("slot", "ascending"), *((f"o{i}", d) for i, (_, d) in enumerate(self.order)),
             ("sn", "ascending"), ("snm", "ascending")]).to_numpy()
         ranked_slot = pool_slot[ranking]
-        first = runs(ranked_slot)
-        rank = np.arange(ranking.size) - np.repeat(first, np.diff(np.r_[first, ranking.size]))
+        rank = self._ranks(ranked_slot, pool_rows, ranking)
         best = ranking[rank < self.k]
         keep = np.ones(len(self), dtype=bool)
         keep[old] = False
         self.keep(keep)
         self._add(pool_slot[best], {n: a[best] for n, a in pool.items()},
                   pool_rows.take(pa.array(best)))
+
+    def ranks(self, owner: np.ndarray, member: np.ndarray) -> np.ndarray:
+        """The 0-based rank of stored rows ``member`` of groups ``owner`` (as from
+        ``gather``: group by group, in order): their position in the group, or with ``ties``
+        the number of rows of the group strictly better."""
+        return self._ranks(owner, self.rows, member)
+
+    def _ranks(self, group: np.ndarray, rows: pa.Table, pick: np.ndarray) -> np.ndarray:
+        """0-based ranks of the rows ``pick`` of ``rows``, given group by group (``group``
+        of each, equal values adjacent) and in order within a group."""
+        first = runs(group)
+        sizes = np.diff(np.r_[first, group.size])
+        position = np.arange(group.size) - np.repeat(first, sizes)
+        if not self.ties or group.size == 0:
+            return position
+        # A row starts a run of peers unless it equals the row before it, of its group, in
+        # every order key; a row's rank is the position of its run's first row.
+        keys = rows.select([c for c, _ in self.order]).take(pa.array(pick))
+        peer = np.r_[False, group[1:] == group[:-1]]
+        for column, _ in self.order:
+            peer[1:] &= _equal_neighbours(keys.column(column))
+        run_head = np.maximum.accumulate(np.where(peer, 0, np.arange(group.size)))
+        return position[run_head]
 
     def _add(self, slot: np.ndarray, arrays: dict[str, np.ndarray], rows: pa.Table) -> None:
         """Add the rows of groups that hold none yet, given slot by slot in rank order."""
@@ -141,6 +171,19 @@ class Ranked:
             per_row += self.rows.nbytes / len(self)
         counts = np.array([np.count_nonzero(self.a["part"] == p) for p in part.tolist()])
         return (counts * per_row).astype(np.int64)
+
+
+def _equal_neighbours(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Whether each value but the first equals the one before it (null equals null, NaN
+    equals NaN): which rows tie with the row ranked just above them."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    a, b = col.slice(1), col.slice(0, max(len(col) - 1, 0))
+    same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    if pa.types.is_floating(col.type):
+        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+    flags: np.ndarray = same.to_numpy(zero_copy_only=False)
+    return flags
 
 
 class GroupsAndRows:

@@ -34,8 +34,15 @@ from sparkflux.model.batch import empty, sn_array, snm_array
 from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Frontier, release_closed
 from sparkflux.model.schema import T0
+from sparkflux.operators.aggs import (
+    agg_fields,
+    one_value_column,
+    parse_aggs,
+    read_columns,
+    value_array,
+    value_dtype,
+)
 from sparkflux.operators.base import Operator, PartitionInfo, require_columns
-from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
 from sparkflux.operators.group import running
 from sparkflux.operators.keyed import (
     KeyCoder,
@@ -51,6 +58,7 @@ from sparkflux.operators.keyed import (
     rows_equal,
     runs,
     slot_of,
+    time_type,
 )
 
 _INTS = ("part", "code", "start", "last", "count", "sn", "snm")
@@ -125,12 +133,14 @@ class _Sessions:
 
 
 class SessionWindowAggregate(TableState, Operator):
-    """Aggregate ``value`` per session of ``by``: rows of a key within ``gap`` of each other
-    in event time ``time``.
+    """Aggregate one value column per session of ``by``: rows of a key within ``gap`` of
+    each other in event time ``time``.
 
-    Output per closed session: the ``by`` columns, ``names`` (the session's start, its
-    first row's time, and its end, last time + gap; int64), then ``aggs`` (``out_name ->
-    func``, func in max, min, sum, count, avg; default ``{"count": "count"}``).
+    ``aggs`` maps an output name to ``"count"`` or ``(func, column)``, func in max, min, sum,
+    count, avg, all of one column (default ``{"count": "count"}``; the spelling of
+    ``aggs.py``); a bare ``func`` reads ``value=``. Output per closed session: the ``by``
+    columns, ``names`` (the session's start, its first row's time, and its end, last time +
+    gap; of ``time``'s type: int64, or its timestamp type), then ``aggs``.
 
     >>> import pyarrow as pa
     >>> from sparkflux.model.progress import Frontier, Progress
@@ -157,8 +167,8 @@ class SessionWindowAggregate(TableState, Operator):
         by: Sequence[str],
         time: str,
         gap: int,
-        value: str,
-        aggs: Mapping[str, str] | None = None,
+        value: str | None = None,
+        aggs: Mapping[str, Any] | None = None,
         names: tuple[str, str] = ("session_start", "session_end"),
     ) -> None:
         super().__init__()
@@ -169,10 +179,12 @@ class SessionWindowAggregate(TableState, Operator):
         if len(names) != 2 or not all(isinstance(n, str) and n for n in names):
             raise PlanError(f"{op}: names must be two column names (start, end); got {names!r}")
         self.coder = KeyCoder(op, by)
-        self.time, self.gap, self.value = time, gap, value
-        self.aggs = check_aggs(op, aggs if aggs is not None else {"count": "count"})
+        self.time, self.gap = time, gap
+        self.aggs = parse_aggs(op, aggs if aggs is not None else {"count": "count"},
+                               value=value)
+        self.value = one_value_column(op, self.aggs, value)  # None: counts only
         self.names = tuple(names)
-        self._dtype = np.dtype(np.float64)
+        self._dtype: np.dtype = np.dtype(np.float64)
         self._held = _Sessions(pa.schema([]), self._dtype)
 
     def _state(self) -> _Sessions:
@@ -180,14 +192,18 @@ class SessionWindowAggregate(TableState, Operator):
 
     def _bind(self, input_schema: pa.Schema) -> pa.Schema:
         op = "SessionWindowAggregate"
-        require_columns(op, input_schema, [self.time, self.value])
+        value = [] if self.value is None else [self.value]
+        require_columns(op, input_schema, [self.time, *value, *read_columns(self.aggs)])
         self.coder.bind(input_schema)
         check_time_type(op, input_schema, self.time)
-        self._dtype = value_dtype(op, input_schema, self.value)
+        self._dtype = (np.dtype(np.int64) if self.value is None
+                       else value_dtype(op, input_schema, self.value))
         if len(self._held) == 0:
             self._held = _Sessions(self.coder.key_schema, self._dtype)
-        fields = [*self.coder.key_schema, pa.field(self.names[0], pa.int64()),
-                  pa.field(self.names[1], pa.int64()), *agg_fields(self.aggs, self._dtype)]
+        bounds = time_type(input_schema, self.time)
+        fields = [*self.coder.key_schema, pa.field(self.names[0], bounds),
+                  pa.field(self.names[1], bounds),
+                  *agg_fields(self.aggs, {c: self._dtype for c in value})]
         check_output_names(op, fields)
         return output_schema(fields)
 
@@ -197,7 +213,8 @@ class SessionWindowAggregate(TableState, Operator):
             return empty(self.output_schema)
         op, held = "SessionWindowAggregate", self._held
         time = int64_column(op, batch, self.time)
-        values = value_array(op, batch, self.value, self._dtype)
+        values = (np.zeros(batch.num_rows, dtype=self._dtype) if self.value is None
+                  else value_array(op, batch, self.value, self._dtype))
         part, code = part_array(batch), self.coder.encode(batch)
         kslot = slot_of(part, code)
         ukeys, first_row = np.unique(kslot, return_index=True)
@@ -289,7 +306,7 @@ class SessionWindowAggregate(TableState, Operator):
         keys = self._held.keys.take(pa.array(rows))
         arrays = [*(keys.column(c).combine_chunks() for c in self.coder.columns),
                   pa.array(a["start"][rows]), pa.array(a["last"][rows] + self.gap),
-                  *(pa.array(results[f]) for f in self.aggs.values()),
+                  *(pa.array(results[a.func]) for a in self.aggs.values()),
                   pa.array(a["sn"][rows]), pa.array(a["snm"][rows]), pa.array(a["t0"][rows]),
                   pa.array(a["part"][rows])]
         arrays = [x if x.type == f.type else x.cast(f.type)

@@ -31,6 +31,7 @@ window again, and it is emitted once more at the next ``advance``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,8 +40,16 @@ from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
 from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, release_closed
 from sparkflux.model.schema import T0
+from sparkflux.operators.aggs import (
+    AGGREGATES,
+    agg_fields,
+    parse_aggs,
+    read_columns,
+    value_array,
+    value_columns,
+    value_dtype,
+)
 from sparkflux.operators.base import Operator, require_columns
-from sparkflux.operators.count_window import agg_fields, check_aggs, value_array, value_dtype
 from sparkflux.operators.keyed import (
     KeyCoder,
     KeyTable,
@@ -52,31 +61,45 @@ from sparkflux.operators.keyed import (
     output_schema,
     part_array,
     rebind,
+    time_type,
 )
+
+Spec = dict[str, tuple[np.dtype, tuple[int, ...]]]
+# The partial aggregates of a column that each function needs.
+_PARTIALS = {"sum": ("sum",), "avg": ("sum",), "min": ("min",), "max": ("max",), "count": ()}
 
 
 class TimeWindowAggregate(TableState, Operator):
-    """Aggregate ``value`` per group of ``by`` over event-time windows of ``time`` (a count
-    needs no ``value``).
+    """Aggregates per group of ``by`` over event-time windows of ``time``.
 
-    Output per closed window: the ``by`` columns, ``window_start``, ``window_end`` (int64, in
-    the units of ``time``; ``names`` renames them, e.g. for a second windowed step over the
-    first one's output), then each of ``aggs`` (``out_name -> func``, func in max, min, sum,
-    count, avg; default ``{"count": "count"}``). ``slide=None`` means tumbling windows;
-    ``size`` must be a multiple of ``slide``.
+    ``aggs`` maps an output name to ``"count"`` or ``(func, column)``, func in max, min, sum,
+    count, avg (default ``{"count": "count"}``; ``aggs.py`` has the spelling, shared with
+    ``GroupAggregate``): ``{"n": "count", "bytes": ("sum", "bytes"), "slowest": ("max",
+    "dwell_ms")}``. A bare ``"sum"`` reads ``value=`` (the older spelling, still accepted).
+
+    Output per closed window: the ``by`` columns, ``window_start``, ``window_end``, then each
+    of ``aggs`` (count int64, avg float64, max/min/sum int64 or float64 as their column).
+    The window bounds have ``time``'s type: int64 for an integer column, the same timestamp
+    type for a timestamp one; ``size`` and ``slide`` are in ``time``'s units (microseconds
+    for ``timestamp("us")``). ``names`` renames the bounds, e.g. for a second windowed step
+    over the first one's output. ``slide=None`` means tumbling windows; ``size`` must be a
+    multiple of ``slide``. ``by=[]`` aggregates each partition's rows as one group: put
+    ``exchange(by=[])`` (or an exchange on a column every row of a window shares) before it
+    for one global row per window.
 
     >>> import pyarrow as pa
     >>> from sparkflux.model.progress import Frontier, Progress
     >>> batch = pa.RecordBatch.from_pydict({"g": [1, 1, 1], "t": [1, 4, 12], "v": [5, 7, 1],
     ...     "_sn": [0, 1, 2], "_snm": [0] * 3, "_t0": [0.0] * 3,
     ...     "_part": pa.array([0] * 3, pa.int32())})
-    >>> op = TimeWindowAggregate(by=["g"], time="t", value="v", size=10, aggs={"s": "sum"})
+    >>> op = TimeWindowAggregate(by=["g"], time="t", size=10,
+    ...     aggs={"n": "count", "s": ("sum", "v")})
     >>> _ = op.bind(batch.schema)
     >>> op.process(batch).num_rows
     0
     >>> out, frontier = op.advance(Frontier.every(Progress(sn=2, wm=10), 1))
-    >>> out.to_pydict()["s"], out.to_pydict()["_sn"], frontier.of(0)
-    ([12], [1], Progress(sn=1, wm=10))
+    >>> out.to_pydict()["n"], out.to_pydict()["s"], out.to_pydict()["_sn"], frontier.of(0)
+    ([2], [12], [1], Progress(sn=1, wm=10))
     """
 
     stateful = True
@@ -89,7 +112,7 @@ class TimeWindowAggregate(TableState, Operator):
         size: int,
         value: str | None = None,
         slide: int | None = None,
-        aggs: Mapping[str, str] | None = None,
+        aggs: Mapping[str, Any] | None = None,
         names: tuple[str, str] = ("window_start", "window_end"),
     ) -> None:
         super().__init__()
@@ -99,41 +122,50 @@ class TimeWindowAggregate(TableState, Operator):
         self.names = tuple(names)
         slide = size if slide is None else slide
         for name, v in (("size", size), ("slide", slide)):
-            if not isinstance(v, int) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise PlanError(f"{op}: {name} must be an integer >= 1 (got {v!r})")
         if size % slide:
             raise PlanError(f"{op}: size ({size}) must be a multiple of slide ({slide})")
-        self.coder = KeyCoder(op, by)
+        self.coder = KeyCoder(op, by, empty_ok=True)
         self.time, self.value, self.size, self.slide = time, value, size, slide
         self.windows = size // slide  # windows per tuple
-        self.aggs = check_aggs(op, aggs if aggs is not None else {"count": "count"})
-        needs = sorted(name for name, f in self.aggs.items() if f != "count")
-        if value is None and needs:
-            raise PlanError(f"{op}: aggs {', '.join(repr(n) for n in needs)} aggregate a value: "
-                            f"name its column, value=\"...\" (only a count needs none)")
-        self._dtype: np.dtype = np.dtype(np.float64)
+        self.aggs = parse_aggs(op, aggs if aggs is not None else {"count": "count"},
+                               AGGREGATES, value)
+        self._dtypes: dict[str, np.dtype] = {}
+        self._bounds: pa.DataType = pa.int64()
         self._table = KeyTable(self._spec())
 
-    def _spec(self) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    def _partials(self) -> dict[str, np.dtype]:
+        """The partial aggregates a window keeps per value column (``sum:bytes``, ...), with
+        their dtypes."""
+        out = {}
+        for a in self.aggs.values():
+            for p in _PARTIALS[a.func]:
+                out[f"{p}:{a.column}"] = self._dtypes.get(str(a.column), np.dtype(np.float64))
+        return out
+
+    def _spec(self) -> Spec:
         # Partial aggregates of one (group, window); sub-key = window start. sn, snm and t0
         # are those of the window's latest tuple, which the output row descends from.
-        d = self._dtype
-        return {"count": (np.dtype(np.int64), ()), "sum": (d, ()), "min": (d, ()),
-                "max": (d, ()), "sn": (np.dtype(np.int64), ()), "snm": (np.dtype(np.int64), ()),
+        return {"count": (np.dtype(np.int64), ()),
+                **{name: (d, ()) for name, d in self._partials().items()},
+                "sn": (np.dtype(np.int64), ()), "snm": (np.dtype(np.int64), ()),
                 "t0": (np.dtype(np.float64), ()), "closed": (np.dtype(bool), ())}
 
     def _bind(self, input_schema: pa.Schema) -> pa.Schema:
         op = "TimeWindowAggregate"
-        require_columns(op, input_schema, [self.time] + ([self.value] if self.value else []))
+        require_columns(op, input_schema, [self.time, *([self.value] if self.value else []),
+                                           *read_columns(self.aggs)])
         self.coder.bind(input_schema)
         check_time_type(op, input_schema, self.time)
-        self._dtype = (value_dtype(op, input_schema, self.value) if self.value
-                       else np.dtype(np.int64))
+        self._bounds = time_type(input_schema, self.time)
+        self._dtypes = {c: value_dtype(op, input_schema, c) for c in value_columns(self.aggs)}
         # The key values are kept for every window: the output carries them.
-        fresh = KeyTable(self._spec(), self.coder.key_schema, verify=not self.coder.exact)
+        keys = self.coder.key_schema if self.coder.columns else None
+        fresh = KeyTable(self._spec(), keys, verify=not self.coder.exact)
         self._table = rebind(self._table, fresh)
-        fields = [*self.coder.key_schema, pa.field(self.names[0], pa.int64()),
-                  pa.field(self.names[1], pa.int64()), *agg_fields(self.aggs, self._dtype)]
+        fields = [*self.coder.key_schema, pa.field(self.names[0], self._bounds),
+                  pa.field(self.names[1], self._bounds), *agg_fields(self.aggs, self._dtypes)]
         rename = ("a key column (by) has that name too (from a window step before this one?): "
                   f"name this step's window columns otherwise, e.g. names=(\"{self.names[0]}2\", "
                   f"\"{self.names[1]}2\")")
@@ -146,8 +178,6 @@ class TimeWindowAggregate(TableState, Operator):
         op = "TimeWindowAggregate"
         w, n = self.windows, batch.num_rows
         time = int64_column(op, batch, self.time)
-        values = (value_array(op, batch, self.value, self._dtype) if self.value
-                  else np.zeros(n, dtype=self._dtype))
         part, code = part_array(batch), self.coder.encode(batch)
 
         # One entry per (tuple, window it belongs to), folded per (part, key, window start).
@@ -156,34 +186,35 @@ class TimeWindowAggregate(TableState, Operator):
             np.arange(w, dtype=np.int64) * self.slide, n)
         order, starts = groups_of(part[row], code[row], start)
         ends = np.r_[starts[1:], order.size] - 1
-        v = values[row[order]]
         head, tail = row[order[starts]], row[order[ends]]  # first and latest tuple
         wstart = start[order[starts]]
-        partial = {
-            "count": np.diff(np.r_[starts, order.size]),
-            "sum": np.add.reduceat(v, starts),
-            "min": np.minimum.reduceat(v, starts),
-            "max": np.maximum.reduceat(v, starts),
-            "sn": sn_array(batch)[tail],
-            "snm": snm_array(batch)[tail],
-            "t0": batch.column(T0).to_numpy()[tail],
-            "closed": np.zeros(starts.size, dtype=bool),
-        }
+        partial: dict[str, np.ndarray] = {"count": np.diff(np.r_[starts, order.size])}
+        folds = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+        values: dict[str, np.ndarray] = {}
+        for name, dtype in self._partials().items():
+            fn, column = name.split(":", 1)
+            if column not in values:
+                values[column] = value_array(op, batch, column, dtype)[row[order]]
+            partial[name] = folds[fn].reduceat(values[column], starts)
+        partial.update({"sn": sn_array(batch)[tail], "snm": snm_array(batch)[tail],
+                        "t0": batch.column(T0).to_numpy()[tail],
+                        "closed": np.zeros(starts.size, dtype=bool)})
 
         table = self._table
-        keys = self.coder.keys(batch).take(pa.array(head))
+        keys = None if table.keys is None else self.coder.keys(batch).take(pa.array(head))
         found = table.find(part[head], code[head], wstart, keys)
         hit, at = found >= 0, found[found >= 0]
         cols = table.cols
         cols["count"][at] += partial["count"][hit]
-        cols["sum"][at] += partial["sum"][hit]
-        cols["min"][at] = np.minimum(cols["min"][at], partial["min"][hit])
-        cols["max"][at] = np.maximum(cols["max"][at], partial["max"][hit])
+        for name in self._partials():
+            fold = folds[name.split(":", 1)[0]]
+            cols[name][at] = fold(cols[name][at], partial[name][hit])
         for name in ("sn", "snm", "t0"):  # the batch's tuples come after the stored ones
             cols[name][at] = partial[name][hit]
         new = ~hit
         table.insert(part[head[new]], code[head[new]], wstart[new],
-                     {k: a[new] for k, a in partial.items()}, keys.filter(pa.array(new)))
+                     {k: a[new] for k, a in partial.items()},
+                     None if keys is None else keys.filter(pa.array(new)))
         return empty(self.output_schema)
 
     def advance(self, frontier: Frontier) -> tuple[pa.RecordBatch, Frontier]:
@@ -220,14 +251,18 @@ class TimeWindowAggregate(TableState, Operator):
         order = np.lexsort((minor, t.cols["sn"][rows]))
         rows, start, minor = rows[order], start[order], minor[order]
         count = t.cols["count"][rows]
-        total = t.cols["sum"][rows]
-        results = {"max": t.cols["max"][rows], "min": t.cols["min"][rows], "sum": total,
-                   "count": count, "avg": total / count}
-        assert t.keys is not None
-        keys = t.keys.take(pa.array(rows))
-        arrays = [*(keys.column(c).combine_chunks() for c in self.coder.columns),
-                  pa.array(start), pa.array(start + self.size),
-                  *(pa.array(results[f]) for f in self.aggs.values()),
+
+        def result(func: str, column: str | None) -> np.ndarray:
+            if func == "count":
+                return count
+            if func == "avg":
+                return t.cols[f"sum:{column}"][rows] / count
+            return t.cols[f"{func}:{column}"][rows]
+
+        keys = [] if t.keys is None else [
+            t.keys.take(pa.array(rows)).column(c).combine_chunks() for c in self.coder.columns]
+        arrays = [*keys, pa.array(start), pa.array(start + self.size),
+                  *(pa.array(result(a.func, a.column)) for a in self.aggs.values()),
                   pa.array(t.cols["sn"][rows]), pa.array(minor),
                   pa.array(t.cols["t0"][rows]), pa.array(t.part[rows])]
         arrays = [a if a.type == f.type else a.cast(f.type)

@@ -10,16 +10,20 @@ expires).
 
 Ranking. ``order`` is a list of ``(column, "asc" | "desc")``: the first key decides, ties go
 to the next one, rows still tied to the earliest SN; nulls and NaN rank last. Only the best
-``k`` rows of a group are kept (``ranked.py``).
+``k`` rows of a group are kept (``ranked.py``). With ``ties=True`` every row tied with the
+k-th by the ``order`` keys is kept too (SQL's ``RANK() <= k``: a row's rank is 1 + the number
+of rows strictly better; peers share it): the state holds k rows plus the k-th's peers.
 
 Output. Every input user column of the ranked row, then (``WindowTopK``) the window's start
-and end, then ``rank`` (1..k, int64). A group's rows descend from its latest input, as
-``TimeWindowAggregate``'s do: ``(_sn, child_minor(_snm, j * k + rank - 1))`` with ``j`` the
-window's index among the windows a tuple falls in (0 for a key), so windows and ranks get
-distinct minors, increasing along the ranks. A closed group is released only once its SN is
-at most the output progress ``min(input progress, lowest SN an open group will carry - 1)``;
-the output stream is therefore in SN order across ``advance`` calls, and everything is per
-mini-partition.
+and end, then ``rank`` (int64: 1..k; with ties the SQL rank, 1, 1, 3, ...). A group's rows
+descend from its latest input, as ``TimeWindowAggregate``'s do: ``(_sn, child_minor(_snm, j *
+k + i))`` with ``i`` the row's position in the group (0..k-1) and ``j`` the window's index
+among the windows a tuple falls in (0 for a key), so windows and ranks get distinct minors,
+increasing along the ranks. With ties a group may hold more than k rows: the stride is then
+``MINOR_FANOUT // windows`` instead of k (a group of more rows than that is refused at
+output). A closed group is released only once its SN is at most the output progress
+``min(input progress, lowest SN an open group will carry - 1)``; the output stream is
+therefore in SN order across ``advance`` calls, and everything is per mini-partition.
 
 Output watermark. ``WindowTopK``: the lowest start of a window not yet emitted (a row's
 time, its window's start and end all lie at or after it). ``KeyedTopK``: the lowest ``until``
@@ -49,6 +53,7 @@ from sparkflux.operators.keyed import (
     int64_column,
     output_schema,
     part_array,
+    time_type,
 )
 from sparkflux.operators.ranked import GroupsAndRows, Ranked, check_order, check_sortable
 
@@ -64,18 +69,24 @@ class _TopK(TableState, Operator):
     stateful = True
 
     def __init__(self, by: Sequence[str], order: Sequence[tuple[str, str]], k: int,
-                 rank: str) -> None:
+                 rank: str, ties: bool, windows: int = 1, empty_key: bool = False) -> None:
         super().__init__()
         op = self.name
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise PlanError(f"{op}: k must be an integer >= 1 (got {k!r})")
         if not isinstance(rank, str) or not rank:
             raise PlanError(f"{op}: rank must be a column name (got {rank!r})")
-        self.coder = KeyCoder(op, by)
+        if not isinstance(ties, bool):
+            raise PlanError(f"{op}: ties must be True (keep every row tied with the k-th) or "
+                            f"False (exactly k rows, ties to the earliest); got {ties!r}")
+        self.coder = KeyCoder(op, by, empty_ok=empty_key)
         self.order = check_order(op, order)
-        self.k, self.rank = k, rank
+        self.k, self.rank, self.ties = k, rank, ties
+        # Output minors: j * stride + the row's position in its group (module docstring).
+        self._stride = MINOR_FANOUT // windows if ties else k
         self._user: list[str] = []
-        self._held = GroupsAndRows(KeyTable(self._spec()), Ranked(pa.schema([]), self.order, k))
+        self._held = GroupsAndRows(KeyTable(self._spec()),
+                                   Ranked(pa.schema([]), self.order, k, ties))
 
     # -- what a subclass decides ---------------------------------------------------------------
     def _extra_spec(self) -> Spec:
@@ -130,7 +141,7 @@ class _TopK(TableState, Operator):
         if len(self._held.groups) == 0:
             keys = None if self.coder.exact else self.coder.key_schema
             self._held = GroupsAndRows(KeyTable(self._spec(), keys, verify=True),
-                                       Ranked(pa.schema(user), self.order, self.k))
+                                       Ranked(pa.schema(user), self.order, self.k, self.ties))
         return output_schema(fields)
 
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -186,10 +197,16 @@ class _TopK(TableState, Operator):
         table, ranked = self._held.groups, self._held.ranked
         slots = table.slot[rows]  # sorted: the table is
         owner, member = ranked.gather(slots)
-        rank = member - np.searchsorted(ranked.slot, slots)[owner]
+        position = member - np.searchsorted(ranked.slot, slots)[owner]
+        rank = ranked.ranks(owner, member) if self.ties else position
+        if position.size and int(position.max()) >= self._stride:
+            raise ValueError(f"{self.name}: {int(position.max()) + 1} rows tie for the top "
+                             f"{self.k} of one group, more outputs than one input's sequence "
+                             f"numbers can tell apart ({self._stride}); rank by one more order "
+                             f"column so that fewer rows tie, or use ties=False")
         group = rows[owner]
         extra, j = self._window(group)
-        minor = child_minor(table.cols["snm"][group], j * self.k + rank)
+        minor = child_minor(table.cols["snm"][group], j * self._stride + position)
         sn = table.cols["sn"][group]
         o = np.lexsort((minor, sn))
         data = ranked.rows.take(pa.array(member[o]))
@@ -210,10 +227,17 @@ class WindowTopK(_TopK):
     """The top ``k`` rows by ``order`` per group of ``by`` and event-time window of ``time``.
 
     Windows are ``TimeWindowAggregate``'s: ``[start, start + size)`` with ``start`` a
-    multiple of ``slide`` (``slide=None``: tumbling; ``size`` a multiple of ``slide``). A
-    window's rows come out once the watermark reaches its end: every input user column,
-    ``names`` (window start and end, int64), then ``rank``. A row that comes behind the
-    watermark into a window already emitted opens it again (emitted once more).
+    multiple of ``slide`` (``slide=None``: tumbling; ``size`` a multiple of ``slide``), in
+    ``time``'s units. A window's rows come out once the watermark reaches its end: every input
+    user column, ``names`` (window start and end: int64, or ``time``'s timestamp type), then
+    ``rank``. ``ties=True`` keeps every row tied with the k-th by ``order`` (SQL's ``RANK()
+    <= k``; ``rank`` is then the SQL rank). A row that comes behind the watermark into a
+    window already emitted opens it again (emitted once more).
+
+    ``by=[]``: no key, the top of all the rows of a window in a mini-partition. For the top
+    of the whole stream per window put ``exchange(by=[])`` before it (every row to one
+    mini-partition), or an exchange on a column all the rows of a window share (the window
+    start of an earlier window step, a tumbling window's start).
 
     >>> import pyarrow as pa
     >>> from sparkflux.model.progress import Frontier, Progress
@@ -242,6 +266,7 @@ class WindowTopK(_TopK):
         slide: int | None = None,
         names: tuple[str, str] = ("window_start", "window_end"),
         rank: str = "rank",
+        ties: bool = False,
     ) -> None:
         op = "WindowTopK"
         slide = size if slide is None else slide
@@ -255,7 +280,7 @@ class WindowTopK(_TopK):
         self.time, self.size, self.slide = time, size, slide
         self.windows = size // slide  # windows per row
         self.names = tuple(names)
-        super().__init__(by, order, k, rank)
+        super().__init__(by, order, k, rank, ties, self.windows, empty_key=True)
         if self.windows * k > MINOR_FANOUT:
             raise PlanError(f"{op}: size // slide * k ({self.windows * k}) outputs could "
                             f"descend from one row, more than {MINOR_FANOUT}; lower k or "
@@ -264,8 +289,9 @@ class WindowTopK(_TopK):
     def _bind(self, input_schema: pa.Schema) -> pa.Schema:
         require_columns(self.name, input_schema, [self.time])
         check_time_type(self.name, input_schema, self.time)
-        return self._bind_rows(input_schema, [pa.field(self.names[0], pa.int64()),
-                                              pa.field(self.names[1], pa.int64())])
+        bounds = time_type(input_schema, self.time)
+        return self._bind_rows(input_schema, [pa.field(self.names[0], bounds),
+                                              pa.field(self.names[1], bounds)])
 
     def _entries(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
         w, n = self.windows, batch.num_rows
@@ -298,8 +324,8 @@ class KeyedTopK(_TopK):
 
     ``until`` is an integer or timestamp column; a key's deadline is the largest ``until`` of
     its rows. When the partition's watermark reaches it, the key's best ``k`` rows come out
-    (every input user column, then ``rank``) and the key is forgotten, so the state holds only
-    keys still open.
+    (every input user column, then ``rank``; ``ties=True``: with every row tied with the k-th,
+    as ``WindowTopK``'s) and the key is forgotten, so the state holds only keys still open.
 
     A row of a key already emitted opens a new group of that key (emitted at its own
     deadline, or at the next ``advance`` if that passed): the operator keeps no memory of
@@ -334,9 +360,10 @@ class KeyedTopK(_TopK):
         until: str,
         k: int = 1,
         rank: str = "rank",
+        ties: bool = False,
     ) -> None:
         self.until = until
-        super().__init__(by, order, k, rank)
+        super().__init__(by, order, k, rank, ties)
 
     def _extra_spec(self) -> Spec:
         # deadline: the largest `until` of the key's rows; low: the smallest (the floor of

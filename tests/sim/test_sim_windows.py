@@ -10,6 +10,8 @@ input watermark on while it still held windows back, so the second closed window
   windows (``tiny_windows_model``), and every seed gives the same rows in the same order;
 - one crash per seed, with catch-up onto standbys (the window state moves per partition):
   the output equals the failure-free run, 200 seeds;
+- a global top with ties (``exchange(by=[])``, then ``WindowTopK(by=[], ties=True)``) equals
+  its model on 1 and 4 sites, and through crashes;
 - mutations: the old shell (one progress for all partitions) never ends on 4 sites; the old
   operator (the input watermark passed on) gives other rows; each is caught by a seed that
   passes unmutated.
@@ -25,10 +27,19 @@ import pyarrow as pa
 import pytest
 
 import sparkflux.protocol.site as site_mod
+from sparkflux.dataflow.api import Dataflow
+from sparkflux.dataflow.compiler import compile_plan
 from sparkflux.model.progress import Frontier
 from sparkflux.operators.time_window import TimeWindowAggregate
+from sparkflux.operators.topk import WindowTopK
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
-from sparkflux.sim.workload import tiny_windows_model, tiny_windows_plan
+from sparkflux.sim.workload import (
+    HOT_SIZE,
+    HOT_SLIDE,
+    TinySessions,
+    tiny_windows_model,
+    tiny_windows_plan,
+)
 from tests.support.seeds import seeds
 
 from .test_sim_catchup import plan_for
@@ -126,3 +137,63 @@ def test_mutation_watermark_passed_on_gives_other_rows(watermark_passed_on: None
         if rows(res) != tiny_windows_model(batches):
             caught.append(seed)
     assert caught, "the early-closing second window went unnoticed"
+
+
+# -- a global top with ties, through exchange(by=[]) ---------------------------------------------
+def global_top_plan(sites: int = 4) -> tuple[Any, list[pa.RecordBatch]]:
+    """The hot-items shape with one window aggregate: a count per (src, app) over sliding
+    windows, then, through ``exchange(by=[])`` (every row to partition 0), every count tied
+    for the largest of its window (``WindowTopK(by=[], ties=True)``)."""
+    src = TinySessions(400, 40, 1)
+    df = Dataflow("global_top")
+    (df.source(src, name="events")
+       .exchange(by=["src"])
+       .apply(TimeWindowAggregate(by=["src", "app"], time="ts", size=HOT_SIZE, slide=HOT_SLIDE,
+                                  aggs={"n": "count"}), name="hot")
+       .exchange(by=[])
+       .apply(WindowTopK(by=[], time="window_start", size=HOT_SLIDE, order=[("n", "desc")],
+                         ties=True, names=("top_start", "top_end")), name="top")
+       .sink())
+    return compile_plan(df, 8, sites), list(src.batches())
+
+
+def global_top_model(batches: list[pa.RecordBatch]) -> list[tuple]:
+    """(src, app, window_start, n) of every count equal to its window's largest, sorted."""
+    counts: dict[tuple[int, int, int], int] = {}
+    for r in pa.Table.from_batches(batches).to_pylist():
+        start = r["ts"] // HOT_SLIDE * HOT_SLIDE
+        while start > r["ts"] - HOT_SIZE:
+            counts[(r["src"], r["app"], start)] = counts.get((r["src"], r["app"], start), 0) + 1
+            start -= HOT_SLIDE
+    top: dict[int, int] = {}
+    for (_, _, start), n in counts.items():
+        top[start] = max(top.get(start, 0), n)
+    return sorted((s, a, start, n) for (s, a, start), n in counts.items() if n == top[start])
+
+
+def global_rows(res: SimResult) -> list[tuple]:
+    out = res.output
+    return sorted(zip(*(out.column(c).to_pylist() for c in ("src", "app", "window_start", "n")),
+                      strict=True))
+
+
+@pytest.mark.parametrize(("sites", "replicas"), [(1, 1), (4, 2)])
+def test_a_global_top_with_ties_equals_the_model(sites: int, replicas: int) -> None:
+    plan, batches = global_top_plan(sites)
+    assert [s.key for s in plan.stages] == [("src",), ()]
+    model = global_top_model(batches)
+    assert len(model) > len({start for _, _, start, _ in model}) > 10  # ties, many windows
+    for seed in range(2):
+        res = simulate(plan, batches, seed, FailurePlan(), replicas=replicas, window=WINDOW)
+        assert res.ended and global_rows(res) == model
+        assert set(res.output.column("_part").to_pylist()) == {0}
+
+
+def test_a_global_top_survives_crashes() -> None:
+    plan, batches = global_top_plan(4)
+    base = simulate(plan, batches, 0, FailurePlan(), replicas=2, window=WINDOW)
+    for seed in range(4):
+        fp, _ = plan_for(seed, base.steps)
+        res = check(lambda: global_top_plan(4)[0], batches, seed, fp, expected=base.output,
+                    window=WINDOW)
+        assert res.crashed and global_rows(res) == global_top_model(batches)

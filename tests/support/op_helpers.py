@@ -152,3 +152,18 @@ def user_rows(batch: pa.RecordBatch, with_sn: bool = True) -> list[tuple]:
         names += [SN, SNM]
     cols = [batch.column(n).to_pylist() for n in names]
     return list(zip(*cols, strict=True))
+
+
+def with_timestamps(batch: pa.RecordBatch, column: str, type_: pa.DataType) -> pa.RecordBatch:
+    """``batch`` with its integer ``column`` as the timestamp ``type_`` (same numbers)."""
+    i = batch.schema.get_field_index(column)
+    return batch.set_column(i, pa.field(column, type_), batch.column(column).cast(type_))
+
+
+def bounds_as_int64(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
+    """``batch`` with the timestamp ``columns`` as int64 (their numbers), to compare with
+    a run over integer times."""
+    for c in columns:
+        i = batch.schema.get_field_index(c)
+        batch = batch.set_column(i, pa.field(c, pa.int64()), batch.column(c).cast(pa.int64()))
+    return batch

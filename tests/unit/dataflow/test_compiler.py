@@ -160,3 +160,16 @@ def test_an_operator_of_another_contract_is_refused_saying_what_changed(op: Oper
     df.source(Src()).exchange(by=["a"]).apply(op, name="mine").sink()
     with pytest.raises(PlanError, match=says):
         compile_plan(df, partitions=4, sites=2)
+
+
+def test_an_empty_exchange_key_sends_every_row_to_one_partition() -> None:
+    df = Dataflow("global")
+    df.source(Src()).exchange(by=[]).apply(Stateful(), name="s").sink()
+    plan = compile_plan(df, partitions=8, sites=4)
+    assert [s.key for s in plan.stages] == [()]
+    assert "stage 0: exchange(by=[]), Stateful" in plan.describe()
+    batch = pa.RecordBatch.from_pydict({"a": list(range(50)), "b": ["x"] * 50})
+    assert plan.ingress._route(plan.ingress.out_ports[0], batch).tolist() == [0] * 50
+    for bad in ("a", [""], None):
+        with pytest.raises(PlanError, match=r"exchange\(by=...\) takes a list of column names"):
+            Dataflow("bad").source(Src()).exchange(by=bad)  # type: ignore[arg-type]

@@ -166,8 +166,9 @@ def test_plan_errors_say_what_to_change() -> None:
             GroupAggregate(by=["g"], aggs=aggs, carry=list(carry)).bind(schema)
     with pytest.raises(PlanError, match="'nope'"):
         GroupAggregate(by=["nope"], aggs={"n": ("count", None)}).bind(schema)
-    for aggs, match in (({}, "non-empty|must be"), ({"m": "max"}, "func one of"),
-                        ({"m": ("median", "v")}, "func one of"),
+    for aggs, match in (({}, "non-empty dict"),
+                        ({"m": "max"}, r"""reads a column: write 'm': \("max", "<column>"\)"""),
+                        ({"m": ("median", "v")}, "unknown function 'median'; use one of"),
                         ({"m": ("argmax", "price")}, "value_column, carried_column"),
                         ({"m": ("max", None)}, r"\(func, column\)")):
         with pytest.raises(PlanError, match=match):

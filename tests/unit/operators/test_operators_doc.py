@@ -89,3 +89,31 @@ def test_every_operator_is_importable_from_the_package() -> None:
     assert len(defined) >= 13
     assert {name: getattr(ops, name) for name in defined} == defined
     assert set(defined) <= set(ops.__all__)
+
+
+def signature_line(cls: type) -> str:
+    """``Name(param, ..., param=default, *, keyword)`` as docs/operators.md shows it: the
+    constructor's parameters without their annotations, defaults as Python writes them."""
+    import inspect
+
+    parts, starred = [], False
+    for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        if p.kind is p.KEYWORD_ONLY and not starred:
+            parts.append("*")
+            starred = True
+        parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    return f"{cls.__name__}({', '.join(parts)})"
+
+
+def test_the_page_shows_every_operators_constructor() -> None:
+    """The "Constructors" section lists every built-in operator with the parameters its
+    constructor takes now (a new option, or a renamed one, must show there)."""
+    import sparkflux.operators as ops
+
+    names = [n for n in ops.__all__ if n not in ("Operator", "PartitionInfo")]
+    section = DOC.read_text().split("## Constructors", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```text\n(.*?)```", section, flags=re.S)
+    assert block is not None
+    shown = block.group(1).splitlines()
+    assert len(names) > 10
+    assert sorted(shown) == sorted(signature_line(getattr(ops, n)) for n in names)

@@ -17,6 +17,7 @@ from sparkflux.operators.base import Operator
 from sparkflux.operators.session_window import SessionWindowAggregate
 from tests.support.op_helpers import (
     assert_sn_increasing_per_partition,
+    bounds_as_int64,
     everywhere,
     make_batch,
     per_partition,
@@ -24,6 +25,7 @@ from tests.support.op_helpers import (
     run_with_move,
     split,
     user_rows,
+    with_timestamps,
 )
 
 AGGS = {"hi": "max", "lo": "min", "total": "sum", "n": "count", "mean": "avg"}
@@ -188,3 +190,16 @@ def test_plan_errors_say_what_to_change() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(session_window_mod).failed == 0
+
+
+def test_timestamp_time_gives_timestamp_bounds() -> None:
+    """With a timestamp ``time`` the session bounds come out as that timestamp type, with
+    the numbers an integer ``time`` gives."""
+    type_ = pa.timestamp("ms", tz="UTC")
+    s = Stream(6)
+    stamped = with_timestamps(s.batch, "t", type_)
+    ints, stamps = (run(factory(7), split(b, np.random.default_rng(6), 8), s.progress,
+                        finish=True) for b in (s.batch, stamped))
+    assert [stamps.schema.field(c).type for c in ("session_start", "session_end")] == [type_] * 2
+    assert ints.num_rows > 20
+    assert bounds_as_int64(stamps, ["session_start", "session_end"]).equals(ints)

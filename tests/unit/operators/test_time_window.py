@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,7 @@ from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
 from sparkflux.operators.time_window import TimeWindowAggregate
 from tests.support.op_helpers import (
     assert_sn_increasing_per_partition,
+    bounds_as_int64,
     everywhere,
     make_batch,
     per_partition,
@@ -22,6 +24,7 @@ from tests.support.op_helpers import (
     run_with_move,
     split,
     user_rows,
+    with_timestamps,
 )
 
 AGGS = {"hi": "max", "lo": "min", "total": "sum", "n": "count", "mean": "avg"}
@@ -220,9 +223,9 @@ def test_a_count_needs_no_value_column() -> None:
     assert outs[0] == outs[1] == [("/", 0, 2), ("/", 10, 1), ("/a", 0, 1)]
 
 
-def test_an_aggregate_of_values_without_a_value_column_names_the_fix() -> None:
-    with pytest.raises(PlanError, match=r"aggs 'top', 'total' aggregate a value: name its "
-                                        r"column, value=\"...\" \(only a count needs none\)"):
+def test_an_aggregate_of_values_without_a_column_names_the_fix() -> None:
+    with pytest.raises(PlanError, match=r"""aggregate 'total' = 'sum' reads a column: write """
+                                        r"""'total': \("sum", "<column>"\) \(only "count" """):
         TimeWindowAggregate(by=["g"], time="t", size=10,
                             aggs={"n": "count", "total": "sum", "top": "max"})
 
@@ -241,3 +244,44 @@ def test_a_second_window_step_keyed_by_the_first_ones_window_names_the_fix() -> 
     renamed = TimeWindowAggregate(by=["window_start"], time="window_start", value="n",
                                   size=100, names=("top_start", "top_end"))
     assert renamed.bind(schema).names[:3] == ["window_start", "top_start", "top_end"]
+
+
+@pytest.mark.parametrize("type_", [pa.timestamp("us"), pa.timestamp("ms", tz="UTC")])
+def test_timestamp_time_gives_timestamp_bounds(type_: pa.DataType) -> None:
+    """With a timestamp ``time`` the bounds come out as that timestamp type (unit and zone),
+    with the numbers an integer ``time`` gives; the rest of the output is the same."""
+    s = Stream(4)
+    stamped = with_timestamps(s.batch, "t", type_)
+    pieces = [split(b, np.random.default_rng(4), 9) for b in (s.batch, stamped)]
+    ints, stamps = (run(factory(12, 4), p, s.progress, finish=True) for p in pieces)
+    assert stamps.schema.field("window_start").type == type_
+    assert stamps.schema.field("window_end").type == type_
+    assert ints.schema.field("window_start").type == pa.int64()
+    assert ints.num_rows > 50
+    assert bounds_as_int64(stamps, ["window_start", "window_end"]).equals(ints)
+    first = stamps.to_pylist()[0]
+    assert first["window_end"] - first["window_start"] == timedelta(
+        microseconds=12 * (1000 if type_.unit == "ms" else 1))
+
+
+def test_no_key_aggregates_every_row_of_a_window_of_a_partition() -> None:
+    batch = make_batch({"g": [1, 2, 2, 1, 1], "t": [0, 3, 12, 14, 15], "v": [4, 9, 1, 6, 6]},
+                       part=[0, 0, 0, 0, 1])
+    out = run(lambda: TimeWindowAggregate(by=[], time="t", size=10,
+                                          aggs={"n": "count", "top": ("max", "v")}),
+              [batch], finish=True)
+    assert out.schema.names[:4] == ["window_start", "window_end", "n", "top"]
+    assert sorted(zip(out.column("_part").to_pylist(), out.column("window_start").to_pylist(),
+                      out.column("n").to_pylist(), out.column("top").to_pylist(),
+                      strict=True)) == [(0, 0, 2, 9), (0, 10, 2, 6), (1, 10, 1, 6)]
+
+
+def test_no_key_state_moves() -> None:
+    s = Stream(11)
+    make = factory(12, 4, by=())
+    batches = split(s.batch, np.random.default_rng(11), 10)
+    whole = per_partition(run(make, batches, s.progress, finish=True))
+    assert whole.num_rows > 50
+    for cut in (3, 7):
+        moved = run_with_move(make, batches, cut, s.progress, finish=True, wire=True)
+        assert per_partition(moved).equals(whole)

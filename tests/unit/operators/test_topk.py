@@ -13,10 +13,12 @@ import sparkflux.operators.topk as topk_mod
 from sparkflux.model.batch import child_minor, rank_within_runs
 from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
+from sparkflux.model.schema import MINOR_FANOUT
 from sparkflux.operators.base import Operator
 from sparkflux.operators.topk import KeyedTopK, WindowTopK
 from tests.support.op_helpers import (
     assert_sn_increasing_per_partition,
+    bounds_as_int64,
     everywhere,
     make_batch,
     per_partition,
@@ -24,9 +26,11 @@ from tests.support.op_helpers import (
     run_with_move,
     split,
     user_rows,
+    with_timestamps,
 )
 
 ORDER = [("price", "desc"), ("name", "asc")]
+PRICE = [("price", "desc")]  # more ties: the stream's prices take six values
 
 
 def honest(sn: np.ndarray, snm: np.ndarray, t: np.ndarray) -> dict[tuple[int, int], Progress]:
@@ -68,71 +72,106 @@ class Stream:
         return self.after[(batch.column("_sn")[-1].as_py(), batch.column("_snm")[-1].as_py())]
 
 
-def best(rows: list[dict], k: int) -> list[dict]:
-    """The first k rows by price desc, name asc, then SN."""
-    return sorted(rows, key=lambda r: (-r["price"], r["name"], r["_sn"], r["_snm"]))[:k]
+def best(rows: list[dict], k: int, ties: bool = False,
+         order: list[tuple[str, str]] = ORDER) -> list[tuple[int, dict]]:
+    """The first k rows by price desc (and name asc, if ``order`` has it), then SN, with
+    their 1-based ranks; with ``ties`` also every row equal to the k-th by ``order`` (SQL's
+    RANK() <= k: a row's rank is 1 + the number of rows strictly better)."""
+    def key(r: dict) -> tuple:
+        return (-r["price"], r["name"]) if order == ORDER else (-r["price"],)
+
+    ranked = sorted(rows, key=lambda r: (*key(r), r["_sn"], r["_snm"]))
+    if not ties:
+        return [(i + 1, r) for i, r in enumerate(ranked[:k])]
+    out = []
+    for r in ranked:
+        rank = 1 + sum(key(o) < key(r) for o in rows)
+        if rank <= k:
+            out.append((rank, r))
+    return out
 
 
-def window_model(batch: pa.RecordBatch, size: int, slide: int, k: int) -> list[tuple]:
+def window_model(batch: pa.RecordBatch, size: int, slide: int, k: int, ties: bool = False,
+                 by: tuple[str, ...] = ("g",), order: list[tuple[str, str]] = ORDER
+                 ) -> list[tuple]:
     """Every (partition, group, window)'s top rows, per partition in output SN order."""
     windows: dict[tuple, list[dict]] = {}
     for r in batch.to_pylist():
         start = r["t"] // slide * slide
         while start > r["t"] - size:
-            windows.setdefault((r["_part"], r["g"], start), []).append(r)
+            windows.setdefault((r["_part"], *(r[c] for c in by), start), []).append(r)
             start -= slide
+    stride = MINOR_FANOUT // (size // slide) if ties else k
     out = []
-    for (part, _, start), rs in windows.items():
+    for (part, *_, start), rs in windows.items():
         last = max(rs, key=lambda r: (r["_sn"], r["_snm"]))
         j = (start // slide) % (size // slide)
-        for rank, r in enumerate(best(rs, k)):
-            minor = int(child_minor(np.array([last["_snm"]]), np.array([j * k + rank]))[0])
+        for i, (rank, r) in enumerate(best(rs, k, ties, order)):
+            minor = int(child_minor(np.array([last["_snm"]]), np.array([j * stride + i]))[0])
             out.append((part, r["g"], r["t"], r["price"], r["name"], start, start + size,
-                        rank + 1, last["_sn"], minor))
+                        rank, last["_sn"], minor))
     return [r[1:] for r in sorted(out, key=lambda r: (r[0], r[-2], r[-1]))]
 
 
-def keyed_model(batch: pa.RecordBatch, k: int) -> list[tuple]:
+def keyed_model(batch: pa.RecordBatch, k: int, ties: bool = False,
+                order: list[tuple[str, str]] = ORDER) -> list[tuple]:
     keys: dict[tuple, list[dict]] = {}
     for r in batch.to_pylist():
         keys.setdefault((r["_part"], r["g"]), []).append(r)
     out = []
     for (part, _), rs in keys.items():
         last = max(rs, key=lambda r: (r["_sn"], r["_snm"]))
-        for rank, r in enumerate(best(rs, k)):
-            minor = int(child_minor(np.array([last["_snm"]]), np.array([rank]))[0])
-            out.append((part, r["g"], r["t"], r["price"], r["name"], r["until"], rank + 1,
+        for i, (rank, r) in enumerate(best(rs, k, ties, order)):
+            minor = int(child_minor(np.array([last["_snm"]]), np.array([i]))[0])
+            out.append((part, r["g"], r["t"], r["price"], r["name"], r["until"], rank,
                         last["_sn"], minor))
     return [r[1:] for r in sorted(out, key=lambda r: (r[0], r[-2], r[-1]))]
 
 
-def windows(size: int, slide: int | None = None, k: int = 2) -> Callable[[], Operator]:
-    return lambda: WindowTopK(by=["g"], time="t", size=size, order=ORDER, k=k, slide=slide)
+def windows(size: int, slide: int | None = None, k: int = 2, ties: bool = False,
+            by: tuple[str, ...] = ("g",)) -> Callable[[], Operator]:
+    """WindowTopK by price and name, or with ``ties`` by price alone (ties are common)."""
+    return lambda: WindowTopK(by=list(by), time="t", size=size, order=PRICE if ties else ORDER,
+                              k=k, slide=slide, ties=ties)
 
 
-def keyed(k: int = 2) -> Callable[[], Operator]:
-    return lambda: KeyedTopK(by=["g"], order=ORDER, until="until", k=k)
+def keyed(k: int = 2, ties: bool = False) -> Callable[[], Operator]:
+    return lambda: KeyedTopK(by=["g"], order=PRICE if ties else ORDER, until="until", k=k,
+                             ties=ties)
 
 
+@pytest.mark.parametrize("by", [("g",), ()], ids=["key", "no_key"])
+@pytest.mark.parametrize("ties", [False, True], ids=["exactly_k", "ties"])
 @pytest.mark.parametrize(("size", "slide", "k"),
                          [(10, None, 1), (10, 5, 2), (12, 4, 3), (7, 1, 2)])
-def test_window_top_k_matches_model(size: int, slide: int | None, k: int) -> None:
+def test_window_top_k_matches_model(size: int, slide: int | None, k: int, ties: bool,
+                                    by: tuple[str, ...]) -> None:
     s = Stream(size + k)
     batches = split(s.batch, np.random.default_rng(size), 12)
-    out = run(windows(size, slide, k), batches, s.progress, finish=True)
-    assert user_rows(per_partition(out)) == window_model(s.batch, size, slide or size, k)
+    out = run(windows(size, slide, k, ties, by), batches, s.progress, finish=True)
+    order = PRICE if ties else ORDER
+    expected = window_model(s.batch, size, slide or size, k, ties, by, order)
+    assert user_rows(per_partition(out)) == expected
+    if ties and not by:  # prices tie often: more than k rows come out of some windows
+        assert len(expected) > len(window_model(s.batch, size, slide or size, k, False, by,
+                                                order))
     assert_sn_increasing_per_partition(out)
     assert out.schema.names[:7] == ["g", "t", "price", "name", "window_start", "window_end",
                                     "rank"]
     assert out.schema.field("price").type == pa.int16()
 
 
+@pytest.mark.parametrize("ties", [False, True], ids=["exactly_k", "ties"])
 @pytest.mark.parametrize("k", [1, 3])
-def test_keyed_top_k_matches_model(k: int) -> None:
+def test_keyed_top_k_matches_model(k: int, ties: bool) -> None:
     s = Stream(k, auctions=True)
     batches = split(s.batch, np.random.default_rng(k), 15)
-    out = run(keyed(k), batches, s.progress, finish=True)
-    assert user_rows(per_partition(out)) == keyed_model(s.batch, k)
+    out = run(keyed(k, ties), batches, s.progress, finish=True)
+    order = PRICE if ties else ORDER
+    expected = keyed_model(s.batch, k, ties, order)
+    assert user_rows(per_partition(out)) == expected
+    if ties:
+        assert len(expected) > len(keyed_model(s.batch, k, False, order))
     assert_sn_increasing_per_partition(out)
     assert out.schema.names[-5:] == ["rank", "_sn", "_snm", "_t0", "_part"]
 
@@ -152,7 +191,9 @@ def test_keys_come_out_before_the_end_and_are_forgotten() -> None:
     assert 0 < keys < len(set(s.batch.column("g").to_pylist())) // 2
 
 
-@pytest.mark.parametrize("make", [windows(12, 4), keyed()], ids=["window", "keyed"])
+@pytest.mark.parametrize("make", [windows(12, 4), windows(12, 4, ties=True, by=()), keyed(),
+                                  keyed(ties=True)],
+                         ids=["window", "window_ties_no_key", "keyed", "keyed_ties"])
 def test_progress_claims_are_never_undercut(make: Callable[[], Operator]) -> None:
     """Per partition: no later output has an SN at or below a claimed SN, nor an event time
     (window start, or until) below a claimed watermark."""
@@ -221,8 +262,12 @@ def test_a_late_row_of_an_emitted_key_opens_a_new_group() -> None:
     assert out.to_pydict()["price"] == [1] and out.to_pydict()["_sn"] == [2]
 
 
-@pytest.mark.parametrize("make,auctions", [(windows(10, 5), False), (keyed(), True)],
-                         ids=["window", "keyed"])
+@pytest.mark.parametrize("make,auctions", [(windows(10, 5), False),
+                                           (windows(10, 5, ties=True), False),
+                                           (windows(10, 5, ties=True, by=()), False),
+                                           (keyed(), True), (keyed(ties=True), True)],
+                         ids=["window", "window_ties", "window_ties_no_key", "keyed",
+                              "keyed_ties"])
 @pytest.mark.parametrize("string_key", [False, True])
 def test_batch_boundaries_do_not_matter(make: Callable[[], Operator], auctions: bool,
                                         string_key: bool) -> None:
@@ -235,8 +280,12 @@ def test_batch_boundaries_do_not_matter(make: Callable[[], Operator], auctions: 
         assert per_partition(cut).equals(whole)
 
 
-@pytest.mark.parametrize("make,auctions", [(windows(12, 4), False), (keyed(), True)],
-                         ids=["window", "keyed"])
+@pytest.mark.parametrize("make,auctions", [(windows(12, 4), False),
+                                           (windows(12, 4, ties=True), False),
+                                           (windows(12, 4, ties=True, by=()), False),
+                                           (keyed(), True), (keyed(ties=True), True)],
+                         ids=["window", "window_ties", "window_ties_no_key", "keyed",
+                              "keyed_ties"])
 @pytest.mark.parametrize("string_key", [False, True])
 def test_state_moves_to_a_fresh_operator(make: Callable[[], Operator], auctions: bool,
                                          string_key: bool) -> None:
@@ -297,3 +346,88 @@ def test_unsortable_order_column_is_a_plan_error() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(topk_mod).failed == 0
+
+
+def window_rows(out: pa.RecordBatch, *columns: str) -> list[tuple]:
+    return list(zip(*(out.column(c).to_pylist() for c in columns), strict=True))
+
+
+def test_ties_keep_every_row_tied_with_the_kth() -> None:
+    """SQL's RANK() <= k: a row's rank is 1 + the rows strictly better; peers share it."""
+    batch = make_batch({"g": [1] * 6, "t": [0, 1, 2, 3, 4, 5], "price": [5, 7, 7, 3, 7, 5]})
+    cases = {(1, True): [(7, 1, 1), (7, 1, 2), (7, 1, 4)],
+             (2, True): [(7, 1, 1), (7, 1, 2), (7, 1, 4)],
+             (4, True): [(7, 1, 1), (7, 1, 2), (7, 1, 4), (5, 4, 0), (5, 4, 5)],
+             (2, False): [(7, 1, 1), (7, 2, 2)]}
+    for (k, ties), expected in cases.items():
+        out = run(lambda k=k, ties=ties: WindowTopK(by=["g"], time="t", size=10, order=PRICE,
+                                                    k=k, ties=ties), [batch], finish=True)
+        assert window_rows(out, "price", "rank", "t") == expected, (k, ties)
+
+
+def test_nulls_tie_with_nulls_and_nan_with_nan() -> None:
+    batch = make_batch({"g": [1] * 5, "t": [0] * 5, "price": [None, np.nan, 2.0, None, np.nan]})
+    for k, expected in ((1, [(2.0, 1)]), (2, [(2.0, 1), ("nan", 2), ("nan", 2)]),
+                        (4, [(2.0, 1), ("nan", 2), ("nan", 2), (None, 4), (None, 4)])):
+        out = run(lambda k=k: WindowTopK(by=["g"], time="t", size=10, order=PRICE, k=k,
+                                         ties=True), [batch], finish=True)
+        got = [("nan" if p is not None and np.isnan(p) else p, r)
+               for p, r in window_rows(out, "price", "rank")]
+        assert got == expected
+
+
+def test_ties_keep_only_the_rows_that_can_still_be_in_the_top() -> None:
+    """The state is bounded: a row ranked beyond k is dropped at once, however the input is
+    cut; only k rows plus the k-th's peers stay."""
+    prices = [*range(100), 98, 98, 98]  # ranks: 99 -> 1, the four 98s -> 2, 97 -> 6, ...
+    batch = make_batch({"g": [1] * 103, "t": [0] * 103, "price": prices})
+    for pieces in (1, 7, 103):
+        op = WindowTopK(by=["g"], time="t", size=10, order=PRICE, k=2, ties=True)
+        op.bind(batch.schema)
+        for b in split(batch, np.random.default_rng(pieces), pieces):
+            op.process(b)
+        assert len(op._state().ranked) == 5
+        out, _ = op.advance(everywhere(ENDED))
+        assert window_rows(out, "price", "rank") == [(99, 1)] + [(98, 2)] * 4
+
+
+def test_no_key_ranks_every_row_of_the_window() -> None:
+    batch = make_batch({"g": [1, 2, 2, 1, 1], "t": [0, 3, 12, 14, 15],
+                        "price": [4, 9, 1, 6, 6]})
+    out = run(lambda: WindowTopK(by=[], time="t", size=10, order=PRICE, k=1, ties=True),
+              [batch], finish=True)
+    assert window_rows(out, "g", "price", "window_start", "rank") == [
+        (2, 9, 0, 1), (1, 6, 10, 1), (1, 6, 10, 1)]
+    assert out.schema.names[:6] == ["g", "t", "price", "window_start", "window_end", "rank"]
+
+
+def test_timestamp_time_gives_timestamp_bounds() -> None:
+    type_ = pa.timestamp("ms", tz="UTC")
+    s = Stream(9)
+    stamped = with_timestamps(s.batch, "t", type_)
+    ints, stamps = (run(windows(12, 4), split(b, np.random.default_rng(9), 6), s.progress,
+                        finish=True) for b in (s.batch, stamped))
+    assert [stamps.schema.field(c).type for c in ("t", "window_start", "window_end")] == [
+        type_] * 3
+    assert ints.num_rows > 50
+    assert bounds_as_int64(stamps, ["t", "window_start", "window_end"]).equals(ints)
+
+
+def test_more_ties_than_minors_can_tell_apart_is_an_error() -> None:
+    batch = make_batch({"g": [1] * 4, "t": [0] * 4, "price": [3] * 4})
+    op = WindowTopK(by=["g"], time="t", size=10, order=PRICE, k=1, ties=True)
+    op.bind(batch.schema)
+    op._stride = 3  # as if one input could number only 3 outputs
+    op.process(batch)
+    with pytest.raises(ValueError, match=r"4 rows tie for the top 1 of one group.*rank by one "
+                                         r"more order column.*ties=False"):
+        op.advance(everywhere(ENDED))
+
+
+def test_ties_and_keys_plan_errors() -> None:
+    with pytest.raises(PlanError, match="ties must be True"):
+        WindowTopK(by=["g"], time="t", size=5, order=ORDER, ties="yes")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=r"KeyedTopK: key columns \(by\) must name at least one"):
+        KeyedTopK(by=[], order=ORDER, until="until")
+    with pytest.raises(PlanError, match=r"key columns \(by\) must be a list of column names"):
+        WindowTopK(by="g", time="t", size=5, order=ORDER)  # type: ignore[arg-type]
