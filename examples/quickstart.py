@@ -99,7 +99,7 @@ clicks = df.source(FileStreamSource("clicks/", schema, format="json", event_time
        .apply(TimeWindowAggregate(by=["page"], time="ts", size=10_000, aggs={"n": "count"}))
        .sink(TableSink("out/per_page")))
 (clicks.exchange(by=["user"])
-       .apply(GroupAggregate(by=["user"], aggs={"n": ("count", None)}))
+       .apply(GroupAggregate(by=["user"], aggs={"n": "count"}))
        .sink(TableSink("out/per_user", mode="update", key=["user"])))  # one row per user
 query = sparkflux.start(df, spark=spark, ha="flux", sites=2)
 query.await_termination()  # until _DONE lands and every file is read
