@@ -30,7 +30,10 @@ fi
 stamp=.venv/.sparkflux-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   echo ">> installing sparkflux and its pinned dependencies"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+  # (a package index configured with local mirrors that lack a package warns once per
+  # package: noise, filtered; pip's own failure still stops the script)
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 \
+    | { grep -v "^WARNING: Location '.*' is ignored" || true; }
   touch "$stamp"
 fi
 

@@ -128,7 +128,7 @@ def summary(metrics: dict[str, Any], title: str = "run summary") -> Table:
                       + (f"all copies again after {ft:.2f} s" if ft is not None
                          else "not all copies again by the end"))
     if len(failures) > SHOWN:
-        t.add_row("", f"... {len(failures) - SHOWN} more in the metrics")
+        t.add_row("", f"... {len(failures) - SHOWN} more failures in the metrics")
     cus = m.get("recoveries", [])
     if cus:
         t.add_row("catch-ups", f"{len(cus)} copies, {_mb(sum(c['state_bytes'] for c in cus))} "
@@ -143,8 +143,11 @@ def summary(metrics: dict[str, Any], title: str = "run summary") -> Table:
         short = max(mv.get("short_of_copies_s", 0.0) for mv in moves)
         t.add_row("moves", f"{len(moves)} ({m.get('balance_rounds', 0)} balancing rounds); "
                            f"longest short of copies {short:.3f} s")
-    for stall in m.get("stalls", [])[:SHOWN]:
+    stalls = m.get("stalls", [])
+    for stall in stalls[:SHOWN]:
         t.add_row("stall", f"at {stall['at_s']:.1f} s: {stall['message']}")
+    if len(stalls) > SHOWN:
+        t.add_row("", f"... {len(stalls) - SHOWN} more stalls in the metrics")
     util = m.get("utilisation", {})
     if util:
         t.add_row("sites busy", "  ".join(f"{k}: {v:.0%}" for k, v in util.items()))

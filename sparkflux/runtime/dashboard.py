@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 4050  # the first port tried in local mode (Spark's UI starts at 4040)
 PORTS_TRIED = 20  # ... and how many after it, as Spark does when its port is taken
+# A connection that sends no request for this long is closed (as the wire closes one that
+# does not authenticate within its handshake timeout): idle sockets cannot pile up.
+IDLE_S = 5.0
 
 
 class PrometheusSeries(Collector):
@@ -150,10 +153,11 @@ def progress_json(host: Host) -> dict[str, Any]:
 class Dashboard:
     """The dashboard's server on its own thread (see the module)."""
 
-    def __init__(self, host: Host, bind: str, port: int) -> None:
+    def __init__(self, host: Host, bind: str, port: int, idle_s: float = IDLE_S) -> None:
         self.host = host
         self.bind = bind
         self.port = port
+        self.idle_s = idle_s
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(PrometheusSeries(host))
         self._page = resources.files("sparkflux.runtime").joinpath(
@@ -197,7 +201,7 @@ class Dashboard:
         app.add_routes([web.get("/", self._index), web.get("/api/progress", self._progress),
                         web.get("/metrics", self._metrics),
                         web.get("/static/plotly.js", self._plotly_js)])
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.idle_s)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.bind, self.port).start()
         if self.port == 0:  # any free port: the one it got

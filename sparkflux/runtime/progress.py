@@ -16,6 +16,7 @@ metrics file keeps.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -117,10 +118,12 @@ class QueryProgress:
 
 
 @dataclass(frozen=True, slots=True)
-class QueryStatus:
+class QueryStatus(Mapping[str, Any]):
     """What the query is doing now (``query.status``): ``message`` is ``"failed"``,
     ``"finished"`` or the phase (``"running"``, ``"recovering site 1"``, ...); ``input`` the
-    input's state (admitting, blocked and by what, idle, ended); ``error`` why it failed."""
+    input's state (admitting, blocked and by what, idle, ended); ``error`` why it failed.
+    PySpark's ``StreamingQuery.status`` is a dict: this reads as one too (``status["message"]``,
+    ``set(status)``, ``dict(status)``)."""
 
     message: str
     is_active: bool
@@ -136,11 +139,13 @@ class QueryStatus:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    # PySpark's ``StreamingQuery.status`` is a dict: the same reads work here
     def __getitem__(self, name: str) -> Any:
         if name not in self.__dataclass_fields__:
             raise KeyError(name)
         return getattr(self, name)
 
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name) if name in self.__dataclass_fields__ else default
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.__dataclass_fields__)
+
+    def __len__(self) -> int:
+        return len(self.__dataclass_fields__)

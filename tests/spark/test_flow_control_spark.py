@@ -56,7 +56,8 @@ def test_a_window_longer_than_the_admission_window_completes(hot_items: Any,
 def test_a_stalled_run_says_what_it_waits_for(netmon: Any, spark: Any) -> None:
     """Site 1 frozen for 3 s (within its heartbeat timeout): nothing moves, and the watchdog
     names the site and that admission is blocked, then sees the run progress again."""
-    args = netmon_args(events=2_000_000, hang=["1@input+100000=3"], stall_timeout=1.0)
+    # (frozen once output flows: a stall of the start, on a loaded machine, would not name it)
+    args = netmon_args(events=2_000_000, hang=["1@input+400000=3"], stall_timeout=1.0)
     result = run_example(netmon, args, sink=NullSink(), dead=DeadLetters(), spark=spark)
     m = result.metrics
     assert m["input_tuples"] == 2_000_000 and m["failures"] == []

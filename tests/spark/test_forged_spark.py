@@ -277,8 +277,11 @@ def test_forged_connections_are_refused_and_the_run_survives(
     # listeners this process had before the run (PySpark's own) are not the driver's server
     forger = Forger(canary, {(me, port) for port in forge.listening_ports([me])[me]})
     forger.start()
+    # the dashboard off: its HTTP port is not the wire these attacks aim at (its own test,
+    # tests/unit/runtime/test_dashboard.py, closes idle connections)
     args = netmon_args(events=EVENTS, rate=RATE, ha="flux", sites=SITES,
-                       partitions=PARTITIONS, batch_size=8192, window=400_000, kill=[KILL])
+                       partitions=PARTITIONS, batch_size=8192, window=400_000, kill=[KILL],
+                       ui_port=-1)
     try:
         result = run_example(netmon, args, sink=NullSink(), dead=DeadLetters(), spark=spark)
     finally:

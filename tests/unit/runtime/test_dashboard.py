@@ -1,0 +1,93 @@
+"""The dashboard's server and the progress log behind it (``runtime/dashboard.py``,
+``runtime/progress_log.py``), on a real driver host without Spark: every route answers, the
+Prometheus text parses, an idle connection is closed, and a stage's watermark is the lowest
+over its partitions of the highest any copy reported, so it never goes back."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkflux.io.sinks import DeadLetters, NullSink
+from sparkflux.model.progress import END_OF_STREAM
+from sparkflux.protocol import control_messages as cm
+from sparkflux.runtime.dashboard import Dashboard
+from sparkflux.runtime.driver import Host
+from sparkflux.runtime.run_config import RunConfig
+from tests.support.fake_driver import SEC, small_plan
+
+
+@pytest.fixture
+def host(netmon: Any) -> Host:
+    return Host(small_plan(netmon), RunConfig(sites=2, partitions=4, ha="flux", security=SEC),
+                NullSink(), DeadLetters())
+
+
+def beat(slot: int, wm: dict[tuple[int, int], int]) -> cm.Heartbeat:
+    keys = sorted(wm)
+    return cm.Heartbeat(
+        site=slot, attempt=0, pid=100 + slot, busy_s=0.0, slept_s=0.0, passes=0, cpu_s=0.0,
+        buffered=0, capacity_s=0.0, at=0.0, has_state=True,
+        wm_stage=np.array([s for s, _ in keys], dtype=np.int64),
+        wm_part=np.array([q for _, q in keys], dtype=np.int64),
+        wm=np.array([wm[k] for k in keys], dtype=np.int64))
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read()
+
+
+def test_every_route_answers_and_metrics_parse(host: Host) -> None:
+    host.progress.tick()
+    board = Dashboard(host, "127.0.0.1", 0)
+    board.start()
+    try:
+        assert board.port > 0
+        assert b'id="sites"' in get(board.url + "/")
+        run = json.loads(get(board.url + "/api/progress"))
+        assert run["name"] == host.plan.name and run["sites"] == 2 and len(run["progress"]) == 1
+        names = {f.name for f in text_string_to_metric_families(
+            get(board.url + "/metrics").decode())}
+        assert {"sparkflux_input_rows", "sparkflux_output_rows", "sparkflux_events",
+                "sparkflux_site_up", "sparkflux_latency_seconds"} <= names
+        assert len(get(board.url + "/static/plotly.js")) > 1_000_000
+    finally:
+        board.stop()
+
+
+def test_an_idle_connection_is_closed(host: Host) -> None:
+    board = Dashboard(host, "127.0.0.1", 0, idle_s=0.5)
+    board.start()
+    try:
+        with socket.create_connection(("127.0.0.1", board.port), timeout=10) as s:
+            t0 = time.monotonic()
+            assert s.recv(1) == b""  # closed by the server, having sent nothing
+            assert time.monotonic() - t0 < 5
+    finally:
+        board.stop()
+
+
+def test_a_stage_watermark_is_the_lowest_partition_of_its_best_copies(host: Host) -> None:
+    log = host.progress
+    parts = host.plan.partitions
+    # stage 0: site 0 ahead on partitions 0-1, site 1 ahead on 2-3; the best copies' lowest
+    log.heartbeat(0, beat(0, {(0, q): 100 + (50 if q < 2 else 0) for q in range(parts)}))
+    log.heartbeat(1, beat(1, {(0, q): 100 + (0 if q < 2 else 70) for q in range(parts)}))
+    assert log.tick().stages[0].watermark == 150
+    # a copy that reports less later (caught up from a snapshot, or the other copy failed)
+    # does not take the watermark back
+    log.heartbeat(0, beat(0, {(0, q): 10 for q in range(parts)}))
+    assert log.tick().stages[0].watermark == 150
+    # a stage whose partitions have not all reported has none yet
+    assert log.tick().stages[1].watermark is None
+    log.heartbeat(1, beat(1, {(1, q): END_OF_STREAM for q in range(parts)}))
+    last = log.tick()
+    assert last.stages[1].ended and last.stages[1].watermark is None
