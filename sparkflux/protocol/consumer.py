@@ -210,15 +210,21 @@ class ConsumerSet:
         return out
 
     # -- the order-preserving merge --------------------------------------------------------------
-    def frontier(self) -> tuple[np.ndarray, np.ndarray]:
+    def frontier(self, cap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per consumer partition: the SN frontier (the lowest claim over its input streams)
         and the watermark that holds for the rows up to it.
+
+        ``cap`` (per partition): a checkpoint's cut (docs/design.md §9): the frontier goes no
+        further, and its watermark is the one that holds up to the cut, as if the streams'
+        claims stopped there.
 
         A stream's claim (sn, wm) says that its rows with an event time below wm have SNs
         at or below sn. Rows above the SN frontier wait, and one of them may be behind
         another stream's latest watermark; so each stream lends the watermark of its latest
         claim the frontier covers (``sn`` at most the frontier), not of its latest claim."""
         f_sn = self.progress_sn.min(axis=1)
+        if cap is not None:
+            f_sn = np.minimum(f_sn, cap)
         covered = self.claims_sn <= f_sn[:, None, None]  # a prefix of each queue
         n_cov = covered.sum(axis=2)
         best = np.where(covered, self.claims_wm, NO_WATERMARK).max(axis=2)
@@ -234,9 +240,11 @@ class ConsumerSet:
             self.claims_n -= n_cov
         return f_sn, self.safe_wm.min(axis=1)
 
-    def release(self) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
-        """Rows at or below each partition's frontier, in SN order; None when nothing moved."""
-        f_sn, f_wm = self.frontier()
+    def release(self, cap: np.ndarray | None = None
+                ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
+        """Rows at or below each partition's frontier (held at ``cap``, a checkpoint's cut,
+        where given), in SN order; None when nothing moved."""
+        f_sn, f_wm = self.frontier(cap)
         moved = bool((f_sn > self.released_sn).any() or (f_wm > self.released_wm).any())
         if not moved:
             return None

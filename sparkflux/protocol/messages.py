@@ -142,6 +142,20 @@ class PartitionSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredPartition:
+    """Partition q of ``stage`` as written to a snapshot store (``runtime/snapshots.py``),
+    not sent to a peer: a checkpoint's part, cut at input SN ``cut`` (every row at or below
+    it processed, none above), or a partition spilled to disk (``cut`` its frontier then).
+    The same typed record as a catch-up's ``State`` carries, so that one codec reads both
+    and nothing stored is unpickled."""
+
+    stage: int
+    q: int
+    cut: int
+    snapshot: PartitionSnapshot
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """Survivor -> the new replica's site (the StateMover's transfer): partition q of ``stage``,
     taken for incarnation ``epoch`` of replica (q, r)."""

@@ -107,3 +107,31 @@ def test_losing_every_replica_of_a_producer_is_an_error() -> None:
     dead[2] = True
     with pytest.raises(PartitionLost, match="every replica of partition 2 of stage 0 failed"):
         c.on_fail(dead)
+
+
+def test_a_cut_holds_the_release_there_and_the_rest_follows() -> None:
+    def fed() -> ConsumerSet:
+        c = consumers()
+        c.on_data(frame(0, 4, [(0, 3)]), 1)
+        c.on_data(frame(1, 6, [(0, 5)]), 1)
+        c.on_data(frame(2, 6, [(1, 6)]), 2)
+        c.on_data(frame(0, 10, [(0, 7), (1, 9)]), 1)
+        c.on_data(frame(1, 12, [(1, 11)]), 1)
+        c.on_data(frame(2, 10), 2)  # every frontier at 10 now
+        return c
+
+    c, twin = fed(), fed()
+    cut = np.array([6, 6], np.int64)  # a checkpoint at input SN 6
+    rows, f_sn, f_wm = c.release(cut)
+    assert f_sn.tolist() == [6, 6] and rows.column(SN).to_pylist() == [3, 5, 6]
+    # the watermark that holds up to the cut: p = 0's claim 4 is the latest at or below it
+    assert f_wm.tolist() == [4, 4]
+    assert c.released_sn.tolist() == [6, 6]
+    assert c.release(cut) is None  # held at the cut: nothing more
+    rows, f_sn, f_wm = c.release()  # the cut taken: the rest of the pass goes on
+    assert f_sn.tolist() == [10, 10] and rows.column(SN).to_pylist() == [7, 9]
+    assert c.release() is None
+    # ... ending where a consumer that was never cut ends
+    t_rows, t_sn, t_wm = twin.release()
+    assert t_sn.tolist() == f_sn.tolist() and t_wm.tolist() == f_wm.tolist()
+    assert t_rows.column(SN).to_pylist() == [3, 5, 6, 7, 9]

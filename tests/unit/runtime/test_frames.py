@@ -30,6 +30,7 @@ from sparkflux.protocol.messages import (
     Retaining,
     Reverse,
     State,
+    StoredPartition,
     Streams,
 )
 from sparkflux.runtime import codec
@@ -98,6 +99,7 @@ EXAMPLES: list[Any] = [
     State(1, 4, 0, dataclasses.replace(SNAPSHOT, ops=(), cons=dataclasses.replace(
         CONS, pending=None)), 0),  # no rows pending, an operator-less stage
     Installed(1, 4, 0, 5),
+    StoredPartition(1, 4, 1_000, SNAPSHOT),
     PSync(2, 4, 1, 9),
     Rejoin(1, p=i32(3), r=i8(0), q=i32(4), c=i8(1), floor=i64(7), send=np.array([True]),
            wait=np.array([False])),
