@@ -45,6 +45,7 @@ from sparkflux.model.errors import PlanError
 
 DRIVER = -1
 NOWHERE = -2  # a table entry for a copy that does not exist (a partition's free column)
+STORE = -3  # where a site's checkpoint parts go: its run's snapshot store, not a party
 EXACT_SITES = 7  # up to this many sites choose_ring tries every ring (6! of them)
 
 

@@ -15,13 +15,15 @@ The rules (thesis §3.2-3.3, our names):
    ``slow``, ``kill``, ``stop``; the site's heartbeats, ``moved``, ``folded``, ``unreachable``
    and error reports), which nothing on the data connection can delay. Nothing orders two
    connections.
-2. On a ``LINK``, ``ORDERED`` frames (``Data``; ``retaining``: the survivor's snapshot counts
-   on every row sent before it; ``psync``: the consumers' fold-in counts on the same;
-   ``cu-done``: the controller counts a copy as back only once the egress, on the same
-   connection, has its ``psync``) go through the sender's skew buffer (DTSB) and may wait
-   there while the connection is full. Every other frame (acknowledgements, ``reverse``,
-   ``rejoin``, ``retain``, keepalives) is written at once and so may overtake held ordered
-   frames, never the other way round. Each class is FIFO within itself.
+2. On a ``LINK``, ``ORDERED`` frames (``Data``; a checkpoint's ``Cut``: no row above it may
+   pass it; ``retaining``: the survivor's snapshot counts on every row sent before it;
+   ``psync``: the consumers' fold-in counts on the same; ``cu-done``: the controller counts
+   a copy as back only once the egress, on the same connection, has its ``psync``) go
+   through the sender's skew buffer (DTSB) and may wait there while the connection is full.
+   Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives) is
+   written at once and so may overtake held ordered frames, never the other way round. Each
+   class is FIFO within itself. A ``StoredPartition`` (a checkpoint's part) takes no
+   connection: it goes to the run's snapshot store (``STORE``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from sparkflux.protocol.messages import (
     Ack,
     CuDone,
     CuStart,
+    Cut,
     Data,
     Installed,
     Keepalive,
@@ -43,6 +46,7 @@ from sparkflux.protocol.messages import (
     Retaining,
     Reverse,
     State,
+    StoredPartition,
 )
 
 
@@ -52,11 +56,13 @@ class Channel(Enum):
     LINK = "link"  # site-site data connection; a site's data connection to the driver
     STATE = "state"  # the StateMover's connection between two sites
     CONTROL = "control"  # the controller's connection to a site
+    STORE = "store"  # no connection: a write to the run's snapshot store (``snapshots.py``)
 
 
 # message type -> (channel, ordered with data on it: rule 2)
 ROUTES: dict[type, tuple[Channel, bool]] = {
     Data: (Channel.LINK, True),
+    Cut: (Channel.LINK, True),  # a checkpoint's cut keeps its place among the rows
     Retaining: (Channel.LINK, True),
     PSync: (Channel.LINK, True),
     CuDone: (Channel.LINK, True),
@@ -66,6 +72,7 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     Retain: (Channel.LINK, False),
     Keepalive: (Channel.LINK, False),
     State: (Channel.STATE, False),
+    StoredPartition: (Channel.STORE, False),
     Installed: (Channel.STATE, False),
     CuStart: (Channel.CONTROL, False),
     # set-up, on the data connection to the driver

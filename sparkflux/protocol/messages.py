@@ -142,13 +142,26 @@ class PartitionSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Cut:
+    """Checkpoint ``checkpoint`` cuts the input at SN ``sn`` (docs/design.md §9), told to
+    the consumers of ``stage`` in-band: on the data connection, after every row at or below
+    the cut that its sender sends and before any above it (the ingress for the first stage,
+    a site that learnt it for the next), so that no partition can pass the cut unknowing."""
+
+    stage: int
+    checkpoint: int
+    sn: int
+
+
+@dataclass(frozen=True, slots=True)
 class StoredPartition:
     """Partition q of ``stage`` as written to a snapshot store (``runtime/snapshots.py``),
-    not sent to a peer: a checkpoint's part, cut at input SN ``cut`` (every row at or below
-    it processed, none above), or a partition spilled to disk (``cut`` its frontier then).
-    The same typed record as a catch-up's ``State`` carries, so that one codec reads both
-    and nothing stored is unpickled."""
+    not sent to a peer: checkpoint ``checkpoint``'s part, cut at input SN ``cut`` (every row
+    at or below it processed, none above), or a partition spilled to disk (``cut`` its
+    frontier then). The same typed record as a catch-up's ``State`` carries, so that one
+    codec reads both and nothing stored is unpickled."""
 
+    checkpoint: int
     stage: int
     q: int
     cut: int
@@ -225,7 +238,7 @@ class Keepalive:
 
 
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
-           | Rejoin | CuDone)
+           | Rejoin | CuDone | Cut | StoredPartition)
 # Whatever a connection carries: a protocol message, a controller's message or a keepalive.
 Frame = Message | ControlMessage | Keepalive
 

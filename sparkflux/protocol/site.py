@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
+from sparkflux.dataflow.placement import DRIVER, NOWHERE, STORE, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.model.progress import END_OF_STREAM, Frontier
 from sparkflux.model.schema import PART
@@ -38,8 +38,10 @@ from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
     SRC,
     Ack,
+    ConsumerSnapshot,
     CuDone,
     CuStart,
+    Cut,
     Data,
     Installed,
     Message,
@@ -51,6 +53,7 @@ from sparkflux.protocol.messages import (
     Retaining,
     Reverse,
     State,
+    StoredPartition,
 )
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import consumer_roles, producer_roles
@@ -116,6 +119,12 @@ class SiteCore:
         self.epochs = np.zeros((P, layout.columns), dtype=np.int64)
         self.state_bytes = 0
         self.processed = np.zeros(P, dtype=np.int64)  # rows processed per partition (stats)
+        # A checkpoint's cut per stage (docs/design.md §9): (checkpoint, sn) while a partition
+        # here has not reached it; which partitions have (by consumer index; one not installed
+        # when the cut came never writes for it); the newest checkpoint each stage learnt of.
+        self.cuts: list[tuple[int, int] | None] = [None] * n
+        self.cut_done: list[np.ndarray] = [np.ones(0, dtype=bool) for _ in range(n)]
+        self.last_cut = [-1] * n
 
     @classmethod
     def adopting(cls, plan: PhysicalPlan, layout: Layout, msg: cm.Adopt) -> SiteCore:
@@ -219,6 +228,8 @@ class SiteCore:
                                                epoch=msg.epoch))]
         if isinstance(msg, Rejoin):
             return self.prods[msg.stage - 1].on_rejoin(msg, src)
+        if isinstance(msg, Cut):
+            return self._on_cut(msg)
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
 
     # -- catch-up: the survivor's side (the machine is in ``catchup.py``) -------------------
@@ -434,13 +445,96 @@ class SiteCore:
         stages in a chain.)"""
         out: list[Outgoing] = []
         for s in sorted(set(stages)):
-            rel = self.cons[s].release()
-            if rel is None:
-                continue
-            rows, f_sn, f_wm = rel
-            batch, prog_sn, prog_wm = self._process(s, rows, f_sn, f_wm)
-            out += self.prods[s].produce(batch, prog_sn, prog_wm)
+            while True:  # (more than once only to go on past a checkpoint's cut)
+                cap = self._cap(s)
+                rel = self.cons[s].release(cap)
+                if rel is not None:
+                    rows, f_sn, f_wm = rel
+                    batch, prog_sn, prog_wm = self._process(s, rows, f_sn, f_wm)
+                    out += self.prods[s].produce(batch, prog_sn, prog_wm)
+                if cap is None:
+                    break
+                parts, cut = self._take_cuts(s)
+                out += parts
+                if not cut:
+                    break
         return out
+
+    # -- checkpoints: each partition cuts itself at the input SN its cut names ---------------
+    def _on_cut(self, msg: Cut) -> list[Outgoing]:
+        """A checkpoint's cut for ``msg.stage``, learnt in-band (its first sender's copy; the
+        others' are the same news): every partition of the stage here holds its merge at the
+        cut until it has reached it, and the next stage's consumers learn it before anything
+        of this stage above the cut can reach them. A newer checkpoint replaces one not yet
+        cut here (the older one then lacks parts: the driver gives it up)."""
+        s = msg.stage
+        if msg.checkpoint <= self.last_cut[s]:
+            return []
+        self.last_cut[s] = msg.checkpoint
+        self.cuts[s] = (msg.checkpoint, msg.sn)
+        self.cut_done[s] = ~self.cons[s].installed.copy()
+        out: list[Outgoing] = []
+        if s + 1 < len(self.plan.stages):
+            for site in sorted(set(range(self.layout.sites)) - self.dead_sites):
+                out.append(Outgoing(site, Cut(s + 1, msg.checkpoint, msg.sn)))
+        parts, _ = self._take_cuts(s)  # a partition that stands at the cut already
+        return out + parts
+
+    def _cap(self, s: int) -> np.ndarray | None:
+        """Where stage ``s``'s merge stops, per partition: a pending cut's SN for the
+        partitions that have not reached it, none for the rest."""
+        cut = self.cuts[s]
+        if cut is None:
+            return None
+        return np.where(self.cut_done[s], END_OF_STREAM, cut[1]).astype(np.int64)
+
+    def _take_cuts(self, s: int) -> tuple[list[Outgoing], bool]:
+        """The partitions of stage ``s`` that have reached the pending cut: the one copy of
+        each that writes it takes its state to the store (``StoredPartition``). Whether any
+        reached it (their merge then goes on past it)."""
+        cut = self.cuts[s]
+        assert cut is not None
+        checkpoint, sn = cut
+        cons = self.cons[s]
+        reached = ~self.cut_done[s] & cons.installed & (cons.released_sn >= sn)
+        out: list[Outgoing] = []
+        for i in np.flatnonzero(reached):
+            q = int(cons.parts[i])
+            if int(cons.released_sn[i]) != sn:  # passed unknowing: cannot happen in-band
+                raise ProtocolError(f"site {self.site}: stage {s} partition {q} is at SN "
+                                    f"{int(cons.released_sn[i])}, past checkpoint "
+                                    f"{checkpoint}'s cut at {sn}, which it learnt late")
+            if self._writes(q):
+                out.append(Outgoing(STORE, StoredPartition(
+                    checkpoint, s, q, sn, self._cut_snapshot(s, q, int(i), sn))))
+        self.cut_done[s] |= reached
+        if self.cut_done[s].all():
+            self.cuts[s] = None
+        return out, bool(reached.any())
+
+    def _writes(self, q: int) -> bool:
+        """Whether this site writes partition q's checkpoint parts: its first live copy."""
+        for r in range(self.layout.columns):
+            site = self.layout.site_of(q, r)
+            if site != NOWHERE and site not in self.dead_sites:
+                return site == self.site
+        return False
+
+    def _cut_snapshot(self, s: int, q: int, i: int, sn: int) -> PartitionSnapshot:
+        """Partition q of stage ``s`` at the cut: its operators' state, every input stream
+        at the cut with the watermark that holds there, nothing pending (the rows above the
+        cut are produced again after a restart), FH-Prod's output progress and no buffer
+        (the next stage's partitions, cut at the same SN, have what was sent at or below)."""
+        cons, prod = self.cons[s], self.prods[s]
+        wm = int(cons.released_wm[i])
+        streams = int(cons.progress_sn[i].size)
+        pi = prod.pi(q)
+        return PartitionSnapshot(
+            cons=ConsumerSnapshot(progress_sn=np.full(streams, sn, dtype=np.int64),
+                                  progress_wm=np.full(streams, wm, dtype=np.int64),
+                                  released_sn=sn, released_wm=wm, pending=None),
+            ops=tuple(op.get_partition_state(q) for op in self.plan.stages[s].operators),
+            out_sn=int(prod.progress_sn[pi]), out_wm=int(prod.progress_wm[pi]), held=None)
 
     def _process(self, s: int, rows: pa.RecordBatch, f_sn: np.ndarray, f_wm: np.ndarray
                  ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ from sparkflux.protocol.messages import (
     Ack,
     CuDone,
     CuStart,
+    Cut,
     Data,
     Installed,
     Keepalive,
@@ -31,8 +32,8 @@ from sparkflux.protocol.messages import (
 )
 
 
-def test_exactly_data_retaining_psync_and_cu_done_wait_behind_data() -> None:
-    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone}
+def test_exactly_data_retaining_psync_cu_done_and_a_cut_wait_behind_data() -> None:
+    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone, Cut}
     assert all(ROUTES[t][0] is Channel.LINK for t in ORDERED_WITH_DATA)
 
 

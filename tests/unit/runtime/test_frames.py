@@ -20,6 +20,7 @@ from sparkflux.protocol.messages import (
     ConsumerSnapshot,
     CuDone,
     CuStart,
+    Cut,
     Data,
     Installed,
     Keepalive,
@@ -99,7 +100,8 @@ EXAMPLES: list[Any] = [
     State(1, 4, 0, dataclasses.replace(SNAPSHOT, ops=(), cons=dataclasses.replace(
         CONS, pending=None)), 0),  # no rows pending, an operator-less stage
     Installed(1, 4, 0, 5),
-    StoredPartition(1, 4, 1_000, SNAPSHOT),
+    StoredPartition(3, 1, 4, 1_000, SNAPSHOT),
+    Cut(2, 3, 1_000),
     PSync(2, 4, 1, 9),
     Rejoin(1, p=i32(3), r=i8(0), q=i32(4), c=i8(1), floor=i64(7), send=np.array([True]),
            wait=np.array([False])),

@@ -26,12 +26,12 @@ def part(counts: np.ndarray, rows: int = 3) -> StoredPartition:
                               progress_wm=np.array([1, 2], dtype=np.int64), released_sn=5,
                               released_wm=1, pending=None),
         ops=({"counts": counts, "keys": table}, None), out_sn=5, out_wm=1, held=None)
-    return StoredPartition(stage=1, q=6, cut=5, snapshot=snap)
+    return StoredPartition(checkpoint=2, stage=1, q=6, cut=5, snapshot=snap)
 
 
 def same(a: StoredPartition, b: StoredPartition) -> bool:
     x, y = a.snapshot.ops[0], b.snapshot.ops[0]
-    return (dataclasses.astuple(a)[:3] == dataclasses.astuple(b)[:3]
+    return (dataclasses.astuple(a)[:4] == dataclasses.astuple(b)[:4]
             and np.array_equal(x["counts"], y["counts"]) and x["keys"].equals(y["keys"])
             and np.array_equal(a.snapshot.cons.progress_sn, b.snapshot.cons.progress_sn)
             and b.snapshot.ops[1] is None)
