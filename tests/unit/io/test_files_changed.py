@@ -141,26 +141,29 @@ def test_a_file_deleted_while_read_is_read_to_its_end_and_the_input_goes_on(
     """With a malformed line near its end (JSON): the line-by-line reading that finds it goes
     through the open file too, not the name (the issue's ``FileNotFoundError``)."""
     suffix = "jsonl" if fmt == "json" else "parquet"
+    total = 40_000  # JSON: 1.3 MiB, two blocks of pyarrow's: the bad line is in the second
     if fmt == "json":
-        land_json(tmp_path, "a.jsonl", [*json_lines(0, 95), "{not json", *json_lines(95, 5)])
+        land_json(tmp_path, "a.jsonl", [*json_lines(0, total - 5), "{not json",
+                                        *json_lines(total - 5, 5)])
+        assert (tmp_path / "a.jsonl").stat().st_size > 1 << 20
     else:
-        land(tmp_path, fmt, "a.parquet", 0, 100)
-    land(tmp_path, fmt, f"b.{suffix}", 100, 10)
+        land(tmp_path, fmt, "a.parquet", 0, total)
+    land(tmp_path, fmt, f"b.{suffix}", total, 10)
     src = source(tmp_path, fmt)
     it = src.batches()
     got = [next(it)]
     (tmp_path / f"a.{suffix}").unlink()
     with caplog.at_level(logging.WARNING, logger="sparkflux.io.files"):
         got.extend(until_idle(it))
-    assert keys(got) == list(range(110))
+    assert keys(got) == list(range(total + 10))
     dead = [r.reason for item in got for r in validate(item, SCHEMA)[1]]
-    assert dead == (["malformed JSON line: file a.jsonl line 96: Expecting property name "
-                     "enclosed in double quotes: line 1 column 2 (char 1)"]
+    assert dead == ([f"malformed JSON line: file a.jsonl line {total - 4}: Expecting property "
+                     f"name enclosed in double quotes: line 1 column 2 (char 1)"]
                     if fmt == "json" else [])
     warned = [r.getMessage() for r in caplog.records]
     assert warned == [f"file {tmp_path / f'a.{suffix}'} was deleted while it was read: it was "
-                      f"read to its end through the open file ({100 + len(dead)} records); "
-                      f"the input goes on"]
+                      f"read to its end through the open file ({total + len(dead):,} "
+                      f"records); the input goes on"]
     assert src.files_read == 2
 
 
