@@ -188,6 +188,8 @@ def _what(value: Any) -> str:
         return "bool"
     if isinstance(value, str):
         return "string"
+    if isinstance(value, (numbers.Real, Decimal)):
+        return "number"
     return type(value).__name__
 
 

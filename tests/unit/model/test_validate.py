@@ -109,7 +109,7 @@ def test_a_string_is_never_parsed_into_a_number_nor_a_bool_taken_for_one() -> No
                             [{"s": ""}, {"b": False}, {"f": 2}])
     assert reasons[0] == "column 'i': '5' is not of type int64: a string, not an integer"
     assert reasons[2] == "column 'i': True is not of type int64: a bool, not an integer"
-    assert reasons[4] == "column 'b': 1 is not of type bool: a int, not a bool"
+    assert reasons[4] == "column 'b': 1 is not of type bool: a number, not a bool"
     # a whole column of strings that all parse as numbers is still refused, row by row
     strings = pa.RecordBatch.from_pydict({"i": ["1", "2"], "f": [0.5, 0.5], "b": [True, True],
                                           "s": ["x", "y"]})
