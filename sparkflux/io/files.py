@@ -51,8 +51,10 @@ filesystem's timestamp granularity).
   changed, how many of its records were handed over and the position to resume from; the run
   stops with it (``the ingress failed: FileChanged: ...``). Nothing is skipped silently.
 - *Replaced* (another file renamed onto its name while it was read): the open file is the
-  earlier one, read whole; the new one's name has been read already, so it would never be
-  read: ``FileChanged`` too.
+  earlier one, read whole, so nothing of it is lost; the new one lands under a name already
+  read, which is the rule for a file landing behind the position: it is not read, and is
+  logged (a warning) and listed in ``late_files``. (A rerun that lands the same files again
+  into a directory being read does exactly this.)
 - *Deleted* while it is read: the open file stays readable (POSIX keeps a removed file's data
   while it is open), so the source reads it to its end, logs a warning naming it, and goes on.
   A file deleted between the listing and its opening is one dead letter naming it.
@@ -120,10 +122,10 @@ class _Opened:
             self._changed("rewritten (its size is the same, its modification time is not)",
                           handed)
 
-    def end(self, handed: int) -> None:
+    def end(self, handed: int) -> bool:
         """At the file's end: the checks, its first bytes against those read at its opening,
         and its name: deleted (a warning; the file was read to its end through the open
-        file) or now another file's (``FileChanged``)."""
+        file) or now another file's (a warning; True: the new file is a late one)."""
         self.check(handed)
         if os.pread(self.fd, HEAD_BYTES, 0) != self.head:
             self._changed("rewritten (its first bytes differ from those read at its opening)",
@@ -132,12 +134,16 @@ class _Opened:
             named = os.stat(self.path)
         except FileNotFoundError:
             log.warning("file %s was deleted while it was read: it was read to its end through "
-                        "the open file (%d records); the input goes on", self.path, handed)
-            return
+                        "the open file (%s records); the input goes on", self.path,
+                        f"{handed:,}")
+            return False
         if (named.st_dev, named.st_ino) != (self.at_open.st_dev, self.at_open.st_ino):
-            self._changed("replaced by another file renamed onto its name (the earlier file "
-                          "was read whole; the new one would never be read, its name being "
-                          "read already)", handed)
+            log.warning("file %s was replaced by another file while it was read: the earlier "
+                        "file was read whole through the open file (%s records); the new one "
+                        "landed under a name already read and is not read (late_files)",
+                        self.path, f"{handed:,}")
+            return True
+        return False
 
     def _changed(self, how: str, handed: int) -> None:
         raise FileChanged(
@@ -304,8 +310,8 @@ class FileStreamSource(SiteReadable, Source):
                 yield from self._read_parquet(opened, skip)
             else:
                 yield from self._read_json(opened, skip)
-            if not self._closed.is_set():
-                opened.end(self._pos.row)
+            if not self._closed.is_set() and opened.end(self._pos.row):
+                self.late_files.append(name)
 
     # -- Parquet -----------------------------------------------------------------------------
     def _read_parquet(self, opened: _Opened, skip: int) -> Iterator[Item]:

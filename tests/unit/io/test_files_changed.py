@@ -1,9 +1,10 @@
 """A file that changes or goes while the file-stream source reads it (``sparkflux/io/files.py``,
-"A file that changes or goes while it is read"): truncated, rewritten in place, grown or
-replaced, the input stops with ``FileChanged`` naming the file, how it changed and the
-position; deleted, it is read to its end through the open file, a warning says so and the
-next file is read. Every record of the files is accounted for: handed over as a row, a dead
-letter, or counted in the error."""
+"A file that changes or goes while it is read"): truncated, rewritten in place or grown,
+the input stops with ``FileChanged`` naming the file, how it changed and the position;
+replaced by a file renamed onto its name, it is read whole and the new one is a late file
+(logged and listed); deleted, it is read to its end through the open file, a warning says
+so and the next file is read. Every record of the files is accounted for: handed over as a
+row, a dead letter, or counted in the error."""
 
 from __future__ import annotations
 
@@ -125,14 +126,24 @@ def test_a_rewrite_that_keeps_size_and_time_is_found_by_its_first_bytes(
     assert "its first bytes differ from those read at its opening" in str(error)
 
 
-def test_a_file_replaced_by_another_while_read_stops_the_input(tmp_path: Path) -> None:
+def test_a_file_replaced_by_another_while_read_is_read_whole_the_new_one_late(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The earlier file is read whole through the open file; the new one has a name already
+    read: as any file landing behind the position, it is logged and listed, not read."""
     land_parquet(tmp_path, "a.parquet", rows(0, 30), row_group_size=10)
     land_parquet(tmp_path, "b.parquet", rows(100, 10))
     src = source(tmp_path, "parquet")
-    got, error = read_until_changed(
-        src, lambda: land_parquet(tmp_path, "a.parquet", rows(50, 5)))
-    assert keys(got) == list(range(30))  # the earlier file, read whole from the open file
-    assert "replaced by another file renamed onto its name" in str(error)
+    it = src.batches()
+    got = [next(it)]
+    land_parquet(tmp_path, "a.parquet", rows(50, 5))
+    with caplog.at_level(logging.WARNING, logger="sparkflux.io.files"):
+        got.extend(until_idle(it))
+    assert keys(got) == [*range(30), *range(100, 110)]
+    assert src.late_files == ["a.parquet"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"file {tmp_path / 'a.parquet'} was replaced by another file while it was read: the "
+        f"earlier file was read whole through the open file (30 records); the new one landed "
+        f"under a name already read and is not read (late_files)"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "parquet"])
