@@ -93,8 +93,8 @@ LINE_BLOCK = 1 << 20  # bytes read at a time when going through a JSON file line
 
 
 class FileChanged(RuntimeError):
-    """A file changed, or was replaced, while the source read it (see the module): the input
-    stops here rather than skip or mix records."""
+    """A file changed (truncated, rewritten, appended to) while the source read it (see the
+    module): the input stops here rather than skip or mix records."""
 
 
 class _Opened:
