@@ -10,6 +10,8 @@ an error naming it.
   command's process group) leaves no site process and no listening port of the run within a
   few seconds, and ``--output`` readable by pyarrow and Spark, with every dead-letter line
   whole.
+- A paced (push) source whose buffer fills says so when its drops begin and end, with counts
+  that add up to ``ingress_dropped``.
 """
 
 from __future__ import annotations
@@ -260,3 +262,26 @@ def test_a_sigkilled_driver_leaves_no_site_no_port_and_a_readable_output(
     dead = tmp_path / "out.dead-letter.jsonl"
     text = dead.read_text()
     assert text.endswith("\n") and all(json.loads(line)["reason"] for line in text.splitlines())
+
+
+def test_a_push_sources_drops_are_logged_with_their_counts(tmp_path: Path) -> None:
+    """Sites held to a tenth of a core with a small window and buffer: admission is held back
+    and the paced source drops. The terminal says when drops begin and end; their counts add
+    up to ``ingress_dropped``, and admitted + dropped = the input."""
+    events = 300_000
+    cmd = [sys.executable, "-m", "sparkflux.cli", "run", str(ROOT / "examples" / "netmon.py"),
+           "--events", str(events), "--rate", "100000", "--sites", "2", "--partitions", "4",
+           "--ha", "none", "--ingress-buffer", "5000", "--window", "5000", "--site-cpu", "0.1",
+           "--no-progress", "--metrics", str(tmp_path / "m.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["ingress_dropped"] > 0 and m["input_tuples"] + m["ingress_dropped"] == events
+    began = [line for line in out.splitlines() if "input dropped: the ingress buffer is full "
+             "(5,000 records, --ingress-buffer) and the push source sends 100,000" in line]
+    ended = [line.split("): ", 1)[1].split(" records dropped over ")[0]
+             for line in out.splitlines() if "input no longer dropped (" in line]
+    assert len(began) == len(ended) >= 1, out[-3000:]
+    assert sum(int(n.replace(",", "")) for n in ended) == m["ingress_dropped"]
