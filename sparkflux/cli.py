@@ -72,9 +72,12 @@ def _example_parser(prog: str, example_path: str | None) -> tuple[argparse.Argum
 def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]:
     p, module = _example_parser("run", example_path)
     add_run_options(p)  # every RunOptions field (sparkflux/options.py)
-    p.add_argument("--output", default=None, help="write the ordered output to this Parquet file")
+    p.add_argument("--output", default=None,
+                   help="write the ordered output to this directory of Parquet part files, "
+                        "readable after any crash")
     p.add_argument("--dead-letter", default=None,
-                   help="JSON-lines file for rejected input (default: next to --output)")
+                   help="JSON-lines file for rejected input (default: next to --output, its "
+                        "suffix replaced: out.parquet -> out.dead-letter.jsonl)")
     p.add_argument("--metrics", default=None, help="write the run's metrics JSON here")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw output rate and latency over time, kills marked (Fig. 3.16)")

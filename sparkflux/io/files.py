@@ -37,18 +37,43 @@ letters with its reason. A JSON file that pyarrow cannot convert is read again l
 from where it failed, so that each line that is not a JSON object is dead-lettered
 (``Malformed``: the file, the line number, its text, the parse error) and the others go on; a
 file that is not readable Parquet is one dead letter naming the file. The run goes on.
+
+**A file that changes or goes while it is read.** A file is opened once and read through that
+open file to its end, never reopened by name. Before each batch is handed over, and at the
+file's end, the open file is compared with what it was when it was opened: its size and its
+modification time (``fstat``), and at the end its first 4 KiB too (a rewrite within the
+filesystem's timestamp granularity).
+
+- *Changed* (truncated, rewritten in place, appended to): the records already handed over
+  came from the earlier content, so neither reading on (the rest of the earlier content is
+  gone, the new content's records before the position would be skipped) nor reading it again
+  (those records twice) is right. The source raises ``FileChanged``, naming the file, what
+  changed, how many of its records were handed over and the position to resume from; the run
+  stops with it (``the ingress failed: FileChanged: ...``). Nothing is skipped silently.
+- *Replaced* (another file renamed onto its name while it was read): the open file is the
+  earlier one, read whole, so nothing of it is lost; the new one lands under a name already
+  read, which is the rule for a file landing behind the position: it is not read, and is
+  logged (a warning) and listed in ``late_files``. (A rerun that lands the same files again
+  into a directory being read does exactly this.)
+- *Deleted* while it is read: the open file stays readable (POSIX keeps a removed file's data
+  while it is open), so the source reads it to its end, logs a warning naming it, and goes on.
+  A file deleted between the listing and its opening is one dead letter naming it.
+
+A change after a file was read to its end is not looked for (the source would have to stat
+every file it has read, at every listing): a file must not change once it has its name.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import IO, Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.json as pj
@@ -63,6 +88,71 @@ log = logging.getLogger(__name__)
 
 SUFFIXES = {"parquet": (".parquet",), "json": (".json", ".jsonl", ".ndjson")}
 TEXT_LIMIT = 200  # characters of a malformed line kept in its dead letter
+HEAD_BYTES = 4096  # a file's first bytes, compared at its end with those read at its opening
+LINE_BLOCK = 1 << 20  # bytes read at a time when going through a JSON file line by line
+
+
+class FileChanged(RuntimeError):
+    """A file changed (truncated, rewritten, appended to) while the source read it (see the
+    module): the input stops here rather than skip or mix records."""
+
+
+class _Opened:
+    """A file opened for reading, and what it was at its opening: the one handle every read
+    of the file goes through, and the checks that it has not changed (see the module)."""
+
+    def __init__(self, directory: Path, name: str, handle: IO[bytes]) -> None:
+        self.path = directory / name
+        self.name = name
+        self.handle = handle
+        self.fd = handle.fileno()
+        self.at_open = os.fstat(self.fd)
+        self.head = os.pread(self.fd, HEAD_BYTES, 0)
+
+    def check(self, handed: int) -> None:
+        """Raise ``FileChanged`` when the open file's size or modification time is not what
+        it was at its opening (``handed``: its records handed over so far)."""
+        now = os.fstat(self.fd)
+        was = self.at_open
+        if now.st_size < was.st_size:
+            self._changed(f"truncated from {was.st_size:,} to {now.st_size:,} bytes", handed)
+        if now.st_size > was.st_size:
+            self._changed(f"grown from {was.st_size:,} to {now.st_size:,} bytes", handed)
+        if now.st_mtime_ns != was.st_mtime_ns:
+            self._changed("rewritten (its size is the same, its modification time is not)",
+                          handed)
+
+    def end(self, handed: int) -> bool:
+        """At the file's end: the checks, its first bytes against those read at its opening,
+        and its name: deleted (a warning; the file was read to its end through the open
+        file) or now another file's (a warning; True: the new file is a late one)."""
+        self.check(handed)
+        if os.pread(self.fd, HEAD_BYTES, 0) != self.head:
+            self._changed("rewritten (its first bytes differ from those read at its opening)",
+                          handed)
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            log.warning("file %s was deleted while it was read: it was read to its end through "
+                        "the open file (%s records); the input goes on", self.path,
+                        f"{handed:,}")
+            return False
+        if (named.st_dev, named.st_ino) != (self.at_open.st_dev, self.at_open.st_ino):
+            log.warning("file %s was replaced by another file while it was read: the earlier "
+                        "file was read whole through the open file (%s records); the new one "
+                        "landed under a name already read and is not read (late_files)",
+                        self.path, f"{handed:,}")
+            return True
+        return False
+
+    def _changed(self, how: str, handed: int) -> None:
+        raise FileChanged(
+            f"file {self.path} changed while it was read: {how}. {handed:,} of its records "
+            f"were handed over, read from its earlier content; the input stops here rather "
+            f"than skip records or mix two contents. A file must not change once it has its "
+            f"name: write it under a name starting with '.' or '_' and rename it into place. "
+            f"To go on, start a source at FilePosition({self.name!r}, {handed}) once the file "
+            f"holds what it should, or at the next file")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,18 +296,32 @@ class FileStreamSource(SiteReadable, Source):
         self._pos = FilePosition(name, self._pos.row + rows)
 
     def _read(self, name: str, skip: int) -> Iterator[Item]:
-        if self.format == "parquet":
-            yield from self._read_parquet(name, skip)
-        else:
-            yield from self._read_json(name, skip)
+        """The file ``name`` from its record ``skip`` on, through one open file (see the
+        module): a file that cannot be opened is one dead letter naming it."""
+        try:
+            handle = open(self.path / name, "rb")  # noqa: SIM115 - closed below
+        except OSError as e:
+            self._advance(name, 0)
+            yield [Malformed({"file": name}, f"file {name}: unreadable ({e})")]
+            return
+        with handle:
+            opened = _Opened(self.path, name, handle)
+            if self.format == "parquet":
+                yield from self._read_parquet(opened, skip)
+            else:
+                yield from self._read_json(opened, skip)
+            if not self._closed.is_set() and opened.end(self._pos.row):
+                self.late_files.append(name)
 
     # -- Parquet -----------------------------------------------------------------------------
-    def _read_parquet(self, name: str, skip: int) -> Iterator[Item]:
+    def _read_parquet(self, opened: _Opened, skip: int) -> Iterator[Item]:
         """The file a row group at a time (in slices of ``batch_size``): a group that cannot
         be decoded is one dead letter from its first row, the groups before it handed over
-        whole (the rule a source read on the sites follows too)."""
+        whole (the rule a source read on the sites follows too), unless the file changed
+        meanwhile (``FileChanged``)."""
+        name = opened.name
         try:
-            pf = pq.ParquetFile(self.path / name)
+            pf = pq.ParquetFile(opened.handle)
             have = set(pf.schema_arrow.names)
             groups, skip = _row_groups_from(pf, skip)
             columns = [n for n in self.schema.names if n in have]
@@ -225,80 +329,103 @@ class FileStreamSource(SiteReadable, Source):
                 table = pf.read_row_group(g, columns=columns)
                 batches = (b for big in table.to_batches()
                            for b in _slices(big, self.batch_size))
-                yield from self._from_row(name, batches, skip)
+                yield from self._from_row(opened, batches, skip)
                 skip = 0
                 if self._closed.is_set():
                     return
         except (OSError, pa.ArrowException) as e:
+            opened.check(self._pos.row)  # damaged, or changed while read
             self._advance(name, 0)
             yield [Malformed({"file": name, "row": self._pos.row},
                              f"file {name}: not readable as Parquet from row {self._pos.row} "
                              f"({type(e).__name__}: {e})")]
 
-    def _from_row(self, name: str, batches: Iterable[pa.RecordBatch], skip: int
+    def _from_row(self, opened: _Opened, batches: Iterable[pa.RecordBatch], skip: int
                   ) -> Iterator[pa.RecordBatch]:
-        """``batches`` of file ``name`` from its row ``skip`` on, each counted into the
-        position as it is handed over; none after ``close()``."""
+        """``batches`` of the file from its row ``skip`` on, each checked against a change
+        of the file and counted into the position as it is handed over; none after
+        ``close()``."""
         for b in batches:
             if skip:
                 if skip >= b.num_rows:
                     skip -= b.num_rows
                     continue
                 b, skip = b.slice(skip), 0
-            self._advance(name, b.num_rows)
+            opened.check(self._pos.row)
+            self._advance(opened.name, b.num_rows)
             yield b
             if self._closed.is_set():
                 return
 
     # -- JSON lines --------------------------------------------------------------------------
-    def _read_json(self, name: str, skip: int) -> Iterator[Item]:
+    def _read_json(self, opened: _Opened, skip: int) -> Iterator[Item]:
         """The fast path (``pyarrow.json``, streamed in blocks, sliced into batches); on a
-        conversion error, line by line from the first record not yet handed over."""
-        nullable = pa.schema([pa.field(f.name, f.type) for f in self.schema])
-        options = pj.ParseOptions(explicit_schema=nullable, unexpected_field_behavior="ignore")
+        conversion error, line by line from the first record not yet handed over. Float
+        columns are parsed as float64, so that the ingress finds a value beyond a narrower
+        float's range (``model/validate.py``) rather than an infinity."""
+        parsed = pa.schema([pa.field(f.name, pa.float64() if pa.types.is_floating(f.type)
+                                     else f.type) for f in self.schema])
+        options = pj.ParseOptions(explicit_schema=parsed, unexpected_field_behavior="ignore")
         try:
-            reader = pj.open_json(self.path / name, parse_options=options)
+            reader = pj.open_json(opened.handle, parse_options=options)
             yield from self._from_row(
-                name, (b for block in reader for b in _slices(block, self.batch_size)), skip)
+                opened, (b for block in reader for b in _slices(block, self.batch_size)), skip)
             return
         except pa.ArrowInvalid:
             pass  # a line pyarrow cannot convert: go through the lines to find it
         except OSError as e:
-            yield [Malformed({"file": name}, f"file {name}: unreadable ({e})")]
+            opened.check(self._pos.row)
+            yield [Malformed({"file": opened.name}, f"file {opened.name}: unreadable ({e})")]
             return
-        yield from self._read_json_lines(name, self._pos.row)
+        opened.check(self._pos.row)
+        yield from self._read_json_lines(opened, self._pos.row)
 
-    def _read_json_lines(self, name: str, skip: int) -> Iterator[Item]:
+    def _read_json_lines(self, opened: _Opened, skip: int) -> Iterator[Item]:
         # as on the fast path, an absent nullable field is a null, an absent required one is
         # missing (a dead letter)
+        name = opened.name
         optional = [f.name for f in self.schema if f.nullable]
         out: list[dict[str, Any] | Malformed] = []
         record = -1
-        with open(self.path / name, encoding="utf-8", errors="replace") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                record += 1
-                if record < skip:
-                    continue
-                try:
-                    value = json.loads(line)
-                    if not isinstance(value, dict):
-                        raise ValueError(f"a JSON {type(value).__name__}, not an object")
-                    out.append({**dict.fromkeys(optional), **value})
-                except ValueError as e:
-                    out.append(Malformed(
-                        {"file": name, "line": lineno, "text": line.rstrip("\n")[:TEXT_LIMIT]},
-                        f"malformed JSON line: file {name} line {lineno}: {e}"))
-                if len(out) >= self.batch_size:
-                    self._advance(name, len(out))
-                    yield out
-                    out = []
-                    if self._closed.is_set():
-                        return
+        for lineno, raw in enumerate(_lines(opened.fd), start=1):
+            line = raw.decode("utf-8", errors="replace")
+            if not line.strip():
+                continue
+            record += 1
+            if record < skip:
+                continue
+            try:
+                value = json.loads(line)
+                if not isinstance(value, dict):
+                    raise ValueError(f"a JSON {type(value).__name__}, not an object")
+                out.append({**dict.fromkeys(optional), **value})
+            except ValueError as e:
+                out.append(Malformed(
+                    {"file": name, "line": lineno, "text": line.rstrip("\r")[:TEXT_LIMIT]},
+                    f"malformed JSON line: file {name} line {lineno}: {e}"))
+            if len(out) >= self.batch_size:
+                opened.check(self._pos.row)
+                self._advance(name, len(out))
+                yield out
+                out = []
+                if self._closed.is_set():
+                    return
         if out:
+            opened.check(self._pos.row)
             self._advance(name, len(out))
             yield out
+
+
+def _lines(fd: int) -> Iterator[bytes]:
+    """The lines of the open file ``fd`` from its start, without their ``\\n``, read at
+    explicit offsets (``pread``): nothing else's reads of the file move them."""
+    offset, rest = 0, b""
+    while block := os.pread(fd, LINE_BLOCK, offset):
+        offset += len(block)
+        *lines, rest = (rest + block).split(b"\n")
+        yield from lines
+    if rest:
+        yield rest
 
 
 def _row_groups_from(pf: pq.ParquetFile, skip: int) -> tuple[list[int], int]:

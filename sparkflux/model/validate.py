@@ -7,11 +7,30 @@ the source's reason. A record missing a column, holding a null in a non-nullable
 column, or holding a value of the wrong type is rejected with its reason; the rest of the
 input goes on. Conversion is vectorized per column and falls back to a per-record check only
 for a column that failed to convert, to find exactly which records are bad.
+
+**A value goes into its column exactly, or not at all** (``exact``): never truncated, wrapped,
+parsed or coerced into another kind.
+
+- An integer column takes integers within its range, and a float only when it is a whole
+  number within that range (``1.0``, ``1e3``): ``1.5``, ``NaN`` and ``2**63`` into ``int64``
+  are dead letters, as is a float that is not exactly an integer.
+- A float column takes integers and floats, rounded to its precision as every float is (an
+  integer beyond 2**53 into ``float64`` is refused: Arrow's rule), but never beyond its
+  range: ``1e300`` into ``float32`` (which would read back as infinity) is a dead letter.
+- A bool is not a number and a number not a bool: ``true`` into an integer or float column,
+  ``1`` into a bool column, are dead letters.
+- A string is never parsed into a number, nor a number written as a string: ``"5"`` into
+  ``int64`` and ``5`` into ``string`` are dead letters.
+
+Other types (timestamps, dates, decimals, nested) convert as Arrow converts them.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -61,10 +80,10 @@ def _validate_batch(batch: pa.RecordBatch, schema: pa.Schema) -> tuple[pa.Record
     for f in schema:
         col = batch.column(f.name)
         if not col.type.equals(f.type):
-            try:
-                col = pc.cast(col, f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                # A whole column of the wrong type: fall back to record-by-record checks.
+            col = _cast_exactly(col, f.type)
+            if col is None:
+                # Some value does not fit, or the column is of another kind: find which
+                # records, one by one.
                 return _validate_records(batch.to_pylist(), schema)
         columns.append(col)
     bad = np.zeros(batch.num_rows, dtype=bool)
@@ -94,8 +113,13 @@ def _validate_records(records: list[dict[str, Any]], schema: pa.Schema) -> tuple
             if v is _MISSING and i not in bad_reason:
                 bad_reason[i] = f"missing column {f.name!r}"
         clean = [None if v is _MISSING else v for v in values]
+        kind = _kind(f.type)
         try:
+            if kind in _PYTHON_KINDS and not {type(v) for v in clean} <= _PYTHON_KINDS[kind]:
+                raise TypeError("a value of another Python type: check one by one")
             arr = pa.array(clean, type=f.type)
+            if kind == "float" and not _no_overflow(clean, arr):
+                raise OverflowError("a finite value became infinite: check one by one")
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             arr = _convert_one_by_one(clean, f, bad_reason)
         if not f.nullable and arr.null_count:
@@ -114,13 +138,112 @@ def _validate_records(records: list[dict[str, Any]], schema: pa.Schema) -> tuple
 def _convert_one_by_one(values: list[Any], f: pa.Field, bad: dict[int, str]) -> pa.Array:
     out: list[Any] = []
     for i, v in enumerate(values):
-        try:
-            pa.array([v], type=f.type)
+        why = exact(v, f.type)
+        if why is None:
+            try:
+                pa.array([v], type=f.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                why = ""
+        if why is None:
             out.append(v)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            bad.setdefault(i, f"column {f.name!r}: {v!r} is not of type {f.type}")
+        else:
+            bad.setdefault(i, f"column {f.name!r}: {v!r} is not of type {f.type}"
+                              + (f": {why}" if why else ""))
             out.append(None)
     return pa.array(out, type=f.type)
+
+
+def exact(value: Any, type_: pa.DataType) -> str | None:
+    """Why ``value`` (a Python value) does not go exactly into a column of ``type_``, or None
+    when nothing stands in the way here (Arrow's own conversion still checks the range and the
+    rest; see the module)."""
+    if value is None:
+        return None
+    kind = _kind(type_)
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal)):
+            return f"a {_what(value)}, not an integer"
+        if isinstance(value, numbers.Integral):
+            return None
+        if not math.isfinite(value):
+            return "not a finite number"
+        return None if value == math.floor(value) else "not a whole number"
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal)):
+            return f"a {_what(value)}, not a number"
+        if isinstance(value, float) and math.isfinite(value):
+            as_column = pa.array([value], type=type_)[0].as_py()
+            if not math.isfinite(as_column):
+                return f"beyond the range of {type_}"
+        return None
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"a {_what(value)}, not a bool"
+    if kind == "string":
+        return None if isinstance(value, str) else f"a {_what(value)}, not a string"
+    return None
+
+
+def _what(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (numbers.Real, Decimal)):
+        return "number"
+    return type(value).__name__
+
+
+def _kind(type_: pa.DataType) -> str:
+    """``int``, ``float``, ``decimal``, ``bool``, ``string`` or ``other`` (a dictionary: its
+    values' kind)."""
+    if pa.types.is_dictionary(type_):
+        type_ = type_.value_type
+    if pa.types.is_integer(type_):
+        return "int"
+    if pa.types.is_floating(type_):
+        return "float"
+    if pa.types.is_decimal(type_):
+        return "decimal"
+    if pa.types.is_boolean(type_):
+        return "bool"
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_) or (
+            pa.types.is_string_view(type_)):
+        return "string"
+    return "other"
+
+
+# The Python types a column of each kind converts wholesale, without a look at each value.
+_PYTHON_KINDS: dict[str, set[type]] = {"int": {int, type(None)},
+                                       "float": {int, float, type(None)},
+                                       "bool": {bool, type(None)},
+                                       "string": {str, type(None)}}
+
+
+def _no_overflow(values: list[Any], arr: pa.Array) -> bool:
+    """Whether no finite value of ``values`` became infinite in the float column ``arr``."""
+    if not pc.any(pc.is_inf(arr)).as_py():
+        return True
+    finite = pa.array([isinstance(v, float) and math.isfinite(v) or isinstance(v, int)
+                       for v in values])
+    return not pc.any(pc.and_(pc.is_inf(arr), finite)).as_py()
+
+
+def _cast_exactly(col: pa.Array, type_: pa.DataType) -> pa.Array | None:
+    """``col`` cast to ``type_`` when every value goes into it exactly (see the module), or
+    None: a value does not fit, or the column is of another kind (a bool column into an
+    integer one, a string column into a number)."""
+    src, dst = _kind(col.type), _kind(type_)
+    numeric = ("int", "float", "decimal")
+    if (dst in numeric and src not in numeric) or (dst in ("bool", "string") and src != dst):
+        return None
+    try:
+        out = pc.cast(col, type_)  # safe: an overflow or a fraction into an integer raises
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if dst == "float" and src == "float" and pc.any(
+            pc.and_(pc.is_inf(out), pc.invert(pc.is_inf(col)))).as_py():
+        return None  # a finite value beyond the narrower float's range
+    return out
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:

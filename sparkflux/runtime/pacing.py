@@ -1,10 +1,11 @@
 """The driver's sources: the plan's sources read batch by batch, and the push source that
 ``--rate`` makes of them (the paper's packet sprayer), whose buffer overflow is counted as
-dropped input."""
+dropped input and logged: a warning when drops begin and one when they end, with counts."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -17,6 +18,10 @@ from sparkflux.dataflow.plan import PhysicalPlan, StreamSpec
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_WATERMARK
 from sparkflux.runtime.run_config import LiveStats
+
+log = logging.getLogger(__name__)
+
+DROPS_QUIET_S = 1.0  # a run of drops ends after this long without one
 
 WAIT = object()  # nothing to admit yet: the feed waits idly and asks again
 
@@ -105,7 +110,12 @@ def _max_time(item: pa.RecordBatch | list[dict[str, Any]], spec: StreamSpec) -> 
 class PacedBuffer:
     """A push source (the paper's packet sprayer): records arrive at ``rate`` per second.
 
-    What the ingress buffer cannot hold is dropped and counted (``ingress_dropped``).
+    What the ingress buffer cannot hold is dropped and counted (``ingress_dropped``): a push
+    source does not wait. A run of drops is logged as a warning when it begins (its first
+    record dropped), with the buffer's capacity and the rate, and when it ends (no record
+    dropped for ``DROPS_QUIET_S``, or the input's end), with the records it dropped, from its
+    first drop to its last, and the run's total so far: two lines however often the buffer
+    fills and drains within it.
     """
 
     def __init__(self, source: SourceFeed, rate: float, capacity: int, stats: LiveStats,
@@ -121,8 +131,40 @@ class PacedBuffer:
         self.flush_rows = flush_rows
         self.flush_s = flush_s
         self._last_take = time.monotonic()
+        self._drops_since: float | None = None  # when the current run of drops began
+        self._last_drop = 0.0  # and its latest drop
+        self._drops = 0  # the records it dropped
+        self.drop_runs = 0  # runs of drops so far
 
     async def produce(self) -> None:
+        try:
+            await self._produce()
+        finally:
+            self._drops_end("the input ended" if self.exhausted else "the run ended")
+
+    def _dropped(self, n: int) -> None:
+        self.stats.dropped += n
+        if self._drops_since is None:
+            self._drops_since, self._drops = time.monotonic(), 0
+            self.drop_runs += 1
+            log.warning("input dropped: the ingress buffer is full (%s records, "
+                        "--ingress-buffer) and the push source sends %s records/s (--rate): "
+                        "what does not fit is dropped and counted (ingress_dropped) until the "
+                        "admission, which waits for the sites (a slow, failed or cut-off site; "
+                        "--window), takes from it again", f"{self.capacity:,}",
+                        f"{self.rate:,.0f}")
+        self._drops += n
+        self._last_drop = time.monotonic()
+
+    def _drops_end(self, why: str) -> None:
+        if self._drops_since is None:
+            return
+        log.warning("input no longer dropped (%s): %s records dropped over %.1f s; %s dropped "
+                    "in all so far", why, f"{self._drops:,}",
+                    self._last_drop - self._drops_since, f"{self.stats.dropped:,}")
+        self._drops_since = None
+
+    async def _produce(self) -> None:
         t0 = time.monotonic()
         produced = 0
         while not self.exhausted:
@@ -151,10 +193,13 @@ class PacedBuffer:
                 produced += n
                 due -= n
                 if self.held + n > self.capacity:
-                    self.stats.dropped += n
+                    self._dropped(n)
                     continue
                 self.buffer.append((stream, payload))
                 self.held += n
+            if (self._drops_since is not None
+                    and time.monotonic() - self._last_drop >= DROPS_QUIET_S):
+                self._drops_end(f"none for {DROPS_QUIET_S:g} s")
             await asyncio.sleep(0.005)
 
     def take(self) -> Any:

@@ -135,7 +135,8 @@ def test_json_lines_ignore_undeclared_fields_and_dead_letter_malformed_lines(
     assert reasons[0].startswith("malformed JSON line: file 2.jsonl line 2:")
     assert rejected[0].record == {"file": "2.jsonl", "line": 2, "text": "{not json"}
     assert "line 4: a JSON list, not an object" in reasons[1]
-    assert sorted(reasons[2:]) == ["column 'k': 'seven' is not of type int64",
+    assert sorted(reasons[2:]) == ["column 'k': 'seven' is not of type int64: "
+                                   "a string, not an integer",
                                    "missing column 'k'"]
 
 
