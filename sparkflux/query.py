@@ -164,8 +164,10 @@ def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,
     """Compile ``dataflow`` and start running it on ``spark``'s cluster; return at once.
 
     ``sink``: where a sink of the dataflow that names none writes (default: ``output``, a
-    Parquet file, or nothing but counts); ``dead_letter``: a JSON-lines file for rejected
-    input (default: next to ``output``, else kept in memory); ``dataflow_file``: the file the
+    directory of Parquet parts readable after any crash, or nothing but counts);
+    ``dead_letter``: a JSON-lines file for rejected input (default: beside ``output`` with its
+    suffix replaced, ``out.parquet`` -> ``out.dead-letter.jsonl``, else kept in memory);
+    ``dataflow_file``: the file the
     dataflow is defined in, whose neighbouring modules are shipped to the executors;
     ``announce``: gets the plan's description and the run's milestones (when the input
     starts); ``options``: ``sparkflux run``'s (``sites``, ``partitions``, ``ha``, ``replicas``,
