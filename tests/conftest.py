@@ -52,14 +52,19 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     a phase of their own). Under xdist with ``--dist loadgroup`` the local-mode tests share
     one worker (one JVM, one session) and the standalone-cluster tests another: those start
     their own cluster and runs (JVMs that mostly wait for each other), so the two groups
-    overlap."""
+    overlap. A test that runs sparkflux in processes of its own (``own_process``, without the
+    ``spark`` fixture: its JVMs are its own) goes with the cluster tests, whose worker mostly
+    waits, rather than lengthen the local-mode worker's queue."""
     for item in items:
-        cluster = "standalone" in getattr(item, "fixturenames", ())
+        names = getattr(item, "fixturenames", ())
+        cluster = "standalone" in names
         if cluster:
             item.add_marker(pytest.mark.cluster)
-        if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
+        if "spark" in names or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.spark)
-            item.add_marker(pytest.mark.xdist_group("cluster" if cluster else "spark"))
+            apart = cluster or (item.get_closest_marker("own_process") is not None
+                                and "spark" not in names)
+            item.add_marker(pytest.mark.xdist_group("cluster" if apart else "spark"))
 
 
 @pytest.fixture(scope="module")

@@ -264,6 +264,7 @@ def test_a_sigkilled_driver_leaves_no_site_no_port_and_a_readable_output(
     assert text.endswith("\n") and all(json.loads(line)["reason"] for line in text.splitlines())
 
 
+@pytest.mark.own_process
 def test_a_push_sources_drops_are_logged_with_their_counts(tmp_path: Path) -> None:
     """Sites held to a tenth of a core with a small window and buffer: admission is held back
     and the paced source drops. The terminal says when drops begin and end; their counts add
