@@ -19,7 +19,7 @@ import sparkflux
 
 pytestmark = pytest.mark.spark
 
-EVENTS = 600_000
+EVENTS = 900_000
 RATE = 60_000
 KILL = "1@input+150000"
 
