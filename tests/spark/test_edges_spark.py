@@ -38,7 +38,7 @@ from sparkflux.io import FileStreamSource, foreach_batch
 from sparkflux.runtime import netcut, proctree
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.second_worker]  # balance: tests/conftest.py
 
 SCHEMA = pa.schema([pa.field("k", pa.int32(), nullable=False),
                     pa.field("v", pa.int64(), nullable=False),
@@ -192,16 +192,35 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def listening_ports() -> set[int]:
-    ports: set[int] = set()
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of ``pid``'s open sockets (none if it is gone meanwhile)."""
+    inodes: set[int] = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def listening_sockets() -> set[int]:
+    """The inodes of every listening TCP socket: a port that another test binds after the
+    kill (the Spark UI's and the dashboard's ranges are shared) is a new socket, a new inode."""
+    inodes: set[int] = set()
     for name in ("tcp", "tcp6"):
         path = Path("/proc/net") / name
         if path.exists():
             for line in path.read_text().splitlines()[1:]:
                 cols = line.split()
                 if cols[3] == "0A":  # LISTEN
-                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return ports
+                    inodes.add(int(cols[9]))
+    return inodes
 
 
 @pytest.mark.parametrize("target", ["driver", "group"])
@@ -240,6 +259,8 @@ def test_a_sigkilled_driver_leaves_no_site_no_port_and_a_readable_output(
             except netcut.NetcutError:
                 pass  # gone meanwhile
         assert sites and ports, (tree, ports)
+        mine = {inode for p in [proc.pid, *tree] for inode in socket_inodes(p)}
+        mine &= listening_sockets()
         if target == "driver":
             os.kill(proc.pid, signal.SIGKILL)
         else:
@@ -247,11 +268,11 @@ def test_a_sigkilled_driver_leaves_no_site_no_port_and_a_readable_output(
         assert proc.wait(10) == -signal.SIGKILL
         killed = time.monotonic()
         while time.monotonic() - killed < 5 and (
-                any(alive(p) for p in tree) or ports & listening_ports()):
+                any(alive(p) for p in tree) or mine & listening_sockets()):
             time.sleep(0.1)
     left = {p: " ".join(proctree.cmdline(p))[:120] for p in tree if alive(p)}
     assert left == {}, left
-    assert ports & listening_ports() == set()
+    assert mine & listening_sockets() == set(), ports
     table = pq.read_table(out)
     assert table.num_rows > 0
     sn = table.column("_sn").to_pylist()

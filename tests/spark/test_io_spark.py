@@ -40,7 +40,8 @@ def land_files(netmon: Any, d: Path, pause: float, seen: list[int], table: Path,
                source: FileStreamSource) -> None:
     """The writer: each file under a hidden name, renamed into place; then the marker. The
     files after the first land once the run has read it (the sites take seconds to start),
-    and the writer reads the table between files, as a reader would (whole files only)."""
+    and the writer reads the table between files, as a reader would (whole files only), unless
+    it lands them without a pause."""
     for i in range(EVENTS // PER_FILE):
         tmp = d / f".part-{i:05d}.parquet.tmp"
         pq.write_table(pa.Table.from_batches([netmon.generate(i * PER_FILE, PER_FILE)]), tmp,
@@ -50,7 +51,7 @@ def land_files(netmon: Any, d: Path, pause: float, seen: list[int], table: Path,
         while i == 0 and not source.position().file and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(pause)
-        if table.exists():
+        if table.exists() and pause:  # not while a rewrite replaces the parts under the reader
             seen.append(pq.read_table(table).num_rows)
     (d / "_DONE").touch()
 
