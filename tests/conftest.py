@@ -53,8 +53,10 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     one worker (one JVM, one session) and the standalone-cluster tests another: those start
     their own cluster and runs (JVMs that mostly wait for each other), so the two groups
     overlap. A test that runs sparkflux in processes of its own (``own_process``, without the
-    ``spark`` fixture: its JVMs are its own) goes with the cluster tests, whose worker mostly
-    waits, rather than lengthen the local-mode worker's queue."""
+    ``spark`` fixture: its JVMs are its own) goes with the cluster tests, rather than lengthen
+    the local-mode worker's queue, and so does a local-mode test marked ``second_worker``:
+    the cluster tests' worker has a local session too (their references are computed on
+    it), so the two workers' queues are balanced by moving whole modules between them."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         cluster = "standalone" in names
@@ -62,8 +64,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             item.add_marker(pytest.mark.cluster)
         if "spark" in names or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.spark)
-            apart = cluster or (item.get_closest_marker("own_process") is not None
-                                and "spark" not in names)
+            apart = cluster or item.get_closest_marker("second_worker") is not None or (
+                item.get_closest_marker("own_process") is not None and "spark" not in names)
             item.add_marker(pytest.mark.xdist_group("cluster" if apart else "spark"))
 
 
