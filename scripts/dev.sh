@@ -52,7 +52,7 @@ case "${1:-test}" in
     # on one worker (one JVM) beside the standalone-cluster tests on another, whose JVMs
     # mostly wait (tests/conftest.py groups them).
     .venv/bin/python -m pytest -q -n 2 --dist worksteal -m "not spark"
-    exec .venv/bin/python -m pytest -q -m spark -n 2 --dist loadgroup ;;
+    exec .venv/bin/python -m pytest -q -m spark -n 2 --dist loadfile ;;
   setup) ;;
   *) echo "usage: scripts/dev.sh demo|test|setup" >&2; exit 2 ;;
 esac

@@ -49,24 +49,16 @@ def netmon() -> Any:
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Every test that uses Spark is marked ``spark`` (the README's test command runs them in
-    a phase of their own). Under xdist with ``--dist loadgroup`` the local-mode tests share
-    one worker (one JVM, one session) and the standalone-cluster tests another: those start
-    their own cluster and runs (JVMs that mostly wait for each other), so the two groups
-    overlap. A test that runs sparkflux in processes of its own (``own_process``, without the
-    ``spark`` fixture: its JVMs are its own) goes with the cluster tests, rather than lengthen
-    the local-mode worker's queue, and so does a local-mode test marked ``second_worker``:
-    the cluster tests' worker has a local session too (their references are computed on
-    it), so the two workers' queues are balanced by moving whole modules between them."""
+    a phase of their own), and every test on the standalone cluster ``cluster``. That phase
+    runs with ``--dist loadfile``: a module's tests share one worker, so the cluster module's
+    tests share one standalone cluster (the ``standalone`` fixture is per worker), and every
+    worker keeps one local-mode session (``spark``) for the modules it takes."""
     for item in items:
         names = getattr(item, "fixturenames", ())
-        cluster = "standalone" in names
-        if cluster:
+        if "standalone" in names:
             item.add_marker(pytest.mark.cluster)
         if "spark" in names or item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.spark)
-            apart = cluster or item.get_closest_marker("second_worker") is not None or (
-                item.get_closest_marker("own_process") is not None and "spark" not in names)
-            item.add_marker(pytest.mark.xdist_group("cluster" if apart else "spark"))
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from sparkflux.io import FileStreamSource, foreach_batch
 from sparkflux.runtime import netcut, proctree
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.spark, pytest.mark.second_worker]  # balance: tests/conftest.py
+pytestmark = pytest.mark.spark
 
 SCHEMA = pa.schema([pa.field("k", pa.int32(), nullable=False),
                     pa.field("v", pa.int64(), nullable=False),
@@ -285,7 +285,6 @@ def test_a_sigkilled_driver_leaves_no_site_no_port_and_a_readable_output(
     assert text.endswith("\n") and all(json.loads(line)["reason"] for line in text.splitlines())
 
 
-@pytest.mark.own_process
 def test_a_push_sources_drops_are_logged_with_their_counts(tmp_path: Path) -> None:
     """Sites held to a tenth of a core with a small window and buffer: admission is held back
     and the paced source drops. The terminal says when drops begin and end; their counts add

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.spark, pytest.mark.own_process]
+pytestmark = pytest.mark.spark
 
 EVENTS = 2_000_000  # at 100K/s: 20 s of input, interrupted well before its end
 

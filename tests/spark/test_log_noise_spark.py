@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 
 from .test_start_failures_spark import FLOW
 
-pytestmark = [pytest.mark.spark, pytest.mark.own_process]
+pytestmark = pytest.mark.spark
 
 RAISES_MIDWAY = '''
 

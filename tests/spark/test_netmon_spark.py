@@ -77,7 +77,6 @@ def test_a_killed_site_stops_the_job_with_a_clear_error(netmon: Any, spark: Any)
                     spark=spark)
 
 
-@pytest.mark.own_process
 def test_command_line_run_writes_output_and_metrics(tmp_path: Any) -> None:
     """The command in a process of its own, ``--check`` comparing its output with the
     reference it computes on its own Spark session (no session of this test's)."""

@@ -23,7 +23,7 @@ from sparkflux.spark import session_check
 
 from .test_netmon_spark import netmon_args
 
-pytestmark = [pytest.mark.spark, pytest.mark.second_worker]  # balance: tests/conftest.py
+pytestmark = pytest.mark.spark
 
 
 def test_start_with_my_session_status_metrics_and_the_reference(netmon: Any,

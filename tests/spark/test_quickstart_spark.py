@@ -3,7 +3,7 @@ relative paths are its working directory's for its own Spark too), and the two t
 leaves are right against pandas over the same JSON files: a row per page and 10-second window
 with its clicks, and one row per user with its clicks. The quick start reads its tables back
 with ``spark.read.parquet`` itself (its "check: match"); this test reads them with pyarrow,
-independently of it, and needs no Spark session of its own (``own_process``)."""
+independently of it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.spark, pytest.mark.own_process]
+pytestmark = pytest.mark.spark
 
 
 def test_the_quick_start_runs_and_its_tables_are_right(tmp_path: Path) -> None:

@@ -91,7 +91,6 @@ OP, FN = Fragile, doubled
 '''
 
 
-@pytest.mark.own_process
 def test_a_helper_module_beside_the_dataflow_file_reaches_the_sites(tmp_path: Path) -> None:
     flow_dir, elsewhere = tmp_path / "flow", tmp_path / "elsewhere"
     flow_dir.mkdir()
