@@ -143,8 +143,18 @@ class NetmonSource(Source):
         return self.options.events
 
     def batches(self) -> Iterator[pa.RecordBatch | list[dict]]:
+        return self._from(0)
+
+    def batches_from(self, records: int) -> Iterator[pa.RecordBatch | list[dict] | None]:
+        """A restart: the generator starts at event ``records`` (with malformed records
+        mixed in, a record is no event: the records are read again and dropped)."""
+        if self.options.bad_every:
+            return super().batches_from(records)
+        return self._from(records)
+
+    def _from(self, first: int) -> Iterator[pa.RecordBatch | list[dict]]:
         o = self.options
-        for start in range(0, o.events, o.batch):
+        for start in range(first, o.events, o.batch):
             batch = generate(start, min(o.batch, o.events - start), o.seed, o.skew)
             if o.bad_every and batch.num_rows:
                 yield from _with_bad_records(batch, o.bad_every, start)

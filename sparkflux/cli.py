@@ -75,9 +75,14 @@ def _run_parser(example_path: str | None) -> tuple[argparse.ArgumentParser, Any]
     p.add_argument("--output", default=None,
                    help="write the ordered output to this directory of Parquet part files, "
                         "readable after any crash")
+    p.add_argument("--output-table", default=None, metavar="PATH",
+                   help="write the ordered output as a Parquet table that Spark reads while "
+                        "the run goes on (files named by output sequence range); a run "
+                        "restarted from --checkpoint continues it, no row twice")
     p.add_argument("--dead-letter", default=None,
-                   help="JSON-lines file for rejected input (default: next to --output, its "
-                        "suffix replaced: out.parquet -> out.dead-letter.jsonl)")
+                   help="JSON-lines file for rejected input (default: next to --output or "
+                        "--output-table, its suffix replaced: out.parquet -> "
+                        "out.dead-letter.jsonl)")
     p.add_argument("--metrics", default=None, help="write the run's metrics JSON here")
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="draw output rate and latency over time, kills marked (Fig. 3.16)")

@@ -26,7 +26,8 @@ Display = Callable[["Host"], None]  # what ``run`` and ``run_example`` call with
 
 _MARK = {"failure": "[bold red]✗[/]", "take-over": "[yellow]→[/]", "adoption": "[cyan]+[/]",
          "catch-up": "[cyan]↻[/]", "caught-up": "[green]✓[/]", "move": "[magenta]⇄[/]",
-         "moved": "[magenta]⇄[/]", "stall": "[bold yellow]![/]", "input-ended": "[dim]■[/]"}
+         "moved": "[magenta]⇄[/]", "stall": "[bold yellow]![/]", "input-ended": "[dim]■[/]",
+         "checkpoint": "[dim]◆[/]", "restored": "[green]◆[/]"}
 _ROLE = {"live": "green", "catching up": "cyan", "failed": "bold red", "standby": "dim"}
 
 
@@ -85,7 +86,8 @@ def live_progress(host: Host) -> None:
                 new = log.events[shown:]
             shown += len(new)
             for e in new:
-                live.console.print(Text.from_markup(event_line(e)))
+                if e.kind != "checkpoint":  # routine: the block and the dashboard show them
+                    live.console.print(Text.from_markup(event_line(e)))
             live.update(block(host, log.last))
             if ended:
                 break

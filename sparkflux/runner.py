@@ -45,8 +45,19 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
         from dataclasses import replace
 
         opts = replace(opts, batch=args.batch_size)
+    output, dead_letter = args.output, args.dead_letter
+    table = getattr(args, "output_table", None)
+    if table:
+        if output:
+            raise PlanError("give --output (a directory of parts) or --output-table (a table "
+                            "Spark reads as it grows), not both")
+        if sink is None:
+            from sparkflux.io.table_sink import TableSink
+
+            sink = TableSink(table)
+        dead_letter = dead_letter or str(Path(table).with_suffix(".dead-letter.jsonl"))
     query = start(module.build(opts), spark=spark, sink=sink, dead_letters=dead,
-                  output=args.output, dead_letter=args.dead_letter,
+                  output=output, dead_letter=dead_letter,
                   dataflow_file=getattr(module, "__file__", None), announce=announce,
                   **options_of(args))
     with interrupts_stop(query._run.host):  # Ctrl-C: end the input; again: abort

@@ -38,6 +38,20 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from sparkflux.control.checkpoints import (
+    CheckpointDone,
+    CheckpointGivenUp,
+    Checkpoints,
+    CommitSinks,
+    Due,
+    ManifestWritten,
+    SinksCommitted,
+    StoredFrom,
+    TakeCheckpoint,
+    WriteManifest,
+    fingerprint,
+    manifest_name,
+)
 from sparkflux.control.controller import Controller, ControlOptions
 from sparkflux.control.events import (
     Abort,
@@ -80,6 +94,7 @@ from sparkflux.protocol.messages import (
     Ack,
     CuDone,
     CuStart,
+    Cut,
     Data,
     Message,
     Outgoing,
@@ -165,7 +180,7 @@ class StartTimes:
 
 BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | Moved | Folded
                  | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves | SiteFailed
-                 | StartTimes)
+                 | StartTimes | TakeCheckpoint | StoredFrom | SinksCommitted | ManifestWritten)
 
 
 def event_of(slot: int, attempt: int, member: bool, message: Any, now: float
@@ -191,6 +206,8 @@ def event_of(slot: int, attempt: int, member: bool, message: Any, now: float
                              registered=registered)
         case cm.SiteError(error=error):
             return SiteFailed(slot=slot, error=error)
+        case cm.PartStored() if member:
+            return StoredFrom(slot=slot, report=message)
         case _ if isinstance(message, cm.CONTROL_TYPES):
             return None
     return FromSite(slot=slot, message=message, now=now) if member else None
@@ -274,7 +291,8 @@ class CaughtUp:
 
 BoundaryAction = (Answer | Outgoing | Tell | SendView | AdoptProcess | Deliver | Rejects
                   | OutputEnded | CaughtUp | InstallView | StartIngress | StopSite | FailSites
-                  | Standby | Adopt | CatchUp | Recovered | Abort | Move)
+                  | Standby | Adopt | CatchUp | Recovered | Abort | Move | CommitSinks
+                  | WriteManifest | CheckpointDone | CheckpointGivenUp)
 
 LOST_HINT = ("Two sites holding both replicas of a partition failed before recovery; nothing "
              "can bring that partition's state back.")
@@ -302,6 +320,8 @@ class Boundary:
         self.beats: dict[int, cm.Heartbeat] = {}  # slot -> its member's last heartbeat
         self.beat_at: dict[int, float] = {}  # slot -> when it came
         self.failed: str | None = None  # why the run cannot go on, once it cannot
+        # the checkpoints taken (docs/design.md §9): the host sets keep and timeout
+        self.checkpoints = Checkpoints(len(plan.stages), plan.partitions, fingerprint(plan))
 
     # -- queries ---------------------------------------------------------------------------
     def in_flight(self) -> int:
@@ -397,6 +417,25 @@ class Boundary:
                     out.append(Abort(reason=f"site {slot} stopped on an error:\n{error}"))
                 case Registered():
                     out += self._registered(ev)
+                case TakeCheckpoint():
+                    out += self._take_checkpoint(ev)
+                case StoredFrom(slot=slot, report=r):
+                    if r.error:
+                        out += self._give_up(f"site {slot} could not write partition {r.q} "
+                                             f"of stage {r.stage}: {r.error}")
+                    else:
+                        out += self._due(self.checkpoints.stored(r.checkpoint, r.stage, r.q,
+                                                                 r.name, r.nbytes))
+                case SinksCommitted(checkpoint=k, sinks=sinks):
+                    out += self._due(self.checkpoints.committed(k, list(sinks)))
+                case ManifestWritten(checkpoint=k, error=error):
+                    if error:
+                        out += self._give_up(f"its manifest could not be written: {error}")
+                    else:
+                        p = self.checkpoints.pending
+                        if p is not None and p.checkpoint == k:
+                            remove = tuple(self.checkpoints.written(k))
+                            out.append(CheckpointDone(checkpoint=k, cut=p.cut, remove=remove))
                 case StartTimes():
                     # how long a failed slot waits for a standby before the survivors
                     # rebuild its replicas: from what this run's starts took
@@ -464,6 +503,7 @@ class Boundary:
         if d is None:
             return out
         out.append(Deliver(batch=d.batch, progress=d.progress))
+        out += self._due(self.checkpoints.delivered(d.progress.sn))
         if self.egress.ended:
             if self.end_with_output:
                 self.controller.handle(Finished())
@@ -510,6 +550,66 @@ class Boundary:
             return []
         return self._sends(self.ingress.admit(released[0], now, wm))
 
+    # -- checkpoints (docs/design.md §9) -------------------------------------------------------
+    def _take_checkpoint(self, ev: TakeCheckpoint) -> list[BoundaryAction]:
+        """Cut the input at the last SN handed out: what the driver alone holds is recorded
+        now (the ingress's next SN, the sequencer's held records and maxima, the sources'
+        positions), and every live site learns the cut in-band, behind the rows at or below
+        it on its data connection. None once the input has ended (no row follows its end
+        to cut), nor while the run is failing."""
+        if self.ingress.ended or self.failed is not None:
+            return []
+        cut = self.ingress.next_isn - 1
+        seq = self.sequencer
+        driver = {"next_isn": self.ingress.next_isn, "records": self.ingress.records,
+                  "watermark": self.ingress.watermark, "sources": list(ev.sources),
+                  "max_et": seq.max_et.tolist(), "ended": seq.ended.tolist(),
+                  "held_rows": seq.held_rows.tolist()}
+        out: list[BoundaryAction] = []
+        before = self.checkpoints.pending
+        p = self.checkpoints.begin(cut, ev.now, driver, held=tuple(
+            tuple(h) for h in seq.held))
+        if before is not None and self.checkpoints.pending is not before:
+            reason = self.checkpoints.given_up[-1][1]
+            out.append(CheckpointGivenUp(checkpoint=before.checkpoint, reason=reason))
+        if p is None:
+            return out
+        live = [s for s in sorted(self.controller.view.members) if s not in self.dead]
+        out += self._sends([Outgoing(s, Cut(0, p.checkpoint, cut)) for s in live])
+        # the egress may have delivered the cut already (nothing held by an operator)
+        return out + self._due(self.checkpoints.delivered(self.egress.progress.sn))
+
+    def restore(self, manifest: dict[str, Any], held: list[pa.RecordBatch | None],
+                complete: Sequence[int] = (), incomplete: Sequence[int] = ()) -> None:
+        """A restart from the complete checkpoint ``manifest`` (before any site starts): the
+        ingress numbers on after its cut, the egress has delivered up to it, the sequencer
+        holds what it held then (``held``, per stream), and checkpoints number on after
+        every one in the store; the store's other ``complete`` ones count for the retention,
+        its ``incomplete`` ones are removed with the next completed one."""
+        d, cut = manifest["driver"], int(manifest["cut"])
+        self.ingress.restore(int(d["next_isn"]), int(d["records"]), int(d["watermark"]))
+        self.egress.restore(cut)
+        self.sequencer.restore(d["max_et"], d["ended"], held)
+        k = int(manifest["checkpoint"])
+        self.checkpoints.completed = sorted([(o, -1) for o in complete if o < k] + [(k, cut)])
+        self.checkpoints.given_up = [(o, "the run stopped while it was taken")
+                                     for o in incomplete]
+        self.checkpoints.first = self.checkpoints._next = max([k, *complete, *incomplete]) + 1
+
+    def _due(self, due: Due | None) -> list[BoundaryAction]:
+        if due is None:
+            return []
+        if due.commit:
+            return [CommitSinks(checkpoint=due.checkpoint, cut=due.cut)]
+        assert due.manifest is not None
+        p = self.checkpoints.pending
+        return [WriteManifest(checkpoint=due.checkpoint, name=manifest_name(due.checkpoint),
+                              manifest=due.manifest, held=p.held if p else ())]
+
+    def _give_up(self, reason: str) -> list[BoundaryAction]:
+        k = self.checkpoints.give_up(reason)
+        return [] if k is None else [CheckpointGivenUp(checkpoint=k, reason=reason)]
+
     def _sends(self, outs: Sequence[Outgoing]) -> list[BoundaryAction]:
         return [o for o in outs if o.site not in self.dead]
 
@@ -539,9 +639,11 @@ class Boundary:
                             for s in view.members]
                 case FailSites(view=view, dead=dead):
                     out.append(a)
+                    out += self._give_up(f"site(s) {sorted(dead)} failed while it was taken")
                     out += self._fail(set(dead), list(view.members))
                 case Adopt():
                     out.append(a)
+                    out += self._give_up(f"a standby adopted slot {a.slot} while it was taken")
                     out += self._adopt(a)
                 case CatchUp(stage=stage, q=q, r=r, survivor=survivor, epoch=epoch,
                              retained=retained):
@@ -552,6 +654,7 @@ class Boundary:
                                                                   retained)))
                 case Move():
                     out.append(a)
+                    out += self._give_up(f"a copy of partition {a.q} moved while it was taken")
                     out += self._move(a)
                 case Collect(round=rnd):
                     # Answered from each site's next heartbeat, which carries its counters:

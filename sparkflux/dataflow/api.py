@@ -68,6 +68,25 @@ class Source(ABC):
         """The number of records when bounded and known (for progress display)."""
         return None
 
+    def batches_from(self, records: int
+                     ) -> Iterator[pa.RecordBatch | list[dict[str, Any]] | None]:
+        """The batches after the first ``records`` records: where a restart from a
+        checkpoint resumes the source (docs/checkpoints.md). By default ``batches()`` with
+        the first ``records`` records read and dropped, which is right for any source that
+        gives the same records in the same order again (files, a replayable log, a
+        generator with a seed); a source that can seek overrides it to start there, and one
+        that cannot replay (a socket) cannot resume."""
+        skip = records
+        for item in self.batches():
+            if skip and item is not None:
+                n = item.num_rows if isinstance(item, pa.RecordBatch) else len(item)
+                if n <= skip:
+                    skip -= n
+                    continue
+                item = item.slice(skip) if isinstance(item, pa.RecordBatch) else item[skip:]
+                skip = 0
+            yield item
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """End the input at the next batch boundary (optional; see the class docstring)."""
 
@@ -100,6 +119,20 @@ class Sink(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Called once after the last batch."""
+
+    def commit(self, cut: int) -> dict[str, Any]:
+        """A checkpoint (docs/checkpoints.md): every output row descending from input at or
+        below SN ``cut`` has been written; make them durable now (publish what is held) and
+        return what a restart from this checkpoint needs to go on after them (JSON values,
+        kept in the checkpoint's manifest). By default nothing is held and nothing needed."""
+        return {}
+
+    def resume(self, record: dict[str, Any], cut: int) -> None:  # noqa: B027 (optional hook)
+        """A restart from a checkpoint, before ``open``: ``record`` is what ``commit``
+        returned for it. The rows that follow are those after the cut, the same rows with
+        the same sequence numbers as the run that wrote the checkpoint produced after it: a
+        sink that wrote some of them before that run died replaces them, so none is
+        written twice."""
 
 
 POLL_S = 0.1  # how often the driver polls its sinks (``Sink.poll``)

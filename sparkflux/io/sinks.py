@@ -71,13 +71,21 @@ class ParquetSink(Sink):
         self._rows: list[pa.RecordBatch] = []
         self._held = 0
         self._unwritten_since: float | None = None
+        self._resume_parts: int | None = None  # a restart: the parts its checkpoint kept
 
     def open(self, schema: pa.Schema) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._clear()
-        self.path.mkdir(exist_ok=True)
         self._keep = [n for n in schema.names if n not in TIMING_COLUMNS]
         self._schema = pa.schema([schema.field(n) for n in self._keep])
+        if self._resume_parts is not None and self.path.is_dir():
+            for p in self.path.iterdir():  # the dead run's parts after the checkpoint
+                m = PART.fullmatch(p.name)
+                if m and (p.name.startswith(".") or int(p.name[5:13]) >= self._resume_parts):
+                    p.unlink(missing_ok=True)
+            self.files_written = self._resume_parts
+            return
+        self._clear()
+        self.path.mkdir(exist_ok=True)
         self._publish()  # no rows: the columns
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -100,6 +108,19 @@ class ParquetSink(Sink):
     def close(self) -> None:
         if self._rows:
             self._publish()
+
+    def commit(self, cut: int) -> dict[str, Any]:
+        """A checkpoint: the rows held published; the parts so far recorded."""
+        if self._rows:
+            self._publish()
+        return {"parts": self.files_written}
+
+    def resume(self, record: dict[str, Any], cut: int) -> None:
+        """A restart from a checkpoint: its parts are kept, the dead run's later ones
+        removed at ``open``, and the rows after the cut numbered from there."""
+        parts = record.get("parts")
+        if isinstance(parts, int) and parts >= 1:
+            self._resume_parts = parts
 
     def _clear(self) -> None:
         """Remove what an earlier run wrote at the path; refuse a path holding anything
@@ -188,6 +209,21 @@ class DeadLetters:
         self.path = Path(path) if path else None
         self.records: list[Rejected] = []
         self._file: Any = None
+        self.bytes = 0  # the file's length: what a checkpoint records
+        self._resume: int | None = None
+
+    def commit(self) -> dict[str, Any]:
+        """A checkpoint: the lines so far are written (each call writes its own at once)."""
+        return {"bytes": self.bytes} if self.path is not None else {"records": len(self.records)}
+
+    def resume(self, record: dict[str, Any]) -> None:
+        """A restart from a checkpoint: the file is cut back to its length then (the lines
+        of the dead run's records after the cut come again) and added to."""
+        if self.path is not None and isinstance(record.get("bytes"), int):
+            n = record["bytes"]
+            if self.path.exists():
+                os.truncate(self.path, min(n, self.path.stat().st_size))
+            self._resume, self.bytes = n, n
 
     def write(self, rejected: list[Rejected]) -> None:
         if self.path is None:
@@ -197,12 +233,16 @@ class DeadLetters:
             return
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+            if self._resume is not None:  # cut back by ``resume``: added to
+                self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - see close()
+            else:
+                self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 - see close()
         data = "".join(json.dumps({"reason": r.reason, "record": r.record}, default=str) + "\n"
                        for r in rejected).encode()
         view = memoryview(data)
         while view:
             view = view[self._file.write(view):]
+        self.bytes += len(data)
 
     def close(self) -> None:
         if self._file is not None:

@@ -197,6 +197,26 @@ class TableSink(Sink):
             return
         self._end_range()
 
+    def commit(self, cut: int) -> dict[str, object]:
+        """A checkpoint at input SN ``cut``: the rows held are published, and the file the
+        rows after the cut start is recorded (their range and its file number)."""
+        if self._update is not None:
+            self._update.commit()
+            return {}
+        if self._unwritten_since is not None:
+            self._write_file()
+        return {"range": self._range, "file": self._file}
+
+    def resume(self, record: dict[str, object], cut: int) -> None:
+        """A restart from a checkpoint: the rows after its cut go on in the range and file
+        it recorded, replacing the files the dead run wrote after it (``_end_range`` removes
+        any left beyond what the rewrite writes, as a rewrite from the start does)."""
+        if self._update is not None or "range" not in record:
+            return  # update mode skips the rows its newest snapshot has folded in
+        rng, file = record["range"], record["file"]
+        assert isinstance(rng, int) and isinstance(file, int)
+        self._range, self._file = rng, file
+
     def _add(self, rng: int, rows: pa.RecordBatch) -> None:
         if rng != self._range:
             self._end_range()  # the output has passed that range

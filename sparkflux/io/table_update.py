@@ -214,6 +214,12 @@ class SnapshotTable:
         if self._superseded and self._superseded[0][1] <= time.time() - self.retain_superseded:
             self._retire(time.time() - self.retain_superseded)
 
+    def commit(self) -> None:
+        """A checkpoint: publish what is held, so that every row up to the cut is in a
+        committed snapshot (a restart skips the rows up to the newest one's mark)."""
+        if self._schema is not None and self._unpublished_since is not None:
+            self._publish()
+
     def close(self) -> None:
         """Publish what is held (an empty table when nothing was ever published, so that a
         reader finds the columns), then remove every superseded snapshot: the directory holds

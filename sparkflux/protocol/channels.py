@@ -86,6 +86,7 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     cm.Heartbeat: (Channel.CONTROL, False),
     cm.Moved: (Channel.CONTROL, False),
     cm.Folded: (Channel.CONTROL, False),
+    cm.PartStored: (Channel.CONTROL, False),
     cm.SiteError: (Channel.CONTROL, False),
     cm.Unreachable: (Channel.CONTROL, False),
     cm.Avail: (Channel.CONTROL, False),

@@ -343,6 +343,17 @@ class ConsumerSet:
         self.claims_n[i] = 0
         self.safe_wm[i] = safe
 
+    def restore(self, q: int, snap: ConsumerSnapshot) -> None:
+        """A restart from a checkpoint (docs/design.md §9), before any input: this site's
+        replica of q starts at the snapshot's progress, every stream at the cut, with the
+        roles of a run's start (every party starts together, so no rejoin is needed)."""
+        i = int(self.index[q])
+        self.progress_sn[i] = snap.progress_sn
+        self.progress_wm[i] = snap.progress_wm
+        self._forget_claims(i, snap.released_wm)
+        self.released_sn[i] = snap.released_sn
+        self.released_wm[i] = snap.released_wm
+
     # -- moves -----------------------------------------------------------------------------------
     def drop(self, q: int) -> None:
         """Forget this site's replica of q (it was moved away): no input, no progress."""

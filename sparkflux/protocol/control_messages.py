@@ -127,6 +127,21 @@ class Folded:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PartStored:
+    """The site wrote partition q of ``stage`` for checkpoint ``checkpoint`` to the run's
+    snapshot store as ``name`` (``nbytes`` bytes), or failed to: ``error`` says why. The
+    driver writes the checkpoint's manifest once every part is stored (docs/design.md §9)."""
+
+    site: int
+    checkpoint: int
+    stage: int
+    q: int
+    name: str
+    nbytes: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SiteError:
     """The site stopped on an error (fail-stop); ``error`` is its traceback."""
 
@@ -266,9 +281,10 @@ class Stop:
 
 ControlMessage = (OpenControl | Register | Ready | Heartbeat | Moved | SiteError | Unreachable
                   | View | Standby | Adopt | Avail | Fail | Move | Slow | Kill | Stop
-                  | StartFailed | Folded)
+                  | StartFailed | Folded | PartStored)
 
 CONTROL_TYPES = (OpenControl, Register, Ready, Heartbeat, Moved, SiteError, Unreachable, View,
-                 Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop, StartFailed, Folded)
+                 Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop, StartFailed, Folded,
+                 PartStored)
 # Control frames a site handles before it has its core (see ``runtime.site.Site``).
 UNGATED = (Stop, Kill, Slow, Standby)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.progress import Progress
+from sparkflux.model.progress import NO_WATERMARK, Progress
 from sparkflux.protocol.consumer import ConsumerSet
-from sparkflux.protocol.messages import SRC, Data, Outgoing, PSync
+from sparkflux.protocol.messages import SRC, ConsumerSnapshot, Data, Outgoing, PSync
 from sparkflux.protocol.roles import egress_roles
 from sparkflux.protocol.site import wire_schema
 
@@ -53,6 +54,17 @@ class Egress:
         out = rows.drop_columns([SRC])
         self.delivered += out.num_rows
         return Delivery(out, self.progress), acks
+
+    def restore(self, cut: int) -> None:
+        """A restart from a checkpoint cut at ``cut``: every row at or below it was delivered
+        (the sinks committed them); the last stage's output above it comes next, and what a
+        partition produces again at or below it is a duplicate, dropped."""
+        streams = int(self.cons.sender.shape[1])
+        self.cons.restore(0, ConsumerSnapshot(
+            progress_sn=np.full(streams, cut, dtype=np.int64),
+            progress_wm=np.full(streams, NO_WATERMARK, dtype=np.int64),
+            released_sn=cut, released_wm=NO_WATERMARK, pending=None))
+        self.progress = Progress(cut, NO_WATERMARK)
 
     def on_psync(self, msg: PSync) -> list[Outgoing]:
         """``psync`` from the survivor of a last-stage partition: acknowledge to its new

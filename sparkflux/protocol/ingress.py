@@ -81,6 +81,14 @@ class Ingress:
         out, _ = self.program.run(numbered, _STATELESS, hold=False)
         return self._send(out)
 
+    def restore(self, next_isn: int, records: int, watermark: int) -> None:
+        """A restart from a checkpoint cut at ``next_isn - 1``: numbering goes on after the
+        cut, and every first-stage replica counts as having acknowledged it (each starts
+        from its part, at the cut)."""
+        self.next_isn, self.records = next_isn, records
+        self.watermark = max(self.watermark, watermark)
+        self.buffer.restore(0, next_isn - 1, watermark)
+
     def finish(self) -> list[Outgoing]:
         """The end of the input: every replica learns that the stream is complete."""
         self.ended = True

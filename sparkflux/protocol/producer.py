@@ -320,6 +320,15 @@ class ProducerBuffer:
         self.wait[i] = alive
         self.acked[i] = NO_PROGRESS
 
+    def restore(self, p: int, progress_sn: int, progress_wm: int) -> None:
+        """A restart from a checkpoint: producer p has claimed its output up to the
+        snapshot's progress, and every consumer has what it sent up to the cut (the cut's
+        consumer snapshots say so), so nothing is held and acknowledgements start there."""
+        i = self.pi(p)
+        self.progress_sn[i] = progress_sn
+        self.progress_wm[i] = progress_wm
+        self.acked[i] = np.maximum(self.acked[i], progress_sn)
+
     def _purge(self, i: int) -> None:
         """Remove producer index i's rows from the buffer."""
         if not any((bpi == i).any() for bpi, _, _ in self._streams):

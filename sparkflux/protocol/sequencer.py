@@ -117,6 +117,17 @@ class Sequencer:
     def end(self, stream: int) -> None:
         self.ended[stream] = True
 
+    def restore(self, max_et: list[int], ended: list[bool],
+                held: list[pa.RecordBatch | None]) -> None:
+        """A restart from a checkpoint: each stream's largest event time, whether it had
+        ended, and the records held at the cut (read from the source before it, not yet
+        numbered): the merge goes on exactly as if the run had not stopped."""
+        self.max_et = np.asarray(max_et, dtype=np.int64).copy()
+        self.ended = np.asarray(ended, dtype=bool).copy()
+        self.held = [[h] if h is not None and h.num_rows else [] for h in held]
+        self.held_rows = np.array([h.num_rows if h is not None else 0 for h in held],
+                                  dtype=np.int64)
+
     # -- output --------------------------------------------------------------------------------
     def release(self) -> tuple[pa.RecordBatch, np.ndarray] | None:
         """The records whose place is now certain, as one batch in the merged order (each

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -327,6 +327,25 @@ class SiteCore:
         self.prods[s].install(q, snap.out_sn, snap.out_wm, alive, snap.held)
         # ``installed`` goes back to the survivor that sent the state (the StateMover's peer)
         return out + [Outgoing(survivor, Installed(s, q, msg.r, msg.epoch))] + self._drive(s)
+
+    def restore(self, parts: Mapping[tuple[int, int], StoredPartition]) -> None:
+        """A restart from a checkpoint, before any input (docs/design.md §9): every
+        partition replica this site hosts starts from its part, ``parts[(stage, q)]``, cut at
+        the same input SN as every other: its operators' state, its input streams' progress
+        at the cut, its output's progress. Later cuts number on from the checkpoint's."""
+        for s, cons in enumerate(self.cons):
+            for i in np.flatnonzero(cons.installed):
+                q = int(cons.parts[i])
+                part = parts.get((s, q))
+                if part is None:
+                    raise ProtocolError(f"site {self.site}: the checkpoint has no part for "
+                                        f"partition {q} of stage {s}")
+                snap = part.snapshot
+                cons.restore(q, snap.cons)
+                for op, st in zip(self.plan.stages[s].operators, snap.ops, strict=True):
+                    op.install_partition_state(q, st)
+                self.prods[s].restore(q, snap.out_sn, snap.out_wm)
+                self.last_cut[s] = max(self.last_cut[s], part.checkpoint)
 
     def _dead_replicas(self) -> np.ndarray:
         return self.layout.dead(self.dead_sites)

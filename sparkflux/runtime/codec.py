@@ -51,7 +51,7 @@ REGISTRY: tuple[type, ...] = (
     cm.Unreachable, cm.Member, cm.View, cm.Standby, cm.Adopt, cm.Avail, cm.Fail, cm.Move,
     cm.Slow, cm.Kill, cm.Stop,
     pm.ConsumerSnapshot, pm.PartitionSnapshot,
-    cm.StartFailed, pm.Keepalive, cm.Folded, pm.StoredPartition, pm.Cut,
+    cm.StartFailed, pm.Keepalive, cm.Folded, pm.StoredPartition, pm.Cut, cm.PartStored,
 )
 # Records that are fields of a message, not messages: refused as a whole frame on both ends.
 PARTS: frozenset[type] = frozenset({cm.Member, pm.ConsumerSnapshot, pm.PartitionSnapshot})

@@ -72,10 +72,10 @@ class PrometheusSeries(Collector):
         dead.add_metric([q], host.stats.dead_letters)
         yield dead
         events = CounterMetricFamily("sparkflux_events", "failures, take-overs, adoptions, "
-                                     "catch-ups, moves and stalls so far",
+                                     "catch-ups, moves, stalls and checkpoints so far",
                                      labels=["query", "kind"])
         for kind in ("failure", "take-over", "adoption", "catch-up", "caught-up", "moved",
-                     "stall"):
+                     "stall", "checkpoint"):
             events.add_metric([q, kind], kinds.get(kind, 0))
         yield events
         if p is None:

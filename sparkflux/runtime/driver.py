@@ -42,6 +42,7 @@ from sparkflux.protocol.messages import CuStart
 from sparkflux.runtime.causes import cause, sink_failure
 from sparkflux.runtime.dashboard import Dashboard
 from sparkflux.runtime.driver_actions import Actions
+from sparkflux.runtime.driver_checkpoints import Checkpointing
 from sparkflux.runtime.driver_door import Door
 from sparkflux.runtime.driver_feed import INGRESS_POOL_ROWS, Feed
 from sparkflux.runtime.driver_watch import Watch
@@ -51,10 +52,12 @@ from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.outbox import Outbox
 from sparkflux.runtime.pacing import total
 from sparkflux.runtime.progress_log import ProgressLog
+from sparkflux.runtime.restore import Restored
 from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed
 from sparkflux.runtime.security import make_security
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.site_load import site_load
+from sparkflux.runtime.snapshots import SnapshotStore
 from sparkflux.runtime.transport import Connection, ConnectionLost, start_server
 
 log = logging.getLogger(__name__)
@@ -71,7 +74,7 @@ class Host:
     def __init__(self, plan: PhysicalPlan, cfg: RunConfig, sink: Sink | None,
                  dead_letters: DeadLetters,
                  announce: Callable[[str], None] | None = None,
-                 opened: list[Sink] | None = None) -> None:
+                 opened: list[Sink] | None = None, restored: Restored | None = None) -> None:
         self.plan = plan
         self.cfg = cfg
         self.announce = announce or log.info  # the run's milestones, for the user
@@ -166,6 +169,17 @@ class Host:
         self.feed = Feed(self)  # the input, paced and admitted
         self.actions = Actions(self)  # the core's actions carried out
         self.watch = Watch(self)  # the core's clock, the watchdog, the spans short of copies
+        # --checkpoint: the checkpoints' store and their timer (``driver_checkpoints.py``)
+        self.core.checkpoints.keep = cfg.checkpoint_keep
+        self.core.checkpoints.timeout = max(120.0, 10 * cfg.checkpoint_interval)
+        self.checkpointing = Checkpointing(
+            self, SnapshotStore(cfg.checkpoint) if cfg.checkpoint else None)
+        # a restart: the core, the sources' positions and the numbering go on from there
+        self.restored = restored
+        if restored is not None:
+            self.core.restore(restored.manifest, restored.held, restored.complete,
+                              restored.incomplete)
+            self.feed.resumed = restored.sources
 
     # -- the core's parts, for reports and fault injection (read only) ------------------------
     @property
@@ -231,6 +245,7 @@ class Host:
         poller = self._task(self._poll_sinks(), "a sink's poll")
         feeder = self._task(self.feed.run(), "the ingress")
         progress = self._task(self.progress.run(), "the progress log")
+        checkpoints = self._task(self.checkpointing.run(), "the checkpoints' timer")
         try:
             await self.finished.wait()
         finally:
@@ -241,6 +256,7 @@ class Host:
                 log.warning("%s did not fire: the run admitted %d input records", spec,
                             self.stats.events_in)
             feeder.cancel()
+            checkpoints.cancel()
             ticker.cancel()
             flusher.cancel()
             poller.cancel()
@@ -256,6 +272,8 @@ class Host:
             for out in self.sinks:
                 out.close()
             self.dead_letters.close()
+            if self.checkpointing.store is not None:
+                self.checkpointing.store.close()  # the writes under way finish, none is torn
             self.done.set()
 
     def _open_sinks(self) -> bool:

@@ -17,6 +17,12 @@ from sparkflux.control.boundary import (
     StartTimes,
     Tell,
 )
+from sparkflux.control.checkpoints import (
+    CheckpointDone,
+    CheckpointGivenUp,
+    CommitSinks,
+    WriteManifest,
+)
 from sparkflux.control.events import (
     Abort,
     CatchUp,
@@ -102,6 +108,8 @@ class Actions:
                     host.stats.phase = "finished"
                     assert host.finished is not None
                     host.finished.set()
+                case CommitSinks() | WriteManifest() | CheckpointDone() | CheckpointGivenUp():
+                    host.checkpointing.carry_out(a)
                 case _:
                     pass  # Answer, Adopt: the door and AdoptProcess do their part
         host.watch.safety()

@@ -35,6 +35,14 @@ class Feed:
         self._source: SourceFeed | None = None
         self._reported = False  # a source's own wait reported (``source_wait``)
         self._ending = False  # ``end``: the sources end at their next batch boundary
+        # a restart: the records each source had handed over at the checkpoint's cut
+        self.resumed = [0] * len(host.plan.streams)
+
+    def positions(self) -> list[int]:
+        """Each source's position: the records it has handed to the core (those of an
+        earlier run restored from a checkpoint included), what a restart resumes it at."""
+        host = self.host
+        return [self.resumed[i] + n for i, n in enumerate(host.source_rows)]
 
     def end(self) -> None:
         """Every source ends at its next batch boundary (``FluxQuery.stop``)."""
@@ -57,7 +65,13 @@ class Feed:
         host._mono_start = time.monotonic()
         host.cpu_start = time.process_time()
         host.faults.arm()
-        source = self._source = SourceFeed(host.plan)
+        source = self._source = SourceFeed(host.plan, skip=self.resumed)
+        if host.restored is not None:
+            r = host.restored
+            host.progress.note("restored", None, f"restored checkpoint {r.checkpoint}: the "
+                               f"input goes on after record {r.cut + 1:,}")
+            host.announce(f"restored checkpoint {r.checkpoint}: the output goes on after "
+                          f"input record {r.cut + 1:,}")
         if self._ending:
             source.end()
         cfg = host.cfg

@@ -41,10 +41,14 @@ class SourceFeed:
     nothing yet the feed waits for it rather than read ahead from the others: the merge could
     not release their records anyway."""
 
-    def __init__(self, plan: PhysicalPlan) -> None:
+    def __init__(self, plan: PhysicalPlan, skip: list[int] | None = None) -> None:
+        """``skip``: a restart's position of each source (records it had handed over at the
+        checkpoint's cut): it resumes after them (``Source.batches_from``)."""
         self._sources = plan.sources
+        skip = skip or [0] * len(plan.sources)
         self._iters: list[Iterator[pa.RecordBatch | list[dict[str, Any]] | None]] = [
-            s.batches() for s in plan.sources]
+            s.batches_from(n) if n else s.batches()
+            for s, n in zip(plan.sources, skip, strict=True)]
         self._streams = plan.streams
         self._wm = [NO_WATERMARK] * len(self._iters)
         self._open = [True] * len(self._iters)

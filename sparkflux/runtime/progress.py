@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 EventKind = Literal["failure", "take-over", "adoption", "catch-up", "caught-up", "move",
-                    "moved", "stall", "input-ended"]
+                    "moved", "stall", "input-ended", "checkpoint", "restored"]
 SiteRole = Literal["live", "catching up", "failed", "standby"]
 
 

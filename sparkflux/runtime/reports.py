@@ -3,7 +3,9 @@ digest and latency, and per failure, catch-up, adoption and move what it cost.""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +29,8 @@ def back_to_copies(unsafe: list[tuple[float, float]], failed_at: float) -> float
 def result_metrics(host: Host) -> dict[str, Any]:
     m = host.metrics
     duration = (m.end or time.time()) - (m.start or time.time())
-    inp = host.ingress.next_isn
+    # this run's input (a restart numbers on after its checkpoint's cut)
+    inp = host.ingress.next_isn - (host.restored.cut + 1 if host.restored else 0)
     return {
         "input_tuples": inp,
         # what the driver's ingress numbered and sent: a record each, or one per chunk of a
@@ -57,6 +60,14 @@ def result_metrics(host: Host) -> dict[str, Any]:
         **({"cuts": [{k: v for k, v in c.items() if k != "time"} for c in host.faults.cuts]}
            if host.faults.cuts else {}),
         "failures": [failure_report(host, f) for f in host.failures],
+        **({"checkpoints": list(host.checkpointing.taken),
+            "checkpoints_given_up": list(host.checkpointing.given_up)}
+           if host.checkpointing.store is not None else {}),
+        **({"restored": {"checkpoint": host.restored.checkpoint,
+                         "cut": host.restored.cut}} if host.restored is not None else {}),
+        # from the driver process's start to its first output row (a restart's time back)
+        **({"first_output_after_start_s": round(m.times[0] - started, 3)}
+           if m.times and (started := process_started_at()) is not None else {}),
         "recoveries": [recovery_report(host, c) for c in host.catch_ups],
         "adoptions": [{k: v for k, v in a.items() if k != "time"} for a in host.adoptions],
         # how long the sites took to start, and the standby wait measured from it
@@ -155,3 +166,14 @@ def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
         "latency_p99_s": round(m.latency_p99_between(at - 0.5, at + 3.0), 4),
         "fault_tolerant_after_s": round(safe - f["time"], 3) if safe is not None else None,
     }
+
+
+def process_started_at() -> float | None:
+    """When this process started (wall time), from ``/proc`` (None where there is none)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text()
+                    .splitlines() if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None

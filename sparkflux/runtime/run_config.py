@@ -65,6 +65,10 @@ class RunConfig:
     security: Security | None = None  # None: made by ``run`` (the user's secret or a fresh one)
     tls: bool = Opts.tls  # --tls (when ``run`` makes the security settings)
     max_frame_mb: float | None = Opts.max_frame_mb  # --max-frame-mb
+    checkpoint: str | None = Opts.checkpoint  # --checkpoint: the snapshot store's URI
+    checkpoint_interval: float = Opts.checkpoint_interval
+    checkpoint_keep: int = Opts.checkpoint_keep
+    restore: int = -1  # the checkpoint this run goes on from (the launch finds it), or -1
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
     dataflow: str = ""
@@ -88,7 +92,9 @@ class RunConfig:
             ui_port=o.ui_port, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
             balance=o.balance, delta_min=o.balance_delta_min, window_s=o.balance_window,
-            standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb)
+            standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,
+            checkpoint=o.checkpoint, checkpoint_interval=o.checkpoint_interval,
+            checkpoint_keep=o.checkpoint_keep)
 
     def kills_of(self, kind: type[K]) -> tuple[K, ...]:
         """The ``--kill`` records of one form."""

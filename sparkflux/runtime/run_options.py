@@ -150,6 +150,16 @@ class RunOptions:
     start_timeout: float = option(
         180.0, "give up, saying what the Spark master lacks, when the sites have not all "
                "registered this long after the job was submitted", metavar="SECONDS")
+    checkpoint: str | None = option(
+        None, "take checkpoints there (a directory, or a URI pyarrow reaches: hdfs://, "
+              "s3://, gs://; on a cluster, storage every executor reaches); a run started "
+              "with a checkpoint that holds a complete one goes on from the newest",
+        metavar="URI")
+    checkpoint_interval: float = option(
+        10.0, "with --checkpoint: seconds between checkpoints", metavar="SECONDS")
+    checkpoint_keep: int = option(
+        3, "with --checkpoint: how many complete checkpoints are kept (the older removed)",
+        metavar="N")
 
     @classmethod
     def of(cls, **options: Any) -> RunOptions:
@@ -192,6 +202,7 @@ class RunOptions:
         if self.standby_wait is not None:
             seconds_option("--standby-wait", self.standby_wait)
         seconds_option("start_timeout", self.start_timeout)
+        checkpoint_options(self.checkpoint, self.checkpoint_interval, self.checkpoint_keep)
         if not self.progress_interval >= 0.1:
             raise PlanError(f"--progress-interval {self.progress_interval}: give 0.1 seconds "
                             f"or more")
@@ -293,3 +304,15 @@ def site_cpu_option(value: float | None) -> float | None:
     if value is not None and not 0.0 < value <= 1.0:
         raise PlanError(f"--site-cpu {value}: give a fraction of wall time in (0, 1], e.g. 0.4")
     return value
+
+
+def checkpoint_options(uri: str | None, interval: float, keep: int) -> None:
+    """``--checkpoint``, ``--checkpoint-interval`` and ``--checkpoint-keep``."""
+    if uri is not None and (not isinstance(uri, str) or not uri.strip()):
+        raise PlanError(f"--checkpoint {uri!r}: give a directory or a URI (hdfs://, s3://, "
+                        f"gs://, file://)")
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+        raise PlanError(f"--checkpoint-interval {interval!r}: give a positive number of "
+                        f"seconds")
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise PlanError(f"--checkpoint-keep {keep!r}: keep at least 1 checkpoint")

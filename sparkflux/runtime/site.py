@@ -34,11 +34,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkflux.control.checkpoints import part_name
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import Ack, Data, Keepalive
+from sparkflux.protocol.messages import Ack, Data, Keepalive, StoredPartition
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.protocol.site_boundary import (
     LINK_TIMEOUT_S,
@@ -59,6 +60,7 @@ from sparkflux.runtime.security import Security
 from sparkflux.runtime.site_actions import Actions
 from sparkflux.runtime.site_door import Door
 from sparkflux.runtime.site_watch import Watch
+from sparkflux.runtime.snapshots import SnapshotStore
 from sparkflux.runtime.state_mover import StateMover
 from sparkflux.runtime.transport import Connection, ConnectionLost, connect, start_server
 
@@ -97,6 +99,8 @@ class SiteConfig:
     heartbeat_interval: float = 0.1
     cpu_cap: float | None = None  # --site-cpu: busy at most this fraction of wall time
     link_timeout: float = LINK_TIMEOUT_S  # --link-timeout: a peer link silent this long
+    checkpoint: str | None = None  # --checkpoint: the snapshot store's URI (parts go there)
+    restore: int = -1  # the checkpoint the site's first view starts from (-1: none)
 
     def gather_s(self, cap: float) -> float:
         """How long the scheduler lets input gather at capacity ``cap`` (the current one:
@@ -159,6 +163,13 @@ class Site:
         self.actions = Actions(self)  # the boundary's actions carried out
         self.door = Door(self)  # the peer links: accepted, admitted, dialled, offered
         self.watch = Watch(self)  # the heartbeat and the link check
+        self.store: SnapshotStore | None = None  # the checkpoints' store, opened at first use
+        # A restart from a checkpoint: the first view's partitions start from their parts,
+        # read on a thread (the loop keeps heartbeating) before the first pass.
+        self.restored = asyncio.Event()
+        self._restoring = cfg.restore >= 0
+        if not self._restoring:
+            self.restored.set()
 
     @property
     def id(self) -> int:
@@ -223,6 +234,8 @@ class Site:
             for c in [*self.peers.values(), self.driver, self.control]:
                 c.close()
             server.close()
+            if self.store is not None:
+                self.store.close()  # the parts being written finish: none is left half written
         if self.error:
             raise RuntimeError(self.error)
         return self.summary()
@@ -241,6 +254,36 @@ class Site:
     def handle(self, *events: SiteBoundaryEvent) -> None:
         """One step of the site's core, carried out."""
         self.actions.carry_out(self.boundary.handle(*events))
+        if self._restoring and self.core is not None:
+            self._restoring = False
+            if self.boundary.adopted:  # a standby adopting a slot is caught up instead
+                self.restored.set()
+            else:
+                self.spawn(self._restore(self.core))
+
+    async def _restore(self, core: SiteCore) -> None:
+        """The parts of checkpoint ``cfg.restore`` for every partition replica this site
+        hosts, read from the store on a thread, installed in the core before its first pass
+        (a part that cannot be read stops the site, and so the run, with the cause)."""
+        assert self.cfg.checkpoint is not None
+        k = self.cfg.restore
+        wanted = [(s, int(q)) for s, cons in enumerate(core.cons)
+                  for q in cons.parts[cons.installed]]
+        if self.store is None:
+            self.store = SnapshotStore(self.cfg.checkpoint)
+        store = self.store
+
+        def read() -> dict[tuple[int, int], StoredPartition]:
+            return {(s, q): store.get(part_name(k, s, q)) for s, q in wanted}
+
+        try:
+            parts = await asyncio.to_thread(read)
+            core.restore(parts)
+        except Exception as e:  # noqa: BLE001 - the run stops with the cause
+            self.report_error(f"site {self.id} could not restore checkpoint {k}: "
+                              f"{type(e).__name__}: {e}")
+            return
+        self.restored.set()
 
     # -- the loop ----------------------------------------------------------------------------
     async def pump(self, conn: Connection, peer: int, control: bool = False,
@@ -299,6 +342,7 @@ class Site:
             self.outbox.flush()
 
         try:
+            await self.restored.wait()
             await self.scheduler.run(one_pass)
         except asyncio.CancelledError:
             raise

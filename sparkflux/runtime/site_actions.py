@@ -6,13 +6,16 @@ through the DTSB (``outbox.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+from sparkflux.control.checkpoints import part_name
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
-from sparkflux.protocol.messages import Installed, State
+from sparkflux.protocol.messages import Installed, State, StoredPartition
 from sparkflux.protocol.site_boundary import (
     Close,
     Crash,
@@ -24,6 +27,7 @@ from sparkflux.protocol.site_boundary import (
     SiteBoundaryAction,
     Stop,
 )
+from sparkflux.runtime.snapshots import SnapshotStore
 from sparkflux.runtime.transport import ConnectionLost
 
 if TYPE_CHECKING:
@@ -47,6 +51,9 @@ class Actions:
                     # a site's reports to the controller: controller messages only
                     assert isinstance(msg, cm.CONTROL_TYPES)
                     self._report(msg)
+                case Send(message=msg, channel=Channel.STORE):
+                    assert isinstance(msg, StoredPartition)  # the STORE channel's one
+                    self._store(msg)
                 case Send(dest=dest, message=msg, channel=Channel.STATE):
                     assert isinstance(msg, (State, Installed))  # the STATE channel's two
                     self._state_out(dest, msg)
@@ -82,6 +89,31 @@ class Actions:
             host.control.send(msg)
         except ConnectionLost as e:
             host.handle(DriverLost(reason=str(e) or "the control connection closed"))
+
+    def _store(self, part: StoredPartition) -> None:
+        """A checkpoint's part to the run's snapshot store, written on the store's thread
+        (this loop goes on); the driver hears when it is written, or why it was not."""
+        host = self.host
+        name = part_name(part.checkpoint, part.stage, part.q)
+
+        def report(nbytes: int, error: str) -> None:
+            self._report(cm.PartStored(site=host.id, checkpoint=part.checkpoint,
+                                       stage=part.stage, q=part.q, name=name, nbytes=nbytes,
+                                       error=error))
+
+        if host.cfg.checkpoint is None:  # a bug: the driver cuts only with a store
+            report(0, "this site has no checkpoint store")
+            return
+        if host.store is None:
+            host.store = SnapshotStore(host.cfg.checkpoint)
+        loop = asyncio.get_running_loop()
+
+        def done(f: Future[int]) -> None:
+            e = f.exception()
+            loop.call_soon_threadsafe(report, 0 if e else f.result(),
+                                      f"{type(e).__name__}: {e}" if e else "")
+
+        host.store.put(name, part).add_done_callback(done)
 
     def _state_out(self, site: int, msg: State | Installed) -> None:
         """A snapshot or ``installed``: outside the data path, by the StateMover."""

@@ -29,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from sparkflux.protocol.messages import StoredPartition
@@ -79,6 +80,28 @@ class SnapshotStore:
     def put_json(self, name: str, doc: dict[str, Any]) -> Future[int]:
         """Write a JSON document (a manifest) as ``name``, atomically, on the store's thread."""
         return self._submit(name, [json.dumps(doc, indent=1, sort_keys=True).encode()])
+
+    def put_arrow(self, name: str, table: pa.Table) -> Future[int]:
+        """Write ``table`` as an Arrow IPC stream (records, not code) on the store's thread."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        return self._submit(name, [sink.getvalue().to_pybytes()])
+
+    def get_arrow(self, name: str) -> pa.Table:
+        """A table ``put_arrow`` wrote (SnapshotError if it is not one)."""
+        body = self._read(name)
+        try:
+            return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        except pa.ArrowInvalid as e:
+            raise SnapshotError(f"{self.path(name)} is not an Arrow stream: {e}") from e
+
+    def delete_async(self, prefix: str) -> Future[None]:
+        """``delete`` on the store's thread, after the writes submitted before it."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the snapshot store at {self.uri} is closed")
+            return self._pool.submit(self.delete, prefix)
 
     def _submit(self, name: str, pieces: list[bytes]) -> Future[int]:
         path = self.path(name)

@@ -46,6 +46,16 @@ from sparkflux.control.boundary import (
     boundary_for,
     event_of,
 )
+from sparkflux.control.checkpoints import (
+    CheckpointDone,
+    CommitSinks,
+    ManifestWritten,
+    SinksCommitted,
+    TakeCheckpoint,
+    WriteManifest,
+    checkpoint_dir,
+    part_name,
+)
 from sparkflux.control.controller import ControlOptions
 from sparkflux.control.events import (
     Abort,
@@ -59,13 +69,14 @@ from sparkflux.control.events import (
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.model.batch import concat
 from sparkflux.model.digest import digest_of
 from sparkflux.model.validate import validate
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, ordered_with_data
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import Outgoing, State
+from sparkflux.protocol.messages import Outgoing, State, StoredPartition
 from sparkflux.protocol.site import SiteCore
 from sparkflux.protocol.site_boundary import (
     Beat,
@@ -161,6 +172,8 @@ class SimResult:
     # per crash during a move: (the crashed site's role in it, the move's phase then)
     crash_points: list[tuple[str, str]] = field(default_factory=list)
     short_s: list[float] = field(default_factory=list)  # per move: ``MoveRecord.short_s``
+    driver_crashed: bool = False  # the run stopped at ``driver_crash``: every process died
+    checkpoints: list[tuple[int, int]] = field(default_factory=list)  # (checkpoint, cut)
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -169,8 +182,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
              detect_delay: tuple[int, int] = (0, 40), max_steps: int = 2_000_000,
              window: int = 2, recovery: str = "standby", balance: bool = False,
              policy: PolicyConfig | None = None, fifo: bool = False,
-             clock: SimClock | None = None, dial_delay: tuple[int, int] | None = None
-             ) -> SimResult:
+             clock: SimClock | None = None, dial_delay: tuple[int, int] | None = None,
+             checkpoint_every: int = 0, driver_crash: int | None = None,
+             restore: tuple[dict[str, Any], list[Any]] | None = None,
+             store: dict[str, Any] | None = None) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
@@ -188,7 +203,15 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     at once at the dialling end.
 
     ``clock``: heartbeats, link checks and their timeouts run in simulated time (always with
-    ``hangs`` or ``cuts``); without it a site is found failed only by its lost connection."""
+    ``hangs`` or ``cuts``); without it a site is found failed only by its lost connection.
+
+    Checkpoints (docs/design.md §9): every ``checkpoint_every`` steps the driver takes one;
+    the sites' parts and the driver's manifests go to ``store`` (a dict: the snapshot
+    store), each part's report back to the driver on its control link like any frame. At
+    step ``driver_crash`` the driver dies, and every site with it (fail-stop): the run stops
+    there. ``restore``: a manifest and its held records from ``store`` to start from (the
+    first view's sites install their parts; ``batches``: the input after the cut's source
+    positions, as the sources resume)."""
     if clock is None and (failures.hangs or failures.cuts):
         clock = SimClock()
     rng = np.random.default_rng(seed)
@@ -233,6 +256,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
         heartbeat_timeout=float(clock.heartbeat_timeout) if clock else 1e9,
         recovery=recovery, balance=balance, policy=policy,
         link_settle=float(clock.settle if clock else 0)), end_with_output=False)
+    store = store if store is not None else {}
+    handed = [0] * len(plan.streams)  # records each source handed over (its position)
+    if restore is not None:
+        core.restore(*restore)
+        handed = [int(n) for n in restore[0]["driver"]["sources"]]
     if clock:  # a fixed standby wait, as ``--standby-wait`` gives the runtime one
         core.handle(StartTimes(fixed=float(clock.standby_wait)))
     link_timeout = float(clock.link_timeout) if clock else 1e9
@@ -284,9 +312,16 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
 
     def site_do(src: int, actions: list[SiteBoundaryAction]) -> None:
         """The runtime site host's part, over simulated links. A link's set-up is a
-        ``hello`` on the data channel: the dialled side learns of it on delivery."""
+        ``hello`` on the data channel: the dialled side learns of it on delivery. A
+        checkpoint's part goes to the store, its report to the driver."""
         for a in actions:
             match a:
+                case Send(message=StoredPartition() as part, channel=Channel.STORE):
+                    name = part_name(part.checkpoint, part.stage, part.q)
+                    store[name] = part
+                    net.send(src, DRIVER, cm.PartStored(
+                        site=src, checkpoint=part.checkpoint, stage=part.stage, q=part.q,
+                        name=name, nbytes=1), CONTROL)
                 case Send(dest=dest) if src in zombies and (
                         dest == DRIVER or src in sites[dest].dead_sites):
                     pass  # a zombie's frame on a connection its peer has closed
@@ -337,6 +372,12 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     sites[s] = SiteBoundary(s, 0, copy.deepcopy(site_plan), layout,
                                             link_timeout)
                     site_do(s, sites[s].handle(FromDriver(message=view)))
+                    site_core = sites[s].core
+                    if restore is not None and site_core is not None:
+                        k = int(restore[0]["checkpoint"])
+                        site_core.restore({(st, int(q)): store[part_name(k, st, int(q))]
+                                           for st, cons in enumerate(site_core.cons)
+                                           for q in cons.parts[cons.installed]})
                 case AdoptProcess(slot=k, attempt=att, registered=reg, message=message):
                     executor_now[k] = domain_of(failures.standby_executors, reg - plan.sites - 1)
                     net.forget(k)  # the old process's connections are gone with it
@@ -349,6 +390,17 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     hung.pop(k, None)
                     site_do(k, sites[k].handle(FromDriver(message=cm.Standby()),
                                                FromDriver(message=message)))
+                case CommitSinks(checkpoint=k):
+                    carry_out(core.handle(SinksCommitted(checkpoint=k, sinks=tuple(
+                        {} for _ in plan.sinks) + ({"dead_letters": {}},))))
+                case WriteManifest(checkpoint=k, name=name, manifest=manifest, held=held):
+                    store[name] = (manifest, [concat(list(h)) if h else None for h in held])
+                    carry_out(core.handle(ManifestWritten(checkpoint=k)))
+                case CheckpointDone(checkpoint=k, cut=cut, remove=remove):
+                    checkpoints.append((k, cut))
+                    for old in remove:
+                        for name in [n for n in store if n.startswith(checkpoint_dir(old))]:
+                            del store[name]
                 case Recovered(slot=slot):
                     recovered.append(slot)
                     if len(recovered) == 1:
@@ -394,9 +446,16 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     ready = [e for e in setup if e is not None and not isinstance(e, tuple)]
     setup = None
     carry_out(core.handle(*ready))
+    checkpoints: list[tuple[int, int]] = []
+    driver_crashed = False
     try:
         while step < max_steps:
             step += 1
+            if driver_crash is not None and step >= driver_crash:
+                driver_crashed = True  # the driver dies, its sites with it (fail-stop)
+                break
+            if checkpoint_every and step % checkpoint_every == 0:
+                carry_out(core.handle(TakeCheckpoint(now=float(step), sources=tuple(handed))))
             for site in crash_at.get(step, []):
                 if site not in crashed_now:
                     crash_points += _move_points(controller, site)
@@ -490,6 +549,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
             if can_admit and rng.random() < 0.3:
                 stream, b = _item(batches[next_batch])
                 carry_out(core.handle(Input(batch=b, now=0.0, stream=stream)))
+                handed[stream] += b.num_rows if isinstance(b, pa.RecordBatch) else len(b)
                 next_batch += 1
                 continue
             if next_batch == len(batches) and not core.ingress.ended:
@@ -557,7 +617,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     return SimResult(seed, tables[0], core.egress.ended, leftover, crashed, step, net.delivered,
                      core.ingress.next_isn, recovered, live_replicas,
                      [(m.q, m.r, m.src, m.dst) for m in controller.moves], tables,
-                     crash_points, [m.short_s for m in controller.moves])
+                     crash_points, [m.short_s for m in controller.moves], driver_crashed,
+                     checkpoints)
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

@@ -31,8 +31,10 @@ from sparkflux.runtime.driver import Host, open_sinks, sinks_of
 from sparkflux.runtime.fault_specs import KillProcess
 from sparkflux.runtime.plot import timeline_events
 from sparkflux.runtime.reports import result_metrics
+from sparkflux.runtime.restore import Restored, latest
 from sparkflux.runtime.run_config import RunConfig, RunFailed, RunResult
 from sparkflux.runtime.security import SECRET_CONF, make_security, resolve_secret
+from sparkflux.runtime.snapshots import SnapshotStore
 from sparkflux.spark.launcher import (
     SiteJob,
     cancel_sites,
@@ -75,10 +77,17 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     the modules beside it are shipped. ``announce`` gets the run's milestones (the input's
     start)."""
     sinks = sinks_of(plan, sink)
+    restored = restore_point(plan, cfg)
+    if restored is not None:  # the sinks go on after the checkpoint's cut
+        for k, out in enumerate(sinks):
+            out.resume(restored.sink_record(k), restored.cut)
+        dead_letters.resume(restored.dead_letters)
+        cfg = replace(cfg, restore=restored.checkpoint)
     open_sinks(plan, sinks)  # a sink that cannot open fails the run before Spark starts
     hosts: list[Host] = []
     try:
-        return _launch(plan, cfg, sinks, dead_letters, spark, dataflow_file, announce, hosts)
+        return _launch(plan, cfg, sinks, dead_letters, spark, dataflow_file, announce, hosts,
+                       restored)
     except BaseException:
         if hosts:  # the host's thread closes the sinks as it ends
             hosts[0].stop("the launch failed")
@@ -89,9 +98,29 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
         raise
 
 
+def restore_point(plan: PhysicalPlan, cfg: RunConfig) -> Restored | None:
+    """With ``--checkpoint``: the newest complete checkpoint there (None: a first run), its
+    dataflow checked against this one's (PlanError, naming what differs)."""
+    if cfg.checkpoint is None:
+        return None
+    if plan.isn_span is not None:
+        raise PlanError("--checkpoint needs the sources read on the driver: a source read on "
+                        "the sites (read_on='sites') cannot resume from a checkpoint yet; "
+                        "drop read_on, or --checkpoint")
+    try:
+        store = SnapshotStore(cfg.checkpoint)
+    except OSError as e:
+        raise PlanError(f"--checkpoint {cfg.checkpoint}: cannot open it: {e}") from None
+    try:
+        return latest(store, plan)
+    finally:
+        store.close()
+
+
 def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters: DeadLetters,
             spark: Any, dataflow_file: str | Path | None,
-            announce: Callable[[str], None] | None, hosts: list[Host]) -> Launched:
+            announce: Callable[[str], None] | None, hosts: list[Host],
+            restored: Restored | None = None) -> Launched:
     source_slots = sum(src.task_slots for src in plan.sources)
     master = cfg.master or default_master(cfg.sites + cfg.spares + source_slots)
     tasks = plan.sites + cfg.spares
@@ -116,7 +145,7 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
         cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
     bind, advertise = driver_addresses(master, conf, cfg.bind_host)
     cfg = replace(cfg, local=is_local(master), bind_host=bind)
-    host = Host(plan, cfg, None, dead_letters, announce, opened=sinks)
+    host = Host(plan, cfg, None, dead_letters, announce, opened=sinks, restored=restored)
     hosts.append(host)
     thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)
     thread.start()

@@ -35,6 +35,8 @@ class SiteSettings:
     replicas: int
     cpu_cap: float | None
     link_timeout: float
+    checkpoint: str | None = None  # --checkpoint: where the sites write their parts
+    restore: int = -1  # the checkpoint the sites start from (-1: none)
 
     @classmethod
     def of(cls, cfg: Any, controller: tuple[str, int], site_bind: str) -> SiteSettings:
@@ -43,7 +45,8 @@ class SiteSettings:
         assert cfg.replicas is not None and cfg.security is not None
         return cls(controller_host=controller[0], controller_port=controller[1],
                    bind_host=site_bind, advertise_host=site_bind, security=cfg.security,
-                   replicas=cfg.replicas, cpu_cap=cfg.site_cpu, link_timeout=cfg.link_timeout)
+                   replicas=cfg.replicas, cpu_cap=cfg.site_cpu, link_timeout=cfg.link_timeout,
+                   checkpoint=cfg.checkpoint, restore=cfg.restore)
 
 
 def make_site_task(blob: bytes, settings: SiteSettings
@@ -70,7 +73,8 @@ def make_site_task(blob: bytes, settings: SiteSettings
             cfg = SiteConfig(site=index, attempt=attempt, controller_host=host,
                              controller_port=port, bind_host=bind, advertise_host=advertise,
                              security=s.security, replicas=s.replicas, cpu_cap=s.cpu_cap,
-                             link_timeout=s.link_timeout)
+                             link_timeout=s.link_timeout, checkpoint=s.checkpoint,
+                             restore=s.restore)
             plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
             yield run_site(cfg, plan, guard.registered)
 

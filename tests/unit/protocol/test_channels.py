@@ -46,7 +46,7 @@ def test_every_other_link_frame_is_written_at_once() -> None:
 def test_state_has_its_own_connection_and_the_controller_its_own() -> None:
     assert ROUTES[State] == ROUTES[Installed] == (Channel.STATE, False)
     control = {t for t, (ch, _) in ROUTES.items() if ch is Channel.CONTROL}
-    assert control == {CuStart, cm.OpenControl, cm.Heartbeat, cm.Moved, cm.Folded,
+    assert control == {CuStart, cm.OpenControl, cm.Heartbeat, cm.Moved, cm.Folded, cm.PartStored,
                        cm.SiteError, cm.Unreachable, cm.Avail, cm.Fail, cm.Move, cm.Slow,
                        cm.Kill, cm.Stop}
 

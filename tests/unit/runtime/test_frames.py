@@ -117,6 +117,8 @@ EXAMPLES: list[Any] = [
                  out_part=i64(3, -1), held=8192, pending=40),
     cm.Moved(epoch=9),
     cm.Folded(stage=1, p=3, r=2, epoch=7),
+    cm.PartStored(site=2, checkpoint=4, stage=1, q=5,
+                  name="checkpoint-0000000004/stage-1/part-00005", nbytes=1234),
     cm.SiteError(site=2, attempt=1, error="Traceback ..."),
     cm.Unreachable(site=0, peer=2, peer_attempt=1, reason="timed out"),
     cm.StartFailed(site=3, attempt=2, error_type="ModuleNotFoundError",
