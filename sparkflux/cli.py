@@ -1,10 +1,11 @@
-"""The ``sparkflux`` command: ``run``, ``reference`` and ``demo``.
+"""The ``sparkflux`` command: ``run``, ``reference``, ``demo`` and ``supervise``.
 
     sparkflux run examples/netmon.py --events 1000000 --sites 4 --partitions 32 --ha none \\
         --output out/netmon.parquet --metrics out/metrics.json
     sparkflux reference examples/netmon.py --events 1000000
     sparkflux run examples/clicks.py --events 200000 --sites 2 --partitions 8 --check
     sparkflux demo
+    sparkflux supervise --restarts 5 -- spark-submit --master spark://host:7077 app.py
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sparkflux.model.errors import PlanError
 from sparkflux.options import add_run_options, options_of, run_config
 from sparkflux.runner import reference_result, run_example
 from sparkflux.runtime.run_config import RunFailed, write_metrics
+from sparkflux.supervisor import Policy, supervise
 
 console = Console(stderr=True)
 
@@ -43,17 +45,19 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_reference(rest)
         if command == "demo":
             return cmd_demo(rest)
+        if command == "supervise":
+            return cmd_supervise(rest)
     except (PlanError, RunFailed) as e:
         console.print(f"[bold red]error:[/] {e}")
         return 2
-    console.print(f"[red]unknown command {command!r}[/]; use run, reference or demo")
+    console.print(f"[red]unknown command {command!r}[/]; use run, reference, demo or supervise")
     return 2
 
 
 def _top_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sparkflux", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["run", "reference", "demo"])
+    p.add_argument("command", choices=["run", "reference", "demo", "supervise"])
     return p
 
 
@@ -149,6 +153,9 @@ def cmd_run(argv: list[str]) -> int:
     if module is None:
         parser.error("give the example dataflow's path")
     run_config(**options_of(args))  # a bad option fails here, before Spark starts (--check)
+    if args.restart:  # this command again, as a child of the supervisor (docs/supervision.md)
+        child = [sys.executable, "-m", "sparkflux.cli", "run", *_without(argv, "--restart")]
+        return supervise(child, Policy(restarts=args.restart))
     display = None if args.no_progress else live_progress
     check = None
     if args.check:
@@ -176,6 +183,20 @@ def cmd_run(argv: list[str]) -> int:
         if not check.match:
             return 1
     return 3 if _too_many_dead_letters(result.metrics, args.max_dead_letters) else 0
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag`` and its value (``--restart 2`` or ``--restart=2``)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(flag + "="):
+            out.append(arg)
+    return out
 
 
 def _too_many_dead_letters(metrics: dict[str, Any], fraction: float) -> bool:
@@ -217,6 +238,44 @@ def cmd_reference(argv: list[str]) -> int:
     else:
         print("\n".join(f"{k} {v}" for k, v in out.items()))
     return 0
+
+
+def _supervise_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sparkflux supervise", allow_abbrev=False,
+        usage="sparkflux supervise [options] -- CMD ARGS...",
+        description="Run CMD (a driver: spark-submit app.py, python app.py, sparkflux run ...) "
+                    "in a process group of its own and start it again when it dies (killed, "
+                    "or a non-zero exit code other than 2, 3 and 130), after a back-off, at "
+                    "most --restarts times. SIGINT and SIGTERM are forwarded, and then it is "
+                    "not restarted. docs/supervision.md")
+    p.add_argument("--restarts", type=int, default=Policy.restarts, metavar="N",
+                   help="restarts at most, in the whole supervision (default 3)")
+    p.add_argument("--backoff", type=float, default=Policy.backoff, metavar="SECONDS",
+                   help="the first restart's delay, doubled with each consecutive restart "
+                        "(default 1)")
+    p.add_argument("--max-backoff", type=float, default=Policy.max_backoff, metavar="SECONDS",
+                   help="the longest delay (default 30)")
+    p.add_argument("--stable-after", type=float, default=Policy.stable_after,
+                   metavar="SECONDS", help="a command that ran longer than this was working: "
+                                           "the next delay is --backoff again (default 60)")
+    return p
+
+
+def cmd_supervise(argv: list[str]) -> int:
+    parser = _supervise_parser()
+    if "--" not in argv:
+        if "-h" in argv or "--help" in argv:
+            parser.print_help()
+            return 0
+        parser.error("give the command after --: sparkflux supervise [options] -- CMD ARGS...")
+    at = argv.index("--")
+    args, command = parser.parse_args(argv[:at]), argv[at + 1:]
+    if not command:
+        parser.error("give the command after --: sparkflux supervise [options] -- CMD ARGS...")
+    return supervise(command, Policy(restarts=args.restarts, backoff=args.backoff,
+                                     max_backoff=args.max_backoff,
+                                     stable_after=args.stable_after))
 
 
 def cmd_demo(argv: list[str]) -> int:

@@ -200,6 +200,10 @@ def _start(dataflow: Dataflow, spark: Any, sink: Sink | None, output: str | Path
            dead_letters: DeadLetters | None, dead_letter: str | Path | None,
            dataflow_file: str | Path | None, announce: Callable[[str], None] | None,
            options: dict[str, Any]) -> FluxQuery:
+    if options.get("restart"):  # a driver cannot start itself again once it is dead
+        raise PlanError(f"restart={options['restart']!r} is sparkflux run's --restart: a "
+                        f"program that calls sparkflux.start is restarted by running it under "
+                        f"sparkflux supervise -- python PROGRAM (docs/supervision.md)")
     cfg = run_config(**options)
     plan = compile_plan(dataflow, cfg.partitions, cfg.sites)
     if cfg.rate is not None and plan.isn_span is not None:

@@ -160,6 +160,10 @@ class RunOptions:
     checkpoint_keep: int = option(
         3, "with --checkpoint: how many complete checkpoints are kept (the older removed)",
         metavar="N")
+    restart: int = option(
+        0, "with --checkpoint: run the driver under a supervisor that starts it again from its "
+           "newest checkpoint when it dies, at most N times, after a back-off from 1 s "
+           "doubling to 30 s (not after exit code 2 or 3; docs/supervision.md)", metavar="N")
 
     @classmethod
     def of(cls, **options: Any) -> RunOptions:
@@ -210,6 +214,7 @@ class RunOptions:
                 self.ui_port, int) or not -1 <= self.ui_port <= 65535):
             raise PlanError(f"--ui-port {self.ui_port!r}: give a port number (0: any free "
                             f"port, -1: no dashboard)")
+        restart_option(self.restart, self.checkpoint)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalised while constructed (frozen after)
@@ -240,6 +245,19 @@ def replicas_option(ha: str, replicas: int | None, sites: int) -> int:
         raise PlanError(f"--replicas {replicas} keeps {replicas} copies of every partition on "
                         f"different sites: use --sites >= {replicas}")
     return replicas
+
+
+def restart_option(restart: int, checkpoint: str | None) -> int:
+    """``--restart N``: 0 or more, and only with ``--checkpoint``: the supervisor starts the
+    command again as it was given, so without a checkpoint to resume from, a restart would
+    produce the output again from the start."""
+    if isinstance(restart, bool) or not isinstance(restart, int) or restart < 0:
+        raise PlanError(f"--restart {restart!r}: give a number of restarts, 0 or more")
+    if restart > 0 and not checkpoint:
+        raise PlanError(f"--restart {restart} starts the run again from its newest checkpoint: "
+                        f"give --checkpoint DIR too; without one a restart would produce the "
+                        f"output again from the start")
+    return restart
 
 
 def seconds_option(option: str, value: float) -> float:
