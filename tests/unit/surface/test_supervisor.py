@@ -318,7 +318,7 @@ def test_run_restart_runs_the_same_command_under_the_supervisor(
 def test_restart_is_an_option_checked_and_left_out_of_the_runtime() -> None:
     assert RunOptions().restart == 0 and RunOptions().checkpoint is None
     opts = RunOptions(restart=2, checkpoint="ck")
-    assert RunConfig.of(opts) == RunConfig()
+    assert RunConfig.of(opts) == RunConfig(checkpoint="ck")  # the supervisor's, not the run's
     assert run_config(restart=0).sites == 4
     for bad in (-1, True, "2"):
         with pytest.raises(PlanError, match="--restart .*: give a number of restarts, 0 or "
