@@ -82,7 +82,8 @@ def main() -> None:
     base = statistics.median(tput["none"])
     t = Table(title=f"netmon --ha flux, 4 sites, 32 partitions: {a.events:,} events "
                     f"unpaced (median of {a.repeat}), {a.rate_events:,} at {a.rate:,.0f}/s")
-    for col in ("checkpoints", "tuples/s", "ratio", "completed", "cut to manifest, median",
+    t.add_column("checkpoints", no_wrap=True)
+    for col in ("tuples/s", "ratio", "completed", "cut to manifest, median",
                 f"p50 at {a.rate:,.0f}/s", "p99"):
         t.add_column(col, justify="right")
     for name, _ in CONFIGS:
