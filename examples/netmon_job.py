@@ -11,7 +11,11 @@ session of your own (``SparkSession.builder.getOrCreate()``) works too; it is ch
 ``start`` and a missing setting is named (e.g. ``--conf spark.pyspark.python=...``). The
 script starts the query, prints its status every few seconds while it runs, and at the end
 its digests; with ``--check`` also the Spark SQL reference's digest computed in the same
-session, and exits 1 if they differ.
+session, and exits 1 if they differ. With ``--checkpoint DIR --table PATH`` it can be run
+under the supervisor, which starts it again from its newest checkpoint if its driver dies:
+
+    sparkflux supervise -- spark-submit --master spark://127.0.0.1:7077 \
+        examples/netmon_job.py --rate 50000 --checkpoint /shared/ckpt --table /shared/netmon
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 from pathlib import Path
 
 import sparkflux
+from sparkflux.io import TableSink
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netmon  # the example module beside this script
@@ -35,12 +40,20 @@ def main() -> int:
     p.add_argument("--ha", choices=["none", "flux"], default="flux")
     p.add_argument("--rate", type=float, default=None)
     p.add_argument("--check", action="store_true", help="compare with the Spark reference")
+    p.add_argument("--checkpoint", default=None,
+                   help="take checkpoints there; run again, the job goes on from the newest")
+    p.add_argument("--checkpoint-interval", type=float, default=10.0)
+    p.add_argument("--table", default=None,
+                   help="write the output as a Parquet table (TableSink) at this path")
     a = p.parse_args()
 
     spark = sparkflux.spark_session(app_name="netmon-job")
     opts = netmon.NetmonOptions(events=a.events)
-    query = sparkflux.start(netmon.build(opts), spark=spark, sites=a.sites,
+    sink = TableSink(a.table) if a.table else None
+    query = sparkflux.start(netmon.build(opts), spark=spark, sink=sink, sites=a.sites,
                             partitions=a.partitions, ha=a.ha, rate=a.rate,
+                            checkpoint=a.checkpoint,
+                            checkpoint_interval=a.checkpoint_interval,
                             dataflow_file=netmon.__file__, announce=print)
     while not query.await_termination(timeout=5):
         s = query.status

@@ -26,8 +26,8 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-EVENTS = 400_000
-RATE = 50_000.0  # 8 s of input
+EVENTS = 300_000
+RATE = 50_000.0  # 6 s of input
 KILL_AT = "input+150000"  # every kill comes once 150,000 records are admitted (3 s in)
 RUN_TIMEOUT = 150.0
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ ([\w.]+): (.*)$")
