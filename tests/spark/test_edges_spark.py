@@ -249,7 +249,10 @@ def test_a_sigkilled_driver_leaves_no_site_no_port_and_a_readable_output(
 
         threading.Thread(target=read, daemon=True).start()
         assert started.wait(120), "".join(lines)
-        time.sleep(2.0)  # a flush of the output at least
+        deadline = time.monotonic() + 60  # until a part with rows is published (the first
+        while not (out / "part-00000001.parquet").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # holds the columns only)
+        assert (out / "part-00000001.parquet").exists(), "".join(lines)
         tree = descendants(proc.pid)
         sites = [p for p in tree if proctree.is_site_process(p)]
         ports: set[int] = set()
