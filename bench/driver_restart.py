@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
@@ -34,9 +33,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparkflux.cli import _example_parser  # noqa: E402
-from sparkflux.model.digest import digest_of  # noqa: E402
-from sparkflux.runner import reference_result  # noqa: E402
+from sparkflux.model.compare import duplicate_rows  # noqa: E402
+from sparkflux.runner import example_reference  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "netmon.py"
 
@@ -103,15 +101,9 @@ def main() -> None:
             if at is None and not done:
                 raise SystemExit(f"the last run failed:\n{text[-3000:]}")
         m = json.loads((d / f"m{len(kills)}.json").read_text())
-        parser, module = _example_parser("reference", str(EXAMPLE))
-        ref, _ = reference_result(module, parser.parse_args([str(EXAMPLE), "--events",
-                                                            str(a.events)]))
+        ref = example_reference(EXAMPLE, "--events", str(a.events))
         table = pq.read_table(d / "table")
-        keys = pc.add(pc.multiply(table.column("_sn"), 1 << 20), table.column("_snm"))
-        dups = table.num_rows - pc.count_distinct(keys).as_py()
-        ordered = table.sort_by([("_sn", "ascending"), ("_snm", "ascending")])
-        equal = table.num_rows == ref.rows and \
-            digest_of(ordered.select(ref.table.column_names)) == ref.output_digest
+        dups, equal = duplicate_rows(table), ref.same_output(table)
         t = Table(title=f"netmon {a.events:,} events at {a.rate:,.0f}/s, --ha flux, "
                         f"{a.sites} sites, a checkpoint every {a.interval:g} s")
         for col in ("incarnation", "ended", "went on from", "ran s"):

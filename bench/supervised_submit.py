@@ -22,15 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sparkflux.model.digest import digest_of  # noqa: E402
-from sparkflux.runner import reference_result  # noqa: E402
+from sparkflux.model.compare import duplicate_rows  # noqa: E402
+from sparkflux.runner import example_reference  # noqa: E402
 from sparkflux.runtime import proctree  # noqa: E402
 
 
@@ -83,17 +82,9 @@ def main() -> None:
     said = [ln for ln in text.splitlines() if "restart" in ln or "restored" in ln]
     console.print("\n".join(said) or "(no restart line)")
     console.print(f"supervisor exit code {code}")
-    from sparkflux.cli import _example_parser
-
-    path = str(ROOT / "examples" / "netmon.py")
-    parser, module = _example_parser("reference", path)
-    ref, _ = reference_result(module, parser.parse_args([path, "--events", str(a.events)]))
+    ref = example_reference(ROOT / "examples" / "netmon.py", "--events", str(a.events))
     table = pq.read_table(d / "table")
-    keys = pc.add(pc.multiply(table.column("_sn"), 1 << 20), table.column("_snm"))
-    dups = table.num_rows - pc.count_distinct(keys).as_py()
-    ordered = table.sort_by([("_sn", "ascending"), ("_snm", "ascending")])
-    equal = table.num_rows == ref.rows and \
-        digest_of(ordered.select(ref.table.column_names)) == ref.output_digest
+    dups, equal = duplicate_rows(table), ref.same_output(table)
     console.print(f"table: {table.num_rows:,} rows, reference {ref.rows:,}; duplicates {dups}; "
                   f"{'EQUAL to' if equal else 'DIFFERENT from'} the reference")
     if not equal or dups or code != 0:

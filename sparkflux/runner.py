@@ -68,6 +68,17 @@ def run_example(module: Any, args: argparse.Namespace, sink: Any = None,
     return query.result
 
 
+def example_reference(example: str | Path, *argv: str, spark: Any = None) -> Expected:
+    """The reference of the example file ``example`` with ``sparkflux reference``'s
+    defaults and ``argv`` (e.g. ``"--events", "1000000"``): what a bench or a test compares
+    a run's table with."""
+    from sparkflux.cli import _example_parser
+
+    parser, module = _example_parser("reference", str(example))
+    expected, _ = reference_result(module, parser.parse_args([str(example), *argv]), spark)
+    return expected
+
+
 def reference_result(module: Any, args: argparse.Namespace, spark: Any = None
                      ) -> tuple[Expected, float]:
     """The example's ``reference(spark, options)`` collected with the columns and types of

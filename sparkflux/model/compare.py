@@ -23,6 +23,7 @@ import pyarrow as pa
 from sparkflux.model.batch import rank_within_runs
 from sparkflux.model.digest import canonical_floats
 from sparkflux.model.rows_digest import FLOAT_RTOL, canonical_words, row_hashes
+from sparkflux.model.schema import SN, SNM
 
 
 @dataclass(frozen=True)
@@ -126,3 +127,12 @@ def _pair_within_tolerance(a: pa.Table, b: pa.Table) -> bool:
 
 def _nulls(col: pa.Array) -> npt.NDArray[np.bool_]:
     return np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+
+
+def duplicate_rows(table: pa.Table) -> int:
+    """Rows of an output whose (``_sn``, ``_snm``) another row has too: each output row has
+    its own, so any is a row written twice (a restart that did not skip what it had)."""
+    if not table.num_rows:
+        return 0
+    keys = np.stack([table.column(SN).to_numpy(), table.column(SNM).to_numpy()])
+    return int(table.num_rows - np.unique(keys, axis=1).shape[1])

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -93,8 +92,3 @@ def run(plan_factory: Callable[[], PhysicalPlan], batches: list[Any], seed: int,
         schema.empty_table()
     return done
 
-
-def duplicates(output: pa.Table) -> int:
-    """Rows whose (``_sn``, ``_snm``) another row has too."""
-    keys = np.stack([output.column(SN).to_numpy(), output.column("_snm").to_numpy()])
-    return int(output.num_rows - np.unique(keys, axis=1).shape[1])

@@ -46,6 +46,13 @@ class Expected:
     def rows_digest(self) -> str:
         return rows_digest_of(self.table)
 
+    def same_output(self, table: pa.Table) -> bool:
+        """Whether ``table``, an output as a sink wrote it (its files in any order, the
+        sequence columns kept), is this numbered reference row for row in SN order."""
+        ordered = table.sort_by([(SN, "ascending"), (SNM, "ascending")])
+        return table.num_rows == self.rows and \
+            digest_of(ordered.select(self.table.column_names)) == self.output_digest
+
 
 def conform(table: pa.Table, output_schema: pa.Schema, what: str = "the reference") -> Expected:
     """``table`` with exactly the engine's output columns and types, or a PlanError that

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from sparkflux.control.checkpoints import Checkpoints, Due
+from sparkflux.model.compare import duplicate_rows
 from sparkflux.model.digest import digest_of
 from sparkflux.protocol.messages import StoredPartition
 from sparkflux.protocol.site import SiteCore
@@ -67,8 +68,8 @@ def run_seed(base: Baseline, seed: int) -> driver_crashes.Incarnations:
                               crashes, every, failures=site)
     out = runs.output
     where = f"seed {seed}: driver crashes at {crashes}, checkpoint every {every}, {site}"
-    if driver_crashes.duplicates(out):
-        raise AssertionError(f"{where}: {driver_crashes.duplicates(out)} duplicate rows")
+    if duplicate_rows(out):
+        raise AssertionError(f"{where}: {duplicate_rows(out)} duplicate rows")
     if out.num_rows != base.output.num_rows or digest_of(out) != digest_of(base.output):
         raise AssertionError(f"{where}: output differs from the failure-free run "
                              f"({out.num_rows} rows vs {base.output.num_rows}; restarts "

@@ -53,3 +53,12 @@ def test_floats_straddling_a_rounding_boundary_still_match() -> None:
     # a real difference in a float is not forgiven, nor one in another column
     assert not compare_rows(table([("/a", 1, 1.0)]), table([("/a", 1, 1.0 + 1e-6)]), COLS).match
     assert not compare_rows(table([("/a", 1, below)]), table([("/a", 2, x)]), COLS).match
+
+
+def test_duplicate_rows_counts_rows_sharing_a_sequence_number() -> None:
+    from sparkflux.model.compare import duplicate_rows
+
+    t = pa.table({"_sn": pa.array([1, 2, 2, 3, 3, 3], pa.int64()),
+                  "_snm": pa.array([0, 0, 1, 0, 0, 0], pa.int64())})
+    assert duplicate_rows(t) == 2  # (3, 0) three times: two too many
+    assert duplicate_rows(t.slice(0, 3)) == 0
