@@ -28,7 +28,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 EVENTS = 300_000
 RATE = 50_000.0  # 6 s of input
-KILL_AT = "input+150000"  # every kill comes once 150,000 records are admitted (3 s in)
+KILL_AT = "input+150000"  # a kill comes once 150,000 records are admitted (3 s in)
+# The Python worker's kill comes 1 s in: Spark's retry of the task, on a loaded machine, can
+# take longer than the 3 s of input left after KILL_AT, and the test asserts the adoption.
+KILL_PYTHON_AT = "input+50000"
 RUN_TIMEOUT = 150.0
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ ([\w.]+): (.*)$")
 
@@ -140,7 +143,7 @@ def test_a_killed_python_worker(standalone: Any, tmp_path: Path,
     which adopts the slot and is caught up. (Every test here compares the whole output with
     the reference, the part before its fault included: a failure-free run on the cluster
     is no test of its own.)"""
-    run = run_on_cluster(standalone, tmp_path, "--kill", f"python:1@{KILL_AT}")
+    run = run_on_cluster(standalone, tmp_path, "--kill", f"python:1@{KILL_PYTHON_AT}")
     check_exact(run.metrics, expected)
     f = kill_figures(run, "python")
     assert f["sites"] == [1] and run.metrics["kills"] == 1
@@ -155,18 +158,6 @@ def test_a_killed_executor(standalone: Any, tmp_path: Path, expected: tuple[str,
     run = run_on_cluster(standalone, tmp_path, "--kill", f"executor:1@{KILL_AT}")
     f = kill_figures(run, "executor")
     assert 1 in f["sites"] and run.metrics["kills"] == len(f["sites"])
-    assert sorted(x["site"] for x in run.metrics["failures"]) == f["sites"]
-    check_exact(run.metrics, expected)
-
-
-def test_a_killed_worker_daemon_hosting_the_most_sites(standalone: Any, tmp_path: Path,
-                                                       expected: tuple[str, int]) -> None:
-    """The Worker daemon that hosts the most sites: its executor loses its Worker and exits,
-    so every site under it fails; the cluster has one worker left (the next test restarts
-    it)."""
-    run = run_on_cluster(standalone, tmp_path, "--kill", f"worker:most@{KILL_AT}")
-    f = kill_figures(run, "worker")
-    assert len(f["sites"]) == 2 and run.metrics["kills"] == 2
     assert sorted(x["site"] for x in run.metrics["failures"]) == f["sites"]
     check_exact(run.metrics, expected)
 
@@ -192,7 +183,9 @@ def test_files_read_on_the_sites_through_a_worker_kill(standalone: Any, tmp_path
     """netmon's packets as 20 Parquet files landing one every 0.35 s once the input has
     started (the first is there before), read on the sites, a chunk a file: the driver's
     ingress numbers chunks, the executors read the rows. The Worker hosting the most sites
-    is SIGKILLed 3 s into the input, while files still land; the result is the reference's."""
+    is SIGKILLed 3 s into the input, while files still land: its executor loses its Worker and
+    exits, so every site under it fails (the cluster has one worker left; the next run starts
+    it again). The result is the reference's."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -226,5 +219,6 @@ def test_files_read_on_the_sites_through_a_worker_kill(standalone: Any, tmp_path
     writer.join()
     f = kill_figures(run, "worker")
     assert len(f["sites"]) == 2 and run.metrics["kills"] == 2
+    assert sorted(x["site"] for x in run.metrics["failures"]) == f["sites"]
     assert run.metrics["ingress_records"] == 20  # one chunk per file of 20,000 rows
     check_exact(run.metrics, expected)
