@@ -66,6 +66,7 @@ class Balancing:
     _moving_since: float
     _previous: tuple[dict[int, float], dict[int, float]]
     _settled_at: float | None
+    rescaling: object | None
 
     def _live(self) -> list[int]:
         raise NotImplementedError
@@ -82,7 +83,8 @@ class Balancing:
     def _balancing(self) -> bool:
         return (self.balance and self.started and not self.finished and not self.aborted
                 and not self.incomplete and not self.awaiting and not self.moving
-                and self.recovering is None and not self.pending_moves)
+                and self.recovering is None and not self.pending_moves
+                and self.rescaling is None)
 
     def _stop_balancing(self) -> None:
         """A failure ends load balancing at once: stale statistics are ignored (round

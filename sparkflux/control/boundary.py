@@ -66,10 +66,14 @@ from sparkflux.control.events import (
     Folded,
     Heartbeat,
     InstallView,
+    LaunchSites,
     Move,
     Moved,
     Recovered,
     Registered,
+    Rescale,
+    Rescaled,
+    RescaleRefused,
     SiteReady,
     Standby,
     StartIngress,
@@ -180,7 +184,8 @@ class StartTimes:
 
 BoundaryEvent = (Registered | SiteReady | ConnectionClosed | Suspected | Tick | Moved | Folded
                  | FromSite | HeartbeatFrom | Input | InputEnd | RequestMoves | SiteFailed
-                 | StartTimes | TakeCheckpoint | StoredFrom | SinksCommitted | ManifestWritten)
+                 | StartTimes | TakeCheckpoint | StoredFrom | SinksCommitted | ManifestWritten
+                 | Rescale)
 
 
 def event_of(slot: int, attempt: int, member: bool, message: Any, now: float
@@ -292,7 +297,8 @@ class CaughtUp:
 BoundaryAction = (Answer | Outgoing | Tell | SendView | AdoptProcess | Deliver | Rejects
                   | OutputEnded | CaughtUp | InstallView | StartIngress | StopSite | FailSites
                   | Standby | Adopt | CatchUp | Recovered | Abort | Move | CommitSinks
-                  | WriteManifest | CheckpointDone | CheckpointGivenUp)
+                  | WriteManifest | CheckpointDone | CheckpointGivenUp | LaunchSites | Rescaled
+                  | RescaleRefused)
 
 LOST_HINT = ("Two sites holding both replicas of a partition failed before recovery; nothing "
              "can bring that partition's state back.")
@@ -692,6 +698,8 @@ class Boundary:
         in what it retains for it."""
         slot, address = a.slot, a.address
         self.dead.discard(slot)
+        self.ingress.layout.grow(slot + 1)  # a slot a rescale opened
+        self.egress.layout.grow(slot + 1)
         self.beats.pop(slot, None)  # the standby's progress counts from its first heartbeat
         self.beat_at.pop(slot, None)
         epoch = self.controller.epoch

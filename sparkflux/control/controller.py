@@ -63,6 +63,7 @@ from sparkflux.control.events import (
     Moved,
     Recovered,
     Registered,
+    Rescale,
     SiteAddress,
     SiteReady,
     Standby,
@@ -89,6 +90,8 @@ from sparkflux.control.membership import (
 from sparkflux.control.membership import Standby as StandbyState
 from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, MoveRecord, move_step
 from sparkflux.control.policy import PolicyConfig, recovery_site
+from sparkflux.control.rescale import RescaleRecord
+from sparkflux.control.rescaling import Rescaling
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
 from sparkflux.dataflow.placement import (
@@ -149,7 +152,7 @@ class ControlOptions:
     link_settle: float = SETTLE_S
 
 
-class Controller(Balancing):
+class Controller(Balancing, Rescaling):
     """Membership, views, recovery and load balancing for ``sites`` site slots."""
 
     def __init__(self, sites: int, ha: bool = False, layout: Layout | None = None,
@@ -227,6 +230,11 @@ class Controller(Balancing):
         # With the hysteresis: nothing moves before this (the first baseline after a start
         # or a failure, plus window_s), so no decision rests on a ramp-up alone.
         self._settled_at: float | None = None
+        # rescaling a running query (``rescaling.py``): the one in progress, those done,
+        # and the slots a shrink retires (a failed one is not adopted again)
+        self.rescaling: RescaleRecord | None = None
+        self.rescales: list[RescaleRecord] = []
+        self._retiring: set[int] = set()
 
     def handle(self, *events: Event) -> list[Action]:
         actions: list[Action] = []
@@ -258,6 +266,8 @@ class Controller(Balancing):
                     actions += self._folded(ev)
                 case Stats():
                     actions += self._stats(ev)
+                case Rescale():
+                    actions += self._rescale(ev)
         if self.moving:
             self._account_moves()
         return actions
@@ -482,19 +492,21 @@ class Controller(Balancing):
 
     # -- recovery and moves (catch-up orchestration, thesis §3.3, ch. 5) -----------------------
     def _next_task(self) -> list[Action]:
-        """Start the next piece of work if none is in progress: adopt a failed slot, then
-        recovery moves, then load-balancing moves."""
+        """Start the next piece of work if none is in progress: adopt a failed slot (or one
+        a rescale opened), then a rescale's next step, then the queued moves (recovery,
+        rescale, balancing)."""
         if (self.recovery_phase is not Recovery.IDLE or self.moving or self.finished
                 or self.layout is None or self.aborted):
             return []
         if self.awaiting and self.standbys:
             return self._recovery_step(RecoveryEv.ADOPT)
+        done = self._rescale_progress()  # a rescale's moves queued, or its end
         if self.pending_moves:
             actions = self._start_moves()
-            return actions if actions else self._next_task()
+            return done + (actions if actions else self._next_task())
         if self.lb_state is Phase.MOVING:  # the movement phase ends with its last move
-            return self._round(RoundEv.MOVED)
-        return []
+            return done + self._round(RoundEv.MOVED)
+        return done
 
     def _adopt_next(self) -> list[Action]:
         """The recovery task's ``adopt``: give the oldest failed slot to an idle standby
@@ -881,8 +893,16 @@ class Controller(Balancing):
                 case "fail":
                     out += self._fail_view(slot)
                 case "await":
+                    if slot not in self._retiring:  # a shrink rebuilds its copies elsewhere
+                        self.awaiting.append(slot)
+                        self.awaiting_since[slot] = self.now
+                case "open":  # a rescale's new slot: the grow has a wait of its own
                     self.awaiting.append(slot)
-                    self.awaiting_since[slot] = self.now
+                case "retire":
+                    out += self._retire_slot(slot)
+                case "vacate":
+                    if slot in self.awaiting:
+                        self.awaiting.remove(slot)
                 case "await-first":  # the standby died mid-recovery: start over later
                     out += self._recovery_step(RecoveryEv.ADOPTEE_FAILED)
                     self.awaiting.insert(0, slot)
@@ -965,6 +985,7 @@ class Controller(Balancing):
             self._slot_step(k, SlotEv.WAITED)
         if late:
             actions += self._next_task()
+        actions += self._rescale_tick()
         if self._balancing() and self.lb_state in (Phase.WAIT, Phase.COLLECT) \
                 and now >= self.lb_at:
             actions += self._round(RoundEv.DUE)

@@ -102,6 +102,15 @@ class Finished:
     """The egress has delivered the end of the stream."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rescale:
+    """Spread the query over ``sites`` site slots from now on (``FluxQuery.rescale``,
+    ``--rescale``; ``rescale.py``)."""
+
+    sites: int
+    now: float = 0.0
+
+
 # -- actions -----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstallView:
@@ -133,6 +142,7 @@ class FailSites:
 
     view: View
     dead: tuple[int, ...]
+    retired: tuple[int, ...] = ()  # slots that left by a rescale, holding nothing: no failure
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,7 +252,30 @@ class Collect:
     round: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchSites:
+    """Start ``count`` new site tasks: a rescale opened slots for them (they register as
+    standbys and adopt them)."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rescaled:
+    """A rescale is over: its record (``RescaleRecord.as_dict``)."""
+
+    record: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RescaleRefused:
+    """A rescale cannot be done now, or at all; the reason says why and what to change."""
+
+    sites: int
+    reason: str
+
+
 Event = (Registered | SiteReady | Heartbeat | ConnectionClosed | Suspected | Tick | Finished
-         | CatchUpDone | Moved | Folded | Stats)
+         | CatchUpDone | Moved | Folded | Stats | Rescale)
 Action = (InstallView | StartIngress | StopSite | FailSites | Standby | Adopt | CatchUp
-          | Recovered | Abort | Move | Collect)
+          | Recovered | Abort | Move | Collect | LaunchSites | Rescaled | RescaleRefused)

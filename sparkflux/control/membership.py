@@ -28,6 +28,13 @@ A site slot's life (``SLOT_TRANSITIONS``, one table per recovery mode: ``--ha no
    back to the head of the queue (``fail``, ``await-first``): the recovery starts over.
    A slot no standby has adopted after the standby wait (``waited``) leaves the queue and is
    recovered onto the survivors instead (``dequeue``, ``re-place``).
+   Rescaling (``rescale.py``) opens slots and retires them: a ``vacant`` slot (beyond the
+   query's size, or retired by a shrink) opened by a grow (``open``) is ``awaiting a
+   standby`` (``open``: at the tail, with no standby wait: the grow has its own), and
+   adopted as a failed one is. A shrink's slot, once it holds nothing, leaves (``retire``:
+   its process stopped, the view without it) and is ``vacant``; one that failed while it
+   was retiring, or that a grow opened and no process took, is closed (``retire``:
+   ``vacate``).
 5. With ``--recovery survivors`` a failed member's replicas are re-placed on the live sites
    at once (``fail``, ``re-place``, as moves of reason ``recovery``): the slot stays
    ``recovered onto the survivors`` (no process ever takes it again).
@@ -101,6 +108,7 @@ class Slot(StrEnum):
     ADOPTED = "adopted"
     ON_SURVIVORS = "recovered onto the survivors"
     FAILED = "failed"  # the run stopped with it
+    VACANT = "vacant"  # beyond the query's size: a rescale may open it
 
 
 class SlotEv(Enum):
@@ -115,6 +123,8 @@ class SlotEv(Enum):
     ADOPT = "adopt"
     RECOVERED = "recovered"
     WAITED = "waited"
+    OPEN = "open"
+    RETIRE = "retire"
 
 
 S, SE = Slot, SlotEv
@@ -148,6 +158,10 @@ SLOT_TRANSITIONS: dict[Mode, Rules] = {
         (S.ADOPTED, SE.RECOVERED): (S.MEMBER, ("relayout",)),
         (S.ADOPTED, SE.FAILED): (S.AWAITING, ("fail", "await-first")),
         (S.AWAITING, SE.WAITED): (S.ON_SURVIVORS, ("dequeue", "re-place")),
+        # rule 4, rescaling
+        (S.VACANT, SE.OPEN): (S.AWAITING, ("open",)),
+        (S.MEMBER, SE.RETIRE): (S.VACANT, ("retire",)),
+        (S.AWAITING, SE.RETIRE): (S.VACANT, ("vacate",)),
     },
     Mode.SURVIVORS: {
         **_JOIN,

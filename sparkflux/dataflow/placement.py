@@ -278,9 +278,16 @@ class Layout:
         self._site[:, :self.replicas] = np.asarray(ring, dtype=np.int32)[(q + r) % self.sites]
         self._site[:, self.replicas:] = NOWHERE
 
+    def grow(self, sites: int) -> None:
+        """Slots up to ``sites`` exist from now on (a rescale opened them, or a standby
+        adopts one a rescale opened): every party addresses them. Never shrinks: a retired
+        slot stays a number nobody talks to (a failed site, as the views say)."""
+        self.sites = max(self.sites, sites)
+
     def copy(self) -> Layout:
-        out = Layout(self.sites, self.partitions, self.replicas, self.ring, self.spare)
+        out = Layout(len(self.ring), self.partitions, self.replicas, self.ring, self.spare)
         out._site[...] = self._site
+        out.sites = self.sites
         return out
 
     def site_of(self, part: int, replica: int) -> int:

@@ -133,6 +133,7 @@ class SiteCore:
         number (epoch); its replicas are empty until catch-up installs them."""
         layout = layout.copy()
         layout.load(msg.table)
+        layout.grow(max([msg.slot, *msg.members]) + 1)  # slots a rescale opened
         core = cls(msg.slot, plan, layout, standby=True)
         core.dead_sites = set(msg.dead)
         core.epochs = np.asarray(msg.epochs, dtype=np.int64).copy()
@@ -353,6 +354,7 @@ class SiteCore:
     def _on_avail(self, site: int, epoch: int = 0) -> None:
         """A new process holds site slot ``site`` (a standby adopting it): talk to it again."""
         self.dead_sites.discard(site)
+        self.layout.grow(site + 1)  # a slot a rescale opened
         self.epochs[self.layout.table() == site] = epoch
         self._rebuilding(self.layout.table() == site)
         self._prune_early()

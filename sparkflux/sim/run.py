@@ -61,8 +61,10 @@ from sparkflux.control.events import (
     Abort,
     ConnectionClosed,
     FailSites,
+    LaunchSites,
     Recovered,
     Registered,
+    Rescale,
     SiteAddress,
     Tick,
 )
@@ -136,6 +138,12 @@ class FailurePlan:
     # driver's, with ``driver``) hold their frames that long (packets dropped; TCP resends
     # them after the heal, unless the receiver closed the link meanwhile)
     cuts: tuple[tuple[int, int, int, bool], ...] = ()
+    # (step, sites), in order: rescale the running query to that many sites
+    # (``control/rescale.py``) at that step, or once the rescale before has ended; the site
+    # tasks a grow asks for register as standbys ``launch_delay`` steps later (random in
+    # the range)
+    rescales: tuple[tuple[int, int], ...] = ()
+    launch_delay: tuple[int, int] = (1, 60)
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,10 @@ class SimResult:
     short_s: list[float] = field(default_factory=list)  # per move: ``MoveRecord.short_s``
     driver_crashed: bool = False  # the run stopped at ``driver_crash``: every process died
     checkpoints: list[tuple[int, int]] = field(default_factory=list)  # (checkpoint, cut)
+    # every rescale done (``RescaleRecord.as_dict``), and each live site's partitions at
+    # the end (slot -> the partitions it holds a copy of)
+    rescales: list[dict[str, Any]] = field(default_factory=list)
+    hosted: dict[int, list[int]] = field(default_factory=dict)
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -277,7 +289,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     crash_at: dict[int, list[int]] = {}
     for site, at in failures.crashes:
         crash_at.setdefault(at, []).append(site)
-    standby_at = {at for at in failures.standbys}
+    standby_at: dict[int, int] = {}  # step -> standbys that register then
+    for at in failures.standbys:
+        standby_at[at] = standby_at.get(at, 0) + 1
+    rescale_at = list(failures.rescales)  # those still to ask for
     n_standby = 0
     attempt = dict.fromkeys(range(plan.sites), 0)
     recovered: list[int] = []
@@ -365,9 +380,18 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     if batch.num_rows:
                         for k, rows in plan.by_sink(batch):
                             out[k].append(rows)
-                case FailSites(dead=dead):
+                case FailSites(dead=dead, retired=retired):
                     for k in dead:
-                        gone(k)
+                        if k in retired:  # stopped (``StopSite``): it leaves, no crash
+                            crashed_now.add(k)
+                            net.drop_to(k)
+                        elif k in sites:  # (a slot a rescale opened has had no process)
+                            gone(k)
+                case LaunchSites(count=count):
+                    lo, hi = failures.launch_delay
+                    for _ in range(count):
+                        at = step + int(rng.integers(lo, hi + 1))
+                        standby_at[at] = standby_at.get(at, 0) + 1
                 case SendView(site=s, view=view):
                     sites[s] = SiteBoundary(s, 0, copy.deepcopy(site_plan), layout,
                                             link_timeout)
@@ -430,7 +454,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
         """The first recovery and every move it caused are complete (``after_settled``)."""
         return bool(settled_crashes and recovered) and not (
             controller.pending_moves or controller.moving or controller.incomplete
-            or controller.awaiting or controller.recovering is not None)
+            or controller.awaiting or controller.recovering is not None
+            or controller.rescaling is not None)
 
     def domain_of(names: tuple[str, ...], i: int) -> str:
         return names[i] if i < len(names) else ""
@@ -525,7 +550,9 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     site_do(s, sites[s].handle(LinkCheck(silent=silent)))
             if (clock and step % clock.tick_every == 0) or (balance and step % 50 == 0):
                 carry_out(core.handle(Tick(now=float(step))))
-            if step in standby_at:
+            if rescale_at and rescale_at[0][0] <= step and controller.rescaling is None:
+                carry_out(core.handle(Rescale(sites=rescale_at.pop(0)[1], now=float(step))))
+            for _ in range(standby_at.pop(step, 0)):
                 n_standby += 1
                 addr = SiteAddress(site=plan.sites + n_standby, attempt=n_standby, host="sim",
                                    port=1000 + n_standby, pid=1000 + n_standby,
@@ -563,7 +590,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 if hung or cut or any(at > step for at in hang_at) \
                         or any(at > step for at in cut_at) or controller.links.since is not None:
                     continue  # a hang or a cut to come, last, or be judged: time goes on
-                if (any(at > step for at in standby_at) or any(at > step for at in crash_at)
+                if (rescale_at or any(at > step for at in standby_at)
+                        or any(at > step for at in crash_at)
                         or any(at > step for at in move_at)
                         or settled()):
                     continue  # a standby still registers: recovery runs after the input ends
@@ -618,7 +646,9 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      core.ingress.next_isn, recovered, live_replicas,
                      [(m.q, m.r, m.src, m.dst) for m in controller.moves], tables,
                      crash_points, [m.short_s for m in controller.moves], driver_crashed,
-                     checkpoints)
+                     checkpoints, [r.as_dict() for r in controller.rescales],
+                     {s: sorted(controller.layout.hosted(s)) for s in controller.view.members
+                      if s not in controller.dead} if controller.layout else {})
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:
