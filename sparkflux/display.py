@@ -27,8 +27,10 @@ Display = Callable[["Host"], None]  # what ``run`` and ``run_example`` call with
 _MARK = {"failure": "[bold red]✗[/]", "take-over": "[yellow]→[/]", "adoption": "[cyan]+[/]",
          "catch-up": "[cyan]↻[/]", "caught-up": "[green]✓[/]", "move": "[magenta]⇄[/]",
          "moved": "[magenta]⇄[/]", "stall": "[bold yellow]![/]", "input-ended": "[dim]■[/]",
-         "checkpoint": "[dim]◆[/]", "restored": "[green]◆[/]"}
-_ROLE = {"live": "green", "catching up": "cyan", "failed": "bold red", "standby": "dim"}
+         "checkpoint": "[dim]◆[/]", "restored": "[green]◆[/]", "rescale": "[bold magenta]⤢[/]",
+         "retired": "[dim]−[/]"}
+_ROLE = {"live": "green", "catching up": "cyan", "failed": "bold red", "standby": "dim",
+         "starting": "cyan"}
 
 
 def event_line(e: RunEvent) -> str:

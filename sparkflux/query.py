@@ -29,7 +29,9 @@ stopped query's output is complete up to where its input ended. A run that fails
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -148,6 +150,36 @@ class FluxQuery:
         self._run.host.end_input()
         return self.await_termination(timeout)
 
+    def rescale(self, sites: int, wait: bool = True, timeout: float | None = None
+                ) -> dict[str, Any] | None:
+        """Spread the running query over ``sites`` sites, without stopping it
+        (docs/rescaling.md): growing, that many new site tasks start in Spark and adopt new
+        slots; shrinking, the highest slots retire. Either way the copies that change site
+        move by make-before-break moves, so the output is the same row for row. Needs
+        ``ha="flux"``. Returns the rescale's record once it is done (``wait``; at most
+        ``timeout`` seconds, then ``TimeoutError``), else None at once. Raises ``PlanError``
+        when it cannot be done, saying why (another rescale running, fewer sites than
+        copies, no free task slot in local mode, ...)."""
+        if isinstance(sites, bool) or not isinstance(sites, int):
+            raise PlanError(f"rescale(sites={sites!r}): give a number of sites")
+        host = self._run.host
+        short = local_slots_short(self._run.spark, host, sites)
+        if short:
+            raise PlanError(short)
+        why = host.rescale(sites)
+        if why:
+            raise PlanError(f"cannot rescale to {sites} sites: {why}")
+        if not wait:
+            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not host.rescaled.wait(0.1):
+            if self.done.is_set():
+                raise PlanError(f"the query ended before its rescale to {sites} sites did")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the rescale to {sites} sites is still running after "
+                                   f"{timeout} s (query.events tells how far it is)")
+        return host.rescales[-1]
+
     def abort(self, reason: str = "aborted by the user") -> None:
         """Stop at once: nothing more is delivered; the run fails with ``reason``."""
         self._run.host.stop(reason)
@@ -155,6 +187,26 @@ class FluxQuery:
 
     def __repr__(self) -> str:
         return f"<FluxQuery {self.name} {self.status['message']}>"
+
+
+def local_slots_short(spark: Any, host: Any, sites: int) -> str:
+    """In Spark local mode, why ``sites`` sites cannot run at once ("" if they can, or on a
+    cluster, whose executors the run cannot count): local mode runs as many tasks at once
+    as its master's first number, and every site, standby and site-read source takes one."""
+    master = str(spark.sparkContext.master)
+    m = re.match(r"local\[(\d+)", master)
+    if m is None:
+        return ""
+    slots = int(m[1])
+    busy, active = host.on_loop(lambda: (
+        len(host.controller.view.members) - len(host.dead) + len(host.standbys),
+        len(host.controller.active_slots())))
+    need = busy + sum(src.task_slots for src in host.plan.sources) + max(0, sites - active)
+    if need <= slots:
+        return ""
+    return (f"cannot rescale to {sites} sites: Spark local mode runs {slots} tasks at once "
+            f"({master}) and {need} would be needed; start the session with "
+            f"local[{need},400] or more")
 
 
 def start(dataflow: Dataflow, spark: Any = None, *, sink: Sink | None = None,

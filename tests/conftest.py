@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SPARK_SLOTS = 6  # enough for the largest run in the tests (4 sites) plus the reference
+SPARK_SLOTS = 8  # the largest run in the tests (6 sites, rescaled from 4), a standby, the reference
 
 
 @pytest.fixture(scope="session")

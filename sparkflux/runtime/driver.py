@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from sparkflux.control.boundary import StartTimes, boundary_for, event_of
 from sparkflux.control.controller import Controller, ControlOptions
-from sparkflux.control.events import ConnectionClosed
+from sparkflux.control.events import ConnectionClosed, Rescale, RescaleRefused
 from sparkflux.control.policy import PolicyConfig
 from sparkflux.control.start_failures import StartWatch
 from sparkflux.control.watchdog import InputState
@@ -165,6 +165,11 @@ class Host:
         # the run's progress per interval, and its events (``query.last_progress``)
         self.progress = ProgressLog(self, cfg.progress_interval)
         self.dashboard: Dashboard | None = None  # started by the launch, stopped at the end
+        # Rescaling (``control/rescale.py``): what starts new site tasks (set by the launch:
+        # a Spark job of that many), the rescales done, and set when one ends
+        self.launch_more: Callable[[int], None] = self._cannot_launch
+        self.rescales: list[dict[str, Any]] = []
+        self.rescaled = threading.Event()
         self.door = Door(self)  # the connections accepted, authenticated and paired
         self.feed = Feed(self)  # the input, paced and admitted
         self.actions = Actions(self)  # the core's actions carried out
@@ -201,6 +206,25 @@ class Host:
     def dead(self) -> set[int]:
         """The slots the core counts as failed."""
         return self.core.dead
+
+    def _cannot_launch(self, count: int) -> None:
+        self.abort(f"a rescale needs {count} new site tasks, and this run has no Spark job "
+                   f"to start them in")
+
+    def rescale(self, sites: int) -> str:
+        """Spread the query over ``sites`` sites from now on (``control/rescale.py``): ""
+        once the core has taken the request (``rescaled`` is set when it ends, and the record
+        is the last of ``rescales``), else why it cannot be done."""
+        return self.on_loop(lambda: self.rescale_here(sites))
+
+    def rescale_here(self, sites: int) -> str:
+        """``rescale``, on the host's loop."""
+        if self.done.is_set() or self.over():
+            return "the query has ended"
+        self.rescaled.clear()
+        actions = self.core.handle(Rescale(sites=sites, now=time.monotonic()))
+        self.actions.carry_out(actions)
+        return next((a.reason for a in actions if isinstance(a, RescaleRefused)), "")
 
     # -- thread entry, and calls from other threads ------------------------------------------
     def serve_forever(self) -> None:

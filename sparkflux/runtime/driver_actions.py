@@ -28,8 +28,10 @@ from sparkflux.control.events import (
     CatchUp,
     FailSites,
     InstallView,
+    LaunchSites,
     Move,
     Recovered,
+    Rescaled,
     StartIngress,
     StopSite,
 )
@@ -74,8 +76,20 @@ class Actions:
                 case StartIngress():
                     assert host.start_ingress is not None
                     host.start_ingress.set()
-                case FailSites(dead=dead):
-                    self._failed(set(dead))
+                case FailSites(dead=dead, retired=retired):
+                    self._failed(set(dead) - set(retired))
+                    self._retired(retired)
+                case LaunchSites(count=count):
+                    host.launch_more(count)
+                case Rescaled(record=record):
+                    host.rescales.append(record)
+                    text = (f"rescaled from {record['before']} to {record['sites']} sites in "
+                            f"{record['seconds']} s: {record['moves']} copies moved"
+                            + (f" ({record['note']})" if record["note"] else ""))
+                    host.progress.note("rescale", None, text)
+                    host.announce(text)
+                    host.rescaled.set()
+                    host.faults.rescaled()
                 case AdoptProcess():
                     self._adopt(a)
                 case CatchUp(stage=stage, q=q, r=r, survivor=survivor):
@@ -165,6 +179,16 @@ class Actions:
             # a fresh process, which registers as a standby and adopts it, as after a crash.
             conn.close()
             host.control_of.get(conn, conn).close()
+
+    def _retired(self, slots: tuple[int, ...]) -> None:
+        """A rescale retired these slots (their copies moved off, ``stop`` sent): nothing
+        more goes to them. Their processes end their tasks and close their connections."""
+        host = self.host
+        for s in slots:
+            host.outbox.drop(s)
+            host.conns.pop(s, None)
+            host.progress.note("retired", s, f"site {s} retired: its copies moved to the "
+                                             f"other sites")
 
     def _note_take_over(self, site: int) -> None:
         """Flux-HA's take-over of a failed site: its partitions' other copies, on the

@@ -293,6 +293,30 @@ def parse_cut(spec: str, sites: int, isolate: bool = False) -> Cut:
     return Cut(*_site_at_value(flag, "DURATION", "1@3=45", spec, sites), isolate=isolate)
 
 
+@dataclass(frozen=True)
+class RescaleAt:
+    """``--rescale SITES@WHEN``: spread the running query over ``sites`` sites from that
+    moment (``control/rescale.py``); one asked while another runs waits for its end."""
+
+    sites: int
+    at: Moment
+
+    def __str__(self) -> str:
+        return f"{self.sites}@{moment_str(self.at)}"
+
+
+def parse_rescale(spec: str) -> RescaleAt:
+    """One ``--rescale SITES@WHEN``, checked."""
+    sites, sep, when = spec.partition("@")
+    try:
+        if not sep or not sites.isdigit() or int(sites) < 1:
+            raise ValueError(spec)
+        return RescaleAt(int(sites), parse_moment(when))
+    except ValueError:
+        raise PlanError(f"--rescale {spec!r}: write SITES@WHEN, e.g. 6@10 (6 sites 10 s after "
+                        f"the input starts) or 3@input+500000") from None
+
+
 def parse_slow(spec: str, sites: int) -> Slow:
     """One ``--slow SITE@WHEN=FACTOR``, checked."""
     return Slow(*_site_at_value("--slow", "FACTOR", "2@2=0.5", spec, sites))

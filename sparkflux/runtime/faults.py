@@ -53,6 +53,7 @@ class Faults:
         # (records admitted, the spec, what to do): the faults due at a count of input
         self._on_input: list[tuple[int, str, Callable[[float], None]]] = []
         self._move_armed = False  # the first move's kills are scheduled
+        self.rescales_due: list[int] = []  # --rescale targets due while another one ran
 
     def _since_start(self, delay: float = 0.0) -> float:
         return time.time() + delay - (self.host.metrics.start or time.time())
@@ -69,6 +70,8 @@ class Faults:
         for c in cfg.cuts:
             self._at(c.at, f"{c.flag} {c}",
                      partial(self.cut, c.site, duration=c.for_s, driver=c.isolate))
+        for r in cfg.rescales:
+            self._at(r.at, f"--rescale {r}", partial(self.rescale, r.sites))
         for a in cfg.kills_of(KillAdopted):  # ``--kill SITE@adopted+SECONDS``
             self._on_adopt.setdefault(a.site, []).append(a.after_s)
         for p in cfg.kills_of(KillProcess):  # ``--kill LEVEL:SITE@WHEN``
@@ -128,6 +131,22 @@ class Faults:
             log.warning("a move started (site %d -> %d, built from %d): killing site %d (%s) "
                         "in %.2fs as asked", src, dst, built_from, site, role, delay)
             loop.call_later(delay, self.kill, site, self._since_start(delay))
+
+    def rescale(self, sites: int, after: float) -> None:
+        """``--rescale SITES@WHEN``: asked now, or once the rescale running ends."""
+        if self.host.controller.rescaling is not None:
+            log.warning("--rescale %d@%.2f s: waits for the rescale in progress", sites, after)
+            self.rescales_due.append(sites)
+            return
+        log.warning("--rescale: to %d sites, %.2f s after the input started", sites, after)
+        why = self.host.rescale_here(sites)
+        if why:
+            self.host.abort(f"--rescale {sites}: {why}")
+
+    def rescaled(self) -> None:
+        """A rescale ended: the next ``--rescale`` that waited for it is asked now."""
+        if self.rescales_due:
+            self.rescale(self.rescales_due.pop(0), self._since_start())
 
     def kill(self, site: int, after: float) -> None:
         """Crash a site's process with SIGKILL. A slot with no live process at that moment

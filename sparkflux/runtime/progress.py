@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 EventKind = Literal["failure", "take-over", "adoption", "catch-up", "caught-up", "move",
-                    "moved", "stall", "input-ended", "checkpoint", "restored"]
-SiteRole = Literal["live", "catching up", "failed", "standby"]
+                    "moved", "stall", "input-ended", "checkpoint", "restored", "rescale",
+                    "retired"]
+SiteRole = Literal["live", "catching up", "failed", "standby", "starting"]
 
 
 @dataclass(frozen=True, slots=True)

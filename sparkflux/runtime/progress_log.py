@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sparkflux.control.membership import Slot
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime.progress import (
@@ -202,7 +203,13 @@ class ProgressLog:
 
     def _live(self) -> list[int]:
         dead = self.host.dead
-        return [s for s in range(self.host.plan.sites) if s not in dead]
+        return [s for s in self._slots() if s not in dead]
+
+    def _slots(self) -> list[int]:
+        """The site slots of the query now: the plan's, and those a rescale opened, less
+        those it retired."""
+        return [s for s, st in sorted(self.host.controller.slot_state.items())
+                if st is not Slot.VACANT]
 
     def _stages(self) -> list[StageProgress]:
         """Each stage's watermark: the lowest over its partitions of the highest any copy
@@ -245,10 +252,12 @@ class ProgressLog:
             for mv in ctl.moving.values():
                 building[mv.dst] = building.get(mv.dst, 0) + 1
         out = []
-        for s in range(host.plan.sites):
+        opened = ctl.rescaling.opened if ctl.rescaling is not None else []
+        for s in self._slots():
             hosted = layout.hosted(s) if layout is not None else {
                 q: 0 for q in range(host.plan.partitions) if q % host.plan.sites == s}
-            role: SiteRole = ("failed" if s in host.dead else
+            role: SiteRole = ("starting" if s in opened and s in host.dead else
+                    "failed" if s in host.dead else
                     "catching up" if building.get(s) or ctl.recovering == s else "live")
             out.append(SiteState(
                 site=s, role=role, pid=self._pid.get(s), copies=len(hosted),

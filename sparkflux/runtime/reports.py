@@ -76,6 +76,8 @@ def result_metrics(host: Host) -> dict[str, Any]:
         **({"executor_start_s": round(host.executor_start_s, 3)}
            if host.executor_start_s is not None else {}),
         "moves": [move_report(host, mv) for mv in host.controller.moves],
+        # each rescale of the running query (``control/rescale.py``): its record
+        **({"rescales": list(host.rescales)} if host.rescales else {}),
         # the ring over the sites' failure domains chosen at view 1, and what it could not avoid
         "placement": host.controller.placement,
         "balance_rounds": len(host.controller.rounds),

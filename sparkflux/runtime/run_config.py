@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from sparkflux.runtime.fault_specs import Cut, Hang, Kill, Slow
+from sparkflux.runtime.fault_specs import Cut, Hang, Kill, RescaleAt, Slow
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.run_options import RunOptions, default_replicas
 from sparkflux.runtime.security import Security
@@ -52,6 +52,7 @@ class RunConfig:
     kills: tuple[Kill, ...] = ()
     hangs: tuple[Hang, ...] = ()  # --hang: SIGSTOP then SIGCONT
     cuts: tuple[Cut, ...] = ()  # --cut and --isolate: packets dropped (netcut.py)
+    rescales: tuple[RescaleAt, ...] = ()  # --rescale, in the order given
     flush_ms: float = 20.0
     spares: int = Opts.spare_sites  # standby sites launched up front (--spare-sites)
     site_cpu: float | None = Opts.site_cpu  # --site-cpu: each site's busy-time cap
@@ -90,6 +91,7 @@ class RunConfig:
             heartbeat_timeout=o.heartbeat_timeout, link_timeout=o.link_timeout,
             start_timeout=o.start_timeout, progress_interval=o.progress_interval,
             ui_port=o.ui_port, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
+            rescales=o.rescale,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
             balance=o.balance, delta_min=o.balance_delta_min, window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,

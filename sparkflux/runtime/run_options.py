@@ -21,10 +21,12 @@ from sparkflux.runtime.fault_specs import (
     Cut,
     Hang,
     Kill,
+    RescaleAt,
     Slow,
     parse_cut,
     parse_hang,
     parse_kill,
+    parse_rescale,
     parse_slow,
 )
 from sparkflux.runtime.site import SiteConfig
@@ -99,6 +101,11 @@ class RunOptions:
             "tool): python:SITE@WHEN, executor:SITE@WHEN or worker:SITE@WHEN SIGKILL "
             "the site's Python worker, its executor JVM or the Worker daemon that launched it "
             "(SITE 'most': the one hosting the most sites)", metavar="SITE@WHEN")
+    rescale: tuple[RescaleAt, ...] = option(
+        (), "with --ha flux: rescale the running query to SITES sites at WHEN (as --kill's): "
+            "new site tasks adopt new slots, or the highest slots retire, the copies moving "
+            "by make-before-break moves (one given while another runs waits for it)",
+        metavar="SITES@WHEN")
     cut: tuple[Cut, ...] = option(
         (), "drop the packets of a site's links to its peers from WHEN (as --kill's) for "
             "DURATION seconds (iptables on "
@@ -191,10 +198,21 @@ class RunOptions:
         replicas_option(self.ha, self.replicas, sites)
         window_option(self.window)
         stall_timeout(self.stall_timeout)
-        self._set("kill", tuple(parse_kill(str(k), sites, self.master) for k in self.kill))
-        self._set("hang", tuple(parse_hang(str(h), sites) for h in self.hang))
-        self._set("cut", tuple(parse_cut(str(c), sites) for c in self.cut))
-        self._set("isolate", tuple(parse_cut(str(c), sites, True) for c in self.isolate))
+        self._set("rescale", tuple(parse_rescale(str(r)) for r in self.rescale))
+        if self.rescale and self.ha != "flux":
+            raise PlanError("--rescale moves partitions between sites by catch-up from another "
+                            "copy, which needs replicas: add --ha flux")
+        for r in self.rescale:
+            if not self.replica_count <= r.sites <= self.partitions:
+                raise PlanError(f"--rescale {r}: give between {self.replica_count} sites (the "
+                                f"copies of every partition, on different sites) and "
+                                f"{self.partitions} (--partitions: a site holds one at least)")
+        # a fault may name a slot a rescale opens
+        most = max([sites, *(r.sites for r in self.rescale)])
+        self._set("kill", tuple(parse_kill(str(k), most, self.master) for k in self.kill))
+        self._set("hang", tuple(parse_hang(str(h), most) for h in self.hang))
+        self._set("cut", tuple(parse_cut(str(c), most) for c in self.cut))
+        self._set("isolate", tuple(parse_cut(str(c), most, True) for c in self.isolate))
         self._set("heartbeat_timeout", heartbeat_timeout_option(self.heartbeat_timeout))
         self._set("link_timeout", link_timeout_option(self.link_timeout))
         site_cpu_option(self.site_cpu)

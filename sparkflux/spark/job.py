@@ -122,7 +122,9 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
             announce: Callable[[str], None] | None, hosts: list[Host],
             restored: Restored | None = None) -> Launched:
     source_slots = sum(src.task_slots for src in plan.sources)
-    master = cfg.master or default_master(cfg.sites + cfg.spares + source_slots)
+    # --rescale: room for the new sites' tasks too
+    grown = max([0, *(r.sites - cfg.sites for r in cfg.rescales)])
+    master = cfg.master or default_master(cfg.sites + cfg.spares + source_slots + grown)
     tasks = plan.sites + cfg.spares
     own = spark is None  # a session made here has every setting; the user's is checked
     if own:
@@ -171,10 +173,20 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
         host.start_watch.logs = f"Spark's log is {spark_log_file()}"
     host.executor_start_s = facts(spark.sparkContext).executor_start_s
     host.launched_at = time.time()
-    job = launch_sites(spark, plan, SiteSettings.of(cfg, (advertise, host.port), site_bind),
-                       tasks)
+    settings = SiteSettings.of(cfg, (advertise, host.port), site_bind)
+    job = launch_sites(spark, plan, settings, tasks)
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()
+    launched = [tasks]  # task slot numbers given out so far
+
+    def launch_more(count: int) -> None:
+        """A rescale's new site tasks: one more Spark job in the run's job group."""
+        more = launch_sites(spark, plan, settings, count, first=launched[0], group=job.group)
+        launched[0] += count
+        job.more.append(more)
+        threading.Thread(target=_watch_job, args=(more, host), daemon=True).start()
+
+    host.launch_more = launch_more
     return Launched(host=host, job=job, spark=spark, plan=plan, cfg=cfg, thread=thread,
                     deadline=time.monotonic() + cfg.start_timeout)
 
@@ -230,10 +242,13 @@ def supervise(run: Launched) -> RunResult:
         # stop it rather than let it retry.
         cancel_sites(spark, job)
         job.done.wait(15)
+    for more in job.more:  # a rescale's site tasks: they end with the run
+        more.done.wait(5)
     if job.error is not None and not job.summaries:
         log.info("site job ended with %s", job.error)
     run.thread.join(10)
-    return RunResult(metrics=result_metrics(host), sites=job.summaries, timeline=host.metrics,
+    summaries = job.summaries + [x for more in job.more for x in more.summaries]
+    return RunResult(metrics=result_metrics(host), sites=summaries, timeline=host.metrics,
                      ingress_timeline=(host.ingress_times, host.ingress_counts),
                      completed=host.completed,
                      events=timeline_events(host.faults.kills, host.failures, host.recovered,

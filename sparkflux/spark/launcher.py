@@ -158,6 +158,7 @@ class SiteJob:
     summaries: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    more: list[SiteJob] = field(default_factory=list)  # a rescale's jobs, in the same group
 
 
 def site_job_description(plan: PhysicalPlan, tasks: int) -> str:
@@ -168,28 +169,36 @@ def site_job_description(plan: PhysicalPlan, tasks: int) -> str:
             + f", {plan.partitions} mini-partitions per stage")
 
 
-def launch_sites(spark: Any, plan: PhysicalPlan, settings: SiteSettings, tasks: int
-                 ) -> SiteJob:
+def launch_sites(spark: Any, plan: PhysicalPlan, settings: SiteSettings, tasks: int,
+                 first: int = 0, group: str | None = None) -> SiteJob:
     """Start ``tasks`` site tasks, each with ``settings``, in a background thread and return
-    at once. The run's security (in ``settings``: its secret, and TLS material if on)
-    travels inside the task closure, as the plan does: Spark's own channel to the executors
-    carries it (``spark.authenticate`` and ``spark.network.crypto.enabled`` protect that
-    channel on a cluster)."""
+    at once; task i registers for slot ``first + i`` (a rescale's tasks: past every slot
+    and spare so far, so they register as standbys). ``group``: the run's job group (a
+    rescale's job joins its first one's, so cancelling the run cancels both). The run's
+    security (in ``settings``: its secret, and TLS material if on) travels inside the task
+    closure, as the plan does: Spark's own channel to the executors carries it
+    (``spark.authenticate`` and ``spark.network.crypto.enabled`` protect that channel on a
+    cluster)."""
     from pyspark import cloudpickle
 
     site_plan = plan.for_sites()
     blob = cloudpickle.dumps(site_plan)
     site_task = make_site_task(blob, settings)
 
+    def task(index: int, rows: Any) -> Any:
+        return site_task(first + index, rows)
+
     sc = spark.sparkContext
     job = SiteJob(thread=threading.Thread(target=lambda: None),
-                  group=f"{JOB_GROUP}-{secrets.token_hex(4)}")
+                  group=group or f"{JOB_GROUP}-{secrets.token_hex(4)}")
+    what = (site_job_description(plan, tasks) if first == 0 else
+            f"sparkflux {plan.name}: {tasks} more site{'s' if tasks > 1 else ''} (rescale)")
 
     def body() -> None:
         try:
-            sc.setJobGroup(job.group, site_job_description(plan, tasks), interruptOnCancel=True)
+            sc.setJobGroup(job.group, what, interruptOnCancel=True)
             sc.setLocalProperty("callSite.short", f"sparkflux {plan.name}")
-            rdd = sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(site_task)
+            rdd = sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(task)
             rdd.setName(f"sparkflux {plan.name}: site tasks")
             job.summaries = rdd.collect()
         except BaseException as e:  # noqa: BLE001 - reported to the driver thread

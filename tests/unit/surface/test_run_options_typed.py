@@ -244,3 +244,23 @@ def test_an_option_prefix_is_refused_not_guessed(prefix: str,
         cli.main(["run", str(ROOT / "examples" / "netmon.py"), prefix, "8"])
     assert e.value.code == 2
     assert f"unrecognized arguments: {prefix} 8" in capsys.readouterr().err
+
+
+def test_rescale_specs_are_typed_checked_and_let_faults_name_the_new_slots() -> None:
+    from sparkflux.runtime.fault_specs import RescaleAt, parse_rescale
+
+    assert parse_rescale("6@10") == RescaleAt(6, 10.0) and str(RescaleAt(6, 10.0)) == "6@10"
+    assert parse_rescale("3@input+500") == RescaleAt(3, Admitted(500))
+    for bad in ("6", "x@3", "0@3", "6@soon"):
+        with pytest.raises(PlanError, match="write SITES@WHEN"):
+            parse_rescale(bad)
+    o = RunOptions.of(sites=4, ha="flux", partitions=16, rescale=["6@2", "3@5"],
+                      kill=["5@3"])  # slot 5 exists once the query has grown
+    assert o.rescale == (RescaleAt(6, 2.0), RescaleAt(3, 5.0))
+    assert RunConfig.of(o).rescales == o.rescale
+    with pytest.raises(PlanError, match="--ha flux"):
+        RunOptions.of(sites=4, rescale=["6@2"])
+    with pytest.raises(PlanError, match=r"between 2 sites .* and 16"):
+        RunOptions.of(sites=4, ha="flux", partitions=16, rescale=["17@2"])
+    with pytest.raises(PlanError):
+        RunOptions.of(sites=4, ha="flux", kill=["5@3"])  # no rescale: no slot 5
