@@ -78,13 +78,13 @@ def run_seed(base: Baseline, seed: int) -> SimResult:
     grow, shrink, failures = schedule(seed, base.steps)
     where = f"seed {seed}: grow to {grow}, shrink to {shrink}, {failures}"
     plan, _ = tiny_plan(events=EVENTS)
-    try:
-        res = simulate(plan, base.batches, seed, failures)
+    try:  # (a run takes 2-4 thousand steps: a rescale that never ends is cut short)
+        res = simulate(plan, base.batches, seed, failures, max_steps=30 * base.steps)
     except Violation as e:
         raise AssertionError(f"{where}: {e}") from e
     out = res.output
     if not res.ended:
-        raise AssertionError(f"{where}: the output did not end")
+        raise AssertionError(f"{where}: the output did not end; rescales {res.rescales}")
     if duplicate_rows(out):
         raise AssertionError(f"{where}: {duplicate_rows(out)} duplicate rows")
     if out.num_rows != base.output.num_rows or digest_of(out) != digest_of(base.output):
