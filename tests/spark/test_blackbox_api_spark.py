@@ -444,7 +444,7 @@ def test_unknown_option_is_named(spark: Any) -> None:
 
 
 def test_more_sites_than_task_slots_is_refused(spark: Any) -> None:
-    _fails_fast(spark, ("slot",), sites=8, partitions=16, ha="flux")
+    _fails_fast(spark, ("slot",), sites=12, partitions=16, ha="flux")  # the session has 8
 
 
 def test_table_sink_reused_with_other_settings(spark: Any, tmp_path: Path) -> None:
