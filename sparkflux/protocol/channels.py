@@ -22,8 +22,9 @@ The rules (thesis §3.2-3.3, our names):
    through the sender's skew buffer (DTSB) and may wait there while the connection is full.
    Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives) is
    written at once and so may overtake held ordered frames, never the other way round. Each
-   class is FIFO within itself. A ``StoredPartition`` (a checkpoint's part) takes no
-   connection: it goes to the run's snapshot store (``STORE``).
+   class is FIFO within itself. A ``StoredPartition`` (a checkpoint's part, or a spilled
+   partition) and a ``LoadPartition`` take no connection: they go to the run's snapshot
+   store or the site's spill store (``STORE``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from sparkflux.protocol.messages import (
     Data,
     Installed,
     Keepalive,
+    LoadPartition,
     PSync,
     Rejoin,
     Retain,
@@ -73,6 +75,7 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     Keepalive: (Channel.LINK, False),
     State: (Channel.STATE, False),
     StoredPartition: (Channel.STORE, False),
+    LoadPartition: (Channel.STORE, False),
     Installed: (Channel.STATE, False),
     CuStart: (Channel.CONTROL, False),
     # set-up, on the data connection to the driver
@@ -93,6 +96,7 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     cm.Fail: (Channel.CONTROL, False),
     cm.Move: (Channel.CONTROL, False),
     cm.Slow: (Channel.CONTROL, False),
+    cm.Squeeze: (Channel.CONTROL, False),
     cm.Kill: (Channel.CONTROL, False),
     cm.Stop: (Channel.CONTROL, False),
 }

@@ -266,6 +266,14 @@ class Slow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Squeeze:
+    """``--squeeze``: from now on the site's memory budget is ``budget`` bytes
+    (``protocol/memory.py``; -1: none)."""
+
+    budget: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Kill:
     """``--kill`` on a cluster: the site crashes itself (SIGKILL)."""
 
@@ -281,10 +289,10 @@ class Stop:
 
 ControlMessage = (OpenControl | Register | Ready | Heartbeat | Moved | SiteError | Unreachable
                   | View | Standby | Adopt | Avail | Fail | Move | Slow | Kill | Stop
-                  | StartFailed | Folded | PartStored)
+                  | StartFailed | Folded | PartStored | Squeeze)
 
 CONTROL_TYPES = (OpenControl, Register, Ready, Heartbeat, Moved, SiteError, Unreachable, View,
                  Standby, Adopt, Avail, Fail, Move, Slow, Kill, Stop, StartFailed, Folded,
-                 PartStored)
+                 PartStored, Squeeze)
 # Control frames a site handles before it has its core (see ``runtime.site.Site``).
-UNGATED = (Stop, Kill, Slow, Standby)
+UNGATED = (Stop, Kill, Slow, Standby, Squeeze)

@@ -168,6 +168,18 @@ class StoredPartition:
     snapshot: PartitionSnapshot
 
 
+SPILL = -1  # a ``StoredPartition``'s checkpoint number when it is a spilled partition
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPartition:
+    """Bring partition q of ``stage`` back from the site's spill store (``protocol/memory.py``):
+    the runtime reads it and hands it to the core (``Loaded``)."""
+
+    stage: int
+    q: int
+
+
 @dataclass(frozen=True, slots=True)
 class State:
     """Survivor -> the new replica's site (the StateMover's transfer): partition q of ``stage``,
@@ -238,7 +250,7 @@ class Keepalive:
 
 
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
-           | Rejoin | CuDone | Cut | StoredPartition)
+           | Rejoin | CuDone | Cut | StoredPartition | LoadPartition)
 # Whatever a connection carries: a protocol message, a controller's message or a keepalive.
 Frame = Message | ControlMessage | Keepalive
 

@@ -35,7 +35,9 @@ from sparkflux.protocol.catchup import (
 )
 from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.errors import ProtocolError
+from sparkflux.protocol.memory import Key, Load, Memory, Spill
 from sparkflux.protocol.messages import (
+    SPILL,
     SRC,
     Ack,
     ConsumerSnapshot,
@@ -44,6 +46,7 @@ from sparkflux.protocol.messages import (
     Cut,
     Data,
     Installed,
+    LoadPartition,
     Message,
     Outgoing,
     PartitionSnapshot,
@@ -125,6 +128,11 @@ class SiteCore:
         self.cuts: list[tuple[int, int] | None] = [None] * n
         self.cut_done: list[np.ndarray] = [np.ones(0, dtype=bool) for _ in range(n)]
         self.last_cut = [-1] * n
+        # Spilling under the memory budget (``memory.py``): the partitions on disk hold
+        # their merge where it stands; a catch-up's actions that need one on disk wait for
+        # its load (from its ``TransferState`` on, in order).
+        self.memory = Memory()
+        self._waiting_load: dict[Key, list[CatchUpAction]] = {}
 
     @classmethod
     def adopting(cls, plan: PhysicalPlan, layout: Layout, msg: cm.Adopt) -> SiteCore:
@@ -267,9 +275,13 @@ class SiteCore:
         return self._carry_out(self.catchups.installed(msg.stage, msg.q, msg.epoch))
 
     def _carry_out(self, actions: list[CatchUpAction]) -> list[Outgoing]:
-        """The survivor's catch-up actions as messages."""
+        """The survivor's catch-up actions as messages. A snapshot of a partition on disk
+        waits for its load, and every action after it with it (``spill_loaded``)."""
         out: list[Outgoing] = []
-        for a in actions:
+        for n, a in enumerate(actions):
+            if isinstance(a, TransferState) and self._on_disk((a.stage, a.q)):
+                self._waiting_load.setdefault((a.stage, a.q), []).extend(actions[n:])
+                return out
             match a:
                 case AskRetain(stage=s, q=q, r=r, epoch=e, sites=sites):
                     out += [Outgoing(x, Retain(s, q, r, e)) for x in sites]
@@ -473,7 +485,7 @@ class SiteCore:
                     rows, f_sn, f_wm = rel
                     batch, prog_sn, prog_wm = self._process(s, rows, f_sn, f_wm)
                     out += self.prods[s].produce(batch, prog_sn, prog_wm)
-                if cap is None:
+                if self.cuts[s] is None:
                     break
                 parts, cut = self._take_cuts(s)
                 out += parts
@@ -503,11 +515,114 @@ class SiteCore:
 
     def _cap(self, s: int) -> np.ndarray | None:
         """Where stage ``s``'s merge stops, per partition: a pending cut's SN for the
-        partitions that have not reached it, none for the rest."""
+        partitions that have not reached it, where it stands for a partition on disk (or
+        being loaded), none for the rest."""
         cut = self.cuts[s]
-        if cut is None:
+        held = self._held_on_disk(s)
+        if cut is None and held is None:
             return None
-        return np.where(self.cut_done[s], END_OF_STREAM, cut[1]).astype(np.int64)
+        cap = (np.full(self.cons[s].parts.size, END_OF_STREAM, dtype=np.int64) if cut is None
+               else np.where(self.cut_done[s], END_OF_STREAM, cut[1]).astype(np.int64))
+        if held is not None:
+            cap[held] = np.minimum(cap[held], self.cons[s].released_sn[held])
+        return cap
+
+    def _held_on_disk(self, s: int) -> np.ndarray | None:
+        """The consumer indexes of stage ``s``'s partitions on disk or being loaded."""
+        m = self.memory
+        keys = [k for k in (*m.spilled, m.loading) if k is not None and k[0] == s]
+        if not keys:
+            return None
+        cons = self.cons[s]
+        idx = cons.index[[q for _, q in keys]]
+        return idx[idx >= 0]
+
+    def _on_disk(self, k: Key) -> bool:
+        return k in self.memory.spilled or self.memory.loading == k
+
+    # -- memory: spilling whole partitions under the budget (``memory.py``) ------------------
+    def partition_bytes(self) -> dict[Key, int]:
+        """The bytes of each hosted (stage, partition)'s operator state (``partition_info``,
+        every operator of the stage)."""
+        sizes: dict[Key, int] = {}
+        for s, stage in enumerate(self.plan.stages):
+            for op in stage.operators:
+                for info in op.partition_info():
+                    sizes[(s, info.part)] = sizes.get((s, info.part), 0) + info.nbytes
+        return sizes
+
+    def buffered_bytes(self) -> int:
+        """The bytes of the rows the site buffers: pending input and FH-Prod buffers."""
+        return int(sum(b.nbytes for p in self.prods for b in p.buffer)
+                   + sum(b.nbytes for c in self.cons for b in c.pending))
+
+    def memory_tick(self, now: float) -> list[Outgoing]:
+        """The memory policy's decisions now (``Memory.plan``), carried out: a spill takes
+        the partition's operators' state, drops it here and sends it to the spill store; a
+        load asks the store for it. Partitions with a cut pending or in a catch-up or a move
+        stay in memory; one a catch-up waits for is loaded first."""
+        hosted = [(s, int(q)) for s, cons in enumerate(self.cons)
+                  for q in cons.parts[cons.installed]]
+        m = self.memory
+        m.track(hosted)
+        if m.budget is None and not m.spilled:
+            return []
+        wanted = [k for k in self._waiting_load if k in m.spilled]
+        if wanted and m.loading is None:
+            m.spilled = {**{k: m.spilled[k] for k in wanted},
+                         **{k: v for k, v in m.spilled.items() if k not in wanted}}
+        out: list[Outgoing] = []
+        for d in m.plan(now, self.partition_bytes(), self.buffered_bytes(), self._pinned()):
+            match d:
+                case Spill(key=(s, q)):
+                    out.append(self._spill(s, q))
+                case Load(key=(s, q)):
+                    out.append(Outgoing(STORE, LoadPartition(s, q)))
+        return out
+
+    def _pinned(self) -> frozenset[Key]:
+        """Partitions that must stay in memory now: a cut pending for them, or a catch-up
+        they survive (a new copy is not installed until its state comes)."""
+        pins: set[Key] = set(self.catchups.running)
+        for s, cut in enumerate(self.cuts):
+            if cut is not None:
+                cons = self.cons[s]
+                pins |= {(s, int(q)) for q in cons.parts[~self.cut_done[s] & cons.installed]}
+        return frozenset(pins)
+
+    def _spill(self, s: int, q: int) -> Outgoing:
+        """Partition q of stage ``s`` to disk: its operators' state leaves memory (the
+        writer holds it until it is written); its merge holds where it stands."""
+        ops = self.plan.stages[s].operators
+        state = tuple(op.get_partition_state(q) for op in ops)
+        for op in ops:
+            op.drop_partition(q)
+        cons = self.cons[s]
+        i = int(cons.index[q])
+        none = np.zeros(0, dtype=np.int64)
+        snap = PartitionSnapshot(
+            cons=ConsumerSnapshot(progress_sn=none, progress_wm=none,
+                                  released_sn=int(cons.released_sn[i]),
+                                  released_wm=int(cons.released_wm[i]), pending=None),
+            ops=state, out_sn=0, out_wm=0, held=None)
+        return Outgoing(STORE, StoredPartition(SPILL, s, q, int(cons.released_sn[i]), snap))
+
+    def spill_written(self, s: int, q: int) -> None:
+        """The spill store has partition q of stage ``s`` on disk."""
+        self.memory.written((s, q))
+
+    def spill_loaded(self, s: int, q: int, snapshot: PartitionSnapshot, now: float
+                     ) -> list[Outgoing]:
+        """Partition q of stage ``s`` is back: its operators' state installed, the catch-up
+        actions that waited for it carried out, then its pending input processed."""
+        k = (s, q)
+        if self.memory.loading != k:
+            return []  # it left meanwhile (moved away, or this copy retired)
+        for op, st in zip(self.plan.stages[s].operators, snapshot.ops, strict=True):
+            op.install_partition_state(q, st)
+        self.memory.loaded(k, now)
+        out = self._carry_out(self._waiting_load.pop(k, []))
+        return self._local(out + self._drive(s))
 
     def _take_cuts(self, s: int) -> tuple[list[Outgoing], bool]:
         """The partitions of stage ``s`` that have reached the pending cut: the one copy of
@@ -518,6 +633,9 @@ class SiteCore:
         checkpoint, sn = cut
         cons = self.cons[s]
         reached = ~self.cut_done[s] & cons.installed & (cons.released_sn >= sn)
+        held = self._held_on_disk(s)
+        if held is not None:  # its state is on disk: it cuts once loaded
+            reached[held] = False
         out: list[Outgoing] = []
         for i in np.flatnonzero(reached):
             q = int(cons.parts[i])

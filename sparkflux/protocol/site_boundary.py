@@ -59,7 +59,14 @@ from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, channel_of
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import CuDone, Frame, Keepalive, Message, Outgoing
+from sparkflux.protocol.messages import (
+    CuDone,
+    Frame,
+    Keepalive,
+    Message,
+    Outgoing,
+    PartitionSnapshot,
+)
 from sparkflux.protocol.site import Received, SiteCore
 
 LINK_TIMEOUT_S = 1.0  # rule 6: a peer link silent this long (while read) is reported
@@ -104,6 +111,10 @@ class Ev(Enum):
     DRIVER_LOST = "driver-lost"
     BEAT = "beat"
     STATE_SENT = "state-sent"
+    SQUEEZE = "squeeze"
+    MEMORY = "memory"  # the memory policy's tick
+    SPILLED = "spilled"  # a spilled partition is on disk
+    LOADED = "loaded"  # a spilled partition is back
 
 
 R, S, C, Y, X = (Life.REGISTERING, Life.STANDBY, Life.CONNECTING, Life.READY, Life.STOPPING)
@@ -116,11 +127,12 @@ R, S, C, Y, X = (Life.REGISTERING, Life.STANDBY, Life.CONNECTING, Life.READY, Li
 # frames), ``link`` / ``unlink`` (the set of linked peers), ``report-unreachable``, ``ready``,
 # ``scale``, ``crash``, ``stop``.
 _EVERYWHERE = {Ev.SLOW: ("scale",), Ev.KILL: ("crash",), Ev.STOP: ("stop",),
-               Ev.DRIVER_LOST: ("stop",), Ev.BEAT: ("heartbeat",)}
+               Ev.DRIVER_LOST: ("stop",), Ev.BEAT: ("heartbeat",), Ev.SQUEEZE: ("squeeze",)}
 _MEMBER = {Ev.FAIL: ("take-over",), Ev.MOVE: ("move",), Ev.AVAIL: ("avail",),
            Ev.FRAMES: ("process",), Ev.LINKED: ("link",), Ev.LOST: ("unlink",),
            Ev.DIAL_FAILED: ("report-unreachable",), Ev.LINK_CHECK: ("check-links",),
-           Ev.STATE_SENT: ("state-sent",)}
+           Ev.STATE_SENT: ("state-sent",), Ev.MEMORY: ("memory",), Ev.SPILLED: ("spilled",),
+           Ev.LOADED: ("loaded",)}
 LIFE: dict[tuple[Life, Ev], tuple[Life, tuple[str, ...]]] = {
     (R, Ev.VIEW): (C, ("install-view", "replay")),
     (R, Ev.STANDBY): (S, ()),
@@ -142,6 +154,7 @@ LIFE: dict[tuple[Life, Ev], tuple[Life, tuple[str, ...]]] = {
     (R, Ev.FRAMES): (R, ()),
     (S, Ev.LINK_CHECK): (S, ()),
     (R, Ev.LINK_CHECK): (R, ()),
+    **{(st, ev): (st, ()) for st in (R, S) for ev in (Ev.MEMORY, Ev.SPILLED, Ev.LOADED)},
     **{(X, ev): (X, ()) for ev in Ev},
 }
 
@@ -240,8 +253,34 @@ class LinkCheck:
     idle: frozenset[int] = frozenset()  # peers this site wrote nothing to since the last
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryCheck:
+    """The host's periodic look at its memory (with each heartbeat): the memory policy
+    decides what to spill and load (``protocol/memory.py``)."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Spilled:
+    """The spill store has written partition q of ``stage``."""
+
+    stage: int
+    q: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Loaded:
+    """The spill store read partition q of ``stage`` back (``LoadPartition``)."""
+
+    stage: int
+    q: int
+    snapshot: PartitionSnapshot
+    now: float
+
+
 SiteBoundaryEvent = (FromDriver | Frames | PeerLinked | PeerLost | DialFailed | DriverLost
-                     | LinkCheck | Beat | StateSent)
+                     | LinkCheck | Beat | StateSent | MemoryCheck | Spilled | Loaded)
 
 
 # -- actions -------------------------------------------------------------------------------------
@@ -316,7 +355,7 @@ class SiteBoundary:
 
     def __init__(self, site: int, attempt: int, plan: PhysicalPlan, layout: Layout,
                  link_timeout: float = LINK_TIMEOUT_S,
-                 claim_wait: float = CLAIM_WAIT_S) -> None:
+                 claim_wait: float = CLAIM_WAIT_S, budget: int | None = None) -> None:
         self.site = site  # the slot; an adoption changes it
         self.attempt = attempt
         self.plan = plan
@@ -334,6 +373,7 @@ class SiteBoundary:
         # (peer, its process) -> the silence last reported, while not heard since
         self._silent: dict[tuple[int, tuple[int, int]], float] = {}
         self._beats = 0  # heartbeats sent with a core (``STATE_EVERY``)
+        self.budget = budget  # the memory budget in bytes (None: none; ``--squeeze``)
 
     @property
     def dead_sites(self) -> set[int]:
@@ -376,6 +416,12 @@ class SiteBoundary:
                 return self._step(Ev.BEAT, ev)
             case StateSent():
                 return self._step(Ev.STATE_SENT, ev)
+            case MemoryCheck():
+                return self._step(Ev.MEMORY, ev)
+            case Spilled():
+                return self._step(Ev.SPILLED, ev)
+            case Loaded():
+                return self._step(Ev.LOADED, ev)
         raise SiteLifeError(f"site {self.site}: no event {type(ev).__name__}")
 
     def _step(self, event: Ev, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
@@ -441,6 +487,7 @@ class SiteBoundary:
         if view.ring:  # chained declustering over the failure domains (``placement.py``)
             self.layout.set_ring(view.ring)
         self.core = SiteCore(self.site, self.plan, self.layout)
+        self.core.memory.budget = self.budget
         self._learn(view.members)
         return [self._dial(j) for j in sorted(view.members) if j > self.site]
 
@@ -450,6 +497,7 @@ class SiteBoundary:
         self.site = msg.slot
         self.adopted = True
         self.core = SiteCore.adopting(self.plan, self.layout, msg)
+        self.core.memory.budget = self.budget
         self._learn(msg.members)
         return []
 
@@ -590,6 +638,26 @@ class SiteBoundary:
         assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Slow)
         return [Scale(factor=ev.message.factor)]
 
+    def _squeeze(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, FromDriver) and isinstance(ev.message, cm.Squeeze)
+        self.budget = None if ev.message.budget < 0 else ev.message.budget
+        if self.core is not None:
+            self.core.memory.budget = self.budget
+        return []
+
+    def _memory(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, MemoryCheck) and self.core is not None
+        return self._sends(self.core.memory_tick(ev.now))
+
+    def _spilled(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, Spilled) and self.core is not None
+        self.core.spill_written(ev.stage, ev.q)
+        return []
+
+    def _loaded(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
+        assert isinstance(ev, Loaded) and self.core is not None
+        return self._sends(self.core.spill_loaded(ev.stage, ev.q, ev.snapshot, ev.now))
+
     def _crash(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         return [Crash()]
 
@@ -623,6 +691,7 @@ class SiteBoundary:
 _KINDS: dict[type, Ev] = {
     cm.View: Ev.VIEW, cm.Standby: Ev.STANDBY, cm.Adopt: Ev.ADOPT, cm.Fail: Ev.FAIL,
     cm.Move: Ev.MOVE, cm.Avail: Ev.AVAIL, cm.Slow: Ev.SLOW, cm.Kill: Ev.KILL, cm.Stop: Ev.STOP,
+    cm.Squeeze: Ev.SQUEEZE,
 }
 
 _ACTIONS = {
@@ -635,6 +704,8 @@ _ACTIONS = {
     "check-links": SiteBoundary._check_links, "heartbeat": SiteBoundary._heartbeat,
     "state-sent": SiteBoundary._record_state_sent,
     "scale": SiteBoundary._scale, "crash": SiteBoundary._crash, "stop": SiteBoundary._stop,
+    "squeeze": SiteBoundary._squeeze, "memory": SiteBoundary._memory,
+    "spilled": SiteBoundary._spilled, "loaded": SiteBoundary._loaded,
 }
 
 

@@ -78,7 +78,7 @@ from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, ordered_with_data
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import Outgoing, State, StoredPartition
+from sparkflux.protocol.messages import SPILL, LoadPartition, Outgoing, State, StoredPartition
 from sparkflux.protocol.site import SiteCore
 from sparkflux.protocol.site_boundary import (
     Beat,
@@ -86,11 +86,14 @@ from sparkflux.protocol.site_boundary import (
     Frames,
     FromDriver,
     LinkCheck,
+    Loaded,
+    MemoryCheck,
     PeerLinked,
     PeerLost,
     Send,
     SiteBoundary,
     SiteBoundaryAction,
+    Spilled,
     Stop,
     from_link,
 )
@@ -144,6 +147,13 @@ class FailurePlan:
     # the range)
     rescales: tuple[tuple[int, int], ...] = ()
     launch_delay: tuple[int, int] = (1, 60)
+    # Memory (``protocol/memory.py``): every site's budget in bytes (None: none), checked
+    # every ``memory_every`` steps; (site, step, bytes): that site's budget cut then
+    # (``--squeeze``); a spill's write and a load's read take ``io_delay`` steps (random)
+    budget: int | None = None
+    squeezes: tuple[tuple[int, int, int], ...] = ()
+    memory_every: int = 5
+    io_delay: tuple[int, int] = (1, 30)
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,7 @@ class SimResult:
     # the end (slot -> the partitions it holds a copy of)
     rescales: list[dict[str, Any]] = field(default_factory=list)
     hosted: dict[int, list[int]] = field(default_factory=dict)
+    spills: int = 0  # partitions written to a spill store (``protocol/memory.py``)
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -289,6 +300,15 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     crash_at: dict[int, list[int]] = {}
     for site, at in failures.crashes:
         crash_at.setdefault(at, []).append(site)
+    # the spill stores, (process, stage, q) -> what it wrote; writes and reads in flight,
+    # (due step, slot, its process then, the event); spills so far
+    disk: dict[tuple[tuple[int, int], int, int], StoredPartition] = {}
+    io_due: list[tuple[int, int, tuple[int, int], Any]] = []
+    io_lo, io_hi = failures.io_delay
+    spills = [0]
+    squeeze_at: dict[int, list[tuple[int, int]]] = {}
+    for k, at, nbytes in failures.squeezes:
+        squeeze_at.setdefault(at, []).append((k, nbytes))
     standby_at: dict[int, int] = {}  # step -> standbys that register then
     for at in failures.standbys:
         standby_at[at] = standby_at.get(at, 0) + 1
@@ -331,6 +351,16 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
         checkpoint's part goes to the store, its report to the driver."""
         for a in actions:
             match a:
+                case Send(message=StoredPartition() as part) if part.checkpoint == SPILL:
+                    key = (process[src], part.stage, part.q)
+                    disk[key] = part  # the site's spill store (its local directory)
+                    io_due.append((step + int(rng.integers(io_lo, io_hi + 1)), src,
+                                   process[src], Spilled(stage=part.stage, q=part.q)))
+                    spills[0] += 1
+                case Send(message=LoadPartition(stage=st, q=q)):
+                    part = disk.pop((process[src], st, q))
+                    io_due.append((step + int(rng.integers(io_lo, io_hi + 1)), src,
+                                   process[src], (st, q, part.snapshot)))
                 case Send(message=StoredPartition() as part, channel=Channel.STORE):
                     name = part_name(part.checkpoint, part.stage, part.q)
                     store[name] = part
@@ -394,7 +424,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                         standby_at[at] = standby_at.get(at, 0) + 1
                 case SendView(site=s, view=view):
                     sites[s] = SiteBoundary(s, 0, copy.deepcopy(site_plan), layout,
-                                            link_timeout)
+                                            link_timeout, budget=failures.budget)
                     site_do(s, sites[s].handle(FromDriver(message=view)))
                     site_core = sites[s].core
                     if restore is not None and site_core is not None:
@@ -408,7 +438,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     attempt[k] = att
                     process[k] = (reg, att)
                     sites[k] = SiteBoundary(reg, att, copy.deepcopy(site_plan), layout,
-                                            link_timeout)
+                                            link_timeout, budget=failures.budget)
                     crashed_now.discard(k)
                     zombies.discard(k)  # a hung process of the slot wakes to closed links
                     hung.pop(k, None)
@@ -550,6 +580,21 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     site_do(s, sites[s].handle(LinkCheck(silent=silent)))
             if (clock and step % clock.tick_every == 0) or (balance and step % 50 == 0):
                 carry_out(core.handle(Tick(now=float(step))))
+            for k, nbytes in squeeze_at.pop(step, []):
+                net.send(DRIVER, k, cm.Squeeze(budget=nbytes), CONTROL)
+            if failures.budget is not None or failures.squeezes:
+                for due in [d for d in io_due if d[0] <= step]:
+                    io_due.remove(due)
+                    _, k, proc, what = due
+                    if k in crashed_now or k in hung or process.get(k) != proc:
+                        continue  # its process is gone (or frozen: it waits)
+                    ev = what if isinstance(what, Spilled) else Loaded(
+                        stage=what[0], q=what[1], snapshot=what[2], now=float(step))
+                    site_do(k, sites[k].handle(ev))
+                if step % failures.memory_every == 0:
+                    for k in sorted(sites):
+                        if k not in crashed_now and k not in hung:
+                            site_do(k, sites[k].handle(MemoryCheck(now=float(step))))
             if rescale_at and rescale_at[0][0] <= step and controller.rescaling is None:
                 carry_out(core.handle(Rescale(sites=rescale_at.pop(0)[1], now=float(step))))
             for _ in range(standby_at.pop(step, 0)):
@@ -590,6 +635,12 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 if hung or cut or any(at > step for at in hang_at) \
                         or any(at > step for at in cut_at) or controller.links.since is not None:
                     continue  # a hang or a cut to come, last, or be judged: time goes on
+                if not core.egress.ended and (io_due or any(
+                        s_.core is not None and (s_.core.memory.spilled or s_.core.memory.loading)
+                        for k_, s_ in sites.items() if k_ not in crashed_now)):
+                    continue  # a spilled partition is still to come back
+                if any(at > step for at in squeeze_at):
+                    continue
                 if (rescale_at or any(at > step for at in standby_at)
                         or any(at > step for at in crash_at)
                         or any(at > step for at in move_at)
@@ -648,7 +699,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      crash_points, [m.short_s for m in controller.moves], driver_crashed,
                      checkpoints, [r.as_dict() for r in controller.rescales],
                      {s: sorted(controller.layout.hosted(s)) for s in controller.view.members
-                      if s not in controller.dead} if controller.layout else {})
+                      if s not in controller.dead} if controller.layout else {}, spills[0])
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

@@ -48,7 +48,7 @@ def test_state_has_its_own_connection_and_the_controller_its_own() -> None:
     control = {t for t, (ch, _) in ROUTES.items() if ch is Channel.CONTROL}
     assert control == {CuStart, cm.OpenControl, cm.Heartbeat, cm.Moved, cm.Folded, cm.PartStored,
                        cm.SiteError, cm.Unreachable, cm.Avail, cm.Fail, cm.Move, cm.Slow,
-                       cm.Kill, cm.Stop}
+                       cm.Kill, cm.Stop, cm.Squeeze}
 
 
 def test_route_reads_the_message_not_its_type() -> None:

@@ -135,6 +135,7 @@ EXAMPLES: list[Any] = [
     cm.Fail(dead=(1,)),
     cm.Move(q=3, r=1, dst=2, epoch=8, survivor=2),
     cm.Slow(factor=0.5),
+    cm.Squeeze(budget=64 << 20),
     cm.Kill(),
     cm.Stop(reason="run finished", excluded=True),
 ]
