@@ -18,7 +18,8 @@ PLAIN = ("int", "float", "str", "bool", "np.ndarray", "npt.NDArray[np.int64]",
 def test_control_types_are_exactly_the_control_messages() -> None:
     assert set(cm.CONTROL_TYPES) == set(cm.ControlMessage.__args__)
     assert len(cm.CONTROL_TYPES) == len(set(cm.CONTROL_TYPES)) == 20
-    assert set(cm.UNGATED) == {cm.Stop, cm.Kill, cm.Slow, cm.Standby} < set(cm.CONTROL_TYPES)
+    assert set(cm.UNGATED) == {cm.Stop, cm.Kill, cm.Slow, cm.Standby, cm.Squeeze} < set(
+        cm.CONTROL_TYPES)
 
 
 @pytest.mark.parametrize("t", [*cm.CONTROL_TYPES, cm.Member], ids=lambda t: t.__name__)
