@@ -104,6 +104,14 @@ class Heartbeat:
     state_part: npt.NDArray[np.int64] = field(default_factory=_empty)
     state_keys: npt.NDArray[np.int64] = field(default_factory=_empty)
     state_bytes: npt.NDArray[np.int64] = field(default_factory=_empty)
+    # Memory (``protocol/memory.py``), with the state: the bytes the site holds (in-memory
+    # partitions' state, buffered rows, what its spill writer still holds), its budget (-1:
+    # none), the bytes of its partitions on disk, and its spills and loads so far.
+    memory: int = 0
+    budget: int = -1
+    spilled: int = 0
+    spills: int = 0
+    loads: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -82,6 +82,9 @@ class Received:
 SiteEvent = Received | cm.Fail | cm.Move | cm.Avail
 
 
+SIZES_EVERY_S = 0.25  # the memory policy measures the partitions' state this often
+
+
 class SiteCore:
     """Everything one site computes; no I/O. One entry point: ``handle(*events)``."""
 
@@ -133,6 +136,7 @@ class SiteCore:
         # its load (from its ``TransferState`` on, in order).
         self.memory = Memory()
         self._waiting_load: dict[Key, list[CatchUpAction]] = {}
+        self._sizes: tuple[float, dict[Key, int]] | None = None  # (when, partition_bytes)
 
     @classmethod
     def adopting(cls, plan: PhysicalPlan, layout: Layout, msg: cm.Adopt) -> SiteCore:
@@ -571,8 +575,10 @@ class SiteCore:
         if wanted and m.loading is None:
             m.spilled = {**{k: m.spilled[k] for k in wanted},
                          **{k: v for k, v in m.spilled.items() if k not in wanted}}
+        if self._sizes is None or now - self._sizes[0] >= SIZES_EVERY_S:
+            self._sizes = (now, self.partition_bytes())  # (a pass over every partition)
         out: list[Outgoing] = []
-        for d in m.plan(now, self.partition_bytes(), self.buffered_bytes(), self._pinned()):
+        for d in m.plan(now, self._sizes[1], self.buffered_bytes(), self._pinned()):
             match d:
                 case Spill(key=(s, q)):
                     out.append(self._spill(s, q))

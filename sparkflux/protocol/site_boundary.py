@@ -624,8 +624,13 @@ class SiteBoundary:
         if core is not None and self._beats % STATE_EVERY == 0:
             op, part, keys, nbytes = core.state_sizes()
             wm_stage, wm_part, wm = core.watermarks()
+            m = core.memory
             msg = replace(msg, has_state=True, wm_stage=wm_stage, wm_part=wm_part, wm=wm,
-                          state_op=op, state_part=part, state_keys=keys, state_bytes=nbytes)
+                          state_op=op, state_part=part, state_keys=keys, state_bytes=nbytes,
+                          memory=int(nbytes.sum()) + core.buffered_bytes()
+                          + sum(m.writing.values()),
+                          budget=-1 if m.budget is None else m.budget,
+                          spilled=m.spilled_bytes, spills=m.spills, loads=m.loads)
         self._beats += core is not None
         return [Send(dest=DRIVER, message=msg, channel=channel_of(msg))]
 

@@ -171,6 +171,24 @@ class Slow:
         return f"{self.site}@{moment_str(self.at)}={_num(self.factor)}"
 
 
+@dataclass(frozen=True)
+class Squeeze:
+    """``--squeeze SITE@WHEN=MB``: from that moment the site's memory budget is ``mb``
+    megabytes (``protocol/memory.py``): it spills what does not fit."""
+
+    site: int
+    at: Moment
+    mb: float
+
+    def __str__(self) -> str:
+        return f"{self.site}@{moment_str(self.at)}={_num(self.mb)}"
+
+
+def parse_squeeze(spec: str, sites: int) -> Squeeze:
+    """One ``--squeeze SITE@WHEN=MB``, checked."""
+    return Squeeze(*_site_at_value("--squeeze", "MB", "1@10=64", spec, sites))
+
+
 KILL_FORMS = ("SITE@SECONDS (e.g. --kill 1@3), SITE@recovered+SECONDS, SITE@adopted+SECONDS "
               "or SITE@input+RECORDS")
 

@@ -49,6 +49,7 @@ class Faults:
         self.slowed: list[dict[str, Any]] = []
         self.cuts: list[dict[str, Any]] = []  # --cut and --isolate, as injected
         self.hangs: list[dict[str, Any]] = []  # --hang, as injected
+        self.squeezed: list[dict[str, Any]] = []  # --squeeze, as injected
         self._on_adopt: dict[int, list[float]] = {}  # slot -> kill delays after its adoption
         # (records admitted, the spec, what to do): the faults due at a count of input
         self._on_input: list[tuple[int, str, Callable[[float], None]]] = []
@@ -70,6 +71,8 @@ class Faults:
         for c in cfg.cuts:
             self._at(c.at, f"{c.flag} {c}",
                      partial(self.cut, c.site, duration=c.for_s, driver=c.isolate))
+        for q in cfg.squeezes:
+            self._at(q.at, f"--squeeze {q}", partial(self.squeeze, q.site, q.mb))
         for r in cfg.rescales:
             self._at(r.at, f"--rescale {r}", partial(self.rescale, r.sites))
         for a in cfg.kills_of(KillAdopted):  # ``--kill SITE@adopted+SECONDS``
@@ -103,7 +106,12 @@ class Faults:
             fire(self._since_start())
 
     def adopted(self, slot: int) -> None:
-        """A process adopted ``slot``: the kills waiting for it are due."""
+        """A process adopted ``slot``: the kills waiting for it are due, and the slot's
+        squeezed budget is its budget too (a squeeze is of the slot, as the thesis cuts a
+        machine's memory)."""
+        squeezed = [q for q in self.squeezed if q["site"] == slot]
+        if squeezed:
+            self.host.tell(slot, cm.Squeeze(budget=int(squeezed[-1]["mb"] * (1 << 20))))
         loop = asyncio.get_running_loop()
         for delay in self._on_adopt.pop(slot, []):
             log.warning("site %d was adopted: killing it in %.2fs as asked", slot, delay)
@@ -205,6 +213,14 @@ class Faults:
             self.slowed.append({"site": site, "factor": factor, "at_s": after,
                                 "time": time.time()})
             self.host.tell(site, cm.Slow(factor=factor))
+
+    def squeeze(self, site: int, mb: float, after: float = 0.0) -> None:
+        """``--squeeze``: from now on the site's memory budget is ``mb`` megabytes."""
+        log.warning("--squeeze: site %d's memory budget is %g MB from now (%.2f s)", site, mb,
+                    after)
+        self.squeezed.append({"site": site, "mb": mb, "at_s": round(after, 3),
+                              "time": time.time()})
+        self.host.tell(site, cm.Squeeze(budget=int(mb * (1 << 20))))
 
     def hang(self, site: int, duration: float, after: float = 0.0) -> None:
         """Freeze a site's process (SIGSTOP) for ``duration`` seconds: a hung site, found only

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from sparkflux.runtime.fault_specs import Cut, Hang, Kill, RescaleAt, Slow
+from sparkflux.runtime.fault_specs import Cut, Hang, Kill, RescaleAt, Slow, Squeeze
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.run_options import RunOptions, default_replicas
 from sparkflux.runtime.security import Security
@@ -53,6 +53,8 @@ class RunConfig:
     hangs: tuple[Hang, ...] = ()  # --hang: SIGSTOP then SIGCONT
     cuts: tuple[Cut, ...] = ()  # --cut and --isolate: packets dropped (netcut.py)
     rescales: tuple[RescaleAt, ...] = ()  # --rescale, in the order given
+    squeezes: tuple[Squeeze, ...] = ()  # --squeeze
+    site_memory: float | None = Opts.site_memory  # --site-memory (MB; None: derived or none)
     flush_ms: float = 20.0
     spares: int = Opts.spare_sites  # standby sites launched up front (--spare-sites)
     site_cpu: float | None = Opts.site_cpu  # --site-cpu: each site's busy-time cap
@@ -91,7 +93,7 @@ class RunConfig:
             heartbeat_timeout=o.heartbeat_timeout, link_timeout=o.link_timeout,
             start_timeout=o.start_timeout, progress_interval=o.progress_interval,
             ui_port=o.ui_port, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
-            rescales=o.rescale,
+            rescales=o.rescale, squeezes=o.squeeze, site_memory=o.site_memory,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
             balance=o.balance, delta_min=o.balance_delta_min, window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,

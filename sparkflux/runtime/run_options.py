@@ -23,11 +23,13 @@ from sparkflux.runtime.fault_specs import (
     Kill,
     RescaleAt,
     Slow,
+    Squeeze,
     parse_cut,
     parse_hang,
     parse_kill,
     parse_rescale,
     parse_slow,
+    parse_squeeze,
 )
 from sparkflux.runtime.site import SiteConfig
 
@@ -101,6 +103,15 @@ class RunOptions:
             "tool): python:SITE@WHEN, executor:SITE@WHEN or worker:SITE@WHEN SIGKILL "
             "the site's Python worker, its executor JVM or the Worker daemon that launched it "
             "(SITE 'most': the one hosting the most sites)", metavar="SITE@WHEN")
+    site_memory: float | None = option(
+        None, "each site's memory budget in MB: a site whose partitions' state and buffered "
+              "rows exceed it spills whole partitions to its local disk and loads them back "
+              "in turn (default: spark.sparkflux.siteMemory if set, else "
+              "spark.executor.pyspark.memory shared by the sites of an executor, else none)",
+        metavar="MB")
+    squeeze: tuple[Squeeze, ...] = option(
+        (), "cut a site's memory budget to MB megabytes at WHEN (as --kill's): a site short "
+            "of memory spills", metavar="SITE@WHEN=MB")
     rescale: tuple[RescaleAt, ...] = option(
         (), "with --ha flux: rescale the running query to SITES sites at WHEN (as --kill's): "
             "new site tasks adopt new slots, or the highest slots retire, the copies moving "
@@ -211,6 +222,10 @@ class RunOptions:
         most = max([sites, *(r.sites for r in self.rescale)])
         self._set("kill", tuple(parse_kill(str(k), most, self.master) for k in self.kill))
         self._set("hang", tuple(parse_hang(str(h), most) for h in self.hang))
+        self._set("squeeze", tuple(parse_squeeze(str(q), most) for q in self.squeeze))
+        if self.site_memory is not None and not (isinstance(self.site_memory, (int, float))
+                                                 and self.site_memory > 0):
+            raise PlanError(f"--site-memory {self.site_memory!r}: give megabytes, above 0")
         self._set("cut", tuple(parse_cut(str(c), most) for c in self.cut))
         self._set("isolate", tuple(parse_cut(str(c), most, True) for c in self.isolate))
         self._set("heartbeat_timeout", heartbeat_timeout_option(self.heartbeat_timeout))

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import os
 import secrets
+import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -101,6 +102,7 @@ class SiteConfig:
     link_timeout: float = LINK_TIMEOUT_S  # --link-timeout: a peer link silent this long
     checkpoint: str | None = None  # --checkpoint: the snapshot store's URI (parts go there)
     restore: int = -1  # the checkpoint the site's first view starts from (-1: none)
+    memory: int | None = None  # --site-memory: the budget in bytes (``protocol/memory.py``)
 
     def gather_s(self, cap: float) -> float:
         """How long the scheduler lets input gather at capacity ``cap`` (the current one:
@@ -140,7 +142,8 @@ class Site:
         self.plan = plan
         self.boundary = SiteBoundary(cfg.site, cfg.attempt, plan,
                                      Layout(plan.sites, plan.partitions, cfg.replicas),
-                                     cfg.link_timeout, site_door.CLAIM_WAIT_S)
+                                     cfg.link_timeout, site_door.CLAIM_WAIT_S,
+                                     budget=cfg.memory)
         self.schema_of = schemas_of(plan)
         self.peers: dict[int, Connection] = {}
         self.driver: Connection | None = None  # data (and set-up) connection to the driver
@@ -164,6 +167,9 @@ class Site:
         self.door = Door(self)  # the peer links: accepted, admitted, dialled, offered
         self.watch = Watch(self)  # the heartbeat and the link check
         self.store: SnapshotStore | None = None  # the checkpoints' store, opened at first use
+        # spilled partitions (``protocol/memory.py``): a directory of this process's own under
+        # the executor's local directories, opened at the first spill, removed at the end
+        self.spill_store: SnapshotStore | None = None
         # A restart from a checkpoint: the first view's partitions start from their parts,
         # read on a thread (the loop keeps heartbeating) before the first pass.
         self.restored = asyncio.Event()
@@ -236,6 +242,9 @@ class Site:
             server.close()
             if self.store is not None:
                 self.store.close()  # the parts being written finish: none is left half written
+            if self.spill_store is not None:
+                self.spill_store.close()
+                shutil.rmtree(self.spill_store.root, ignore_errors=True)
         if self.error:
             raise RuntimeError(self.error)
         return self.summary()

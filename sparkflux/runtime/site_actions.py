@@ -9,22 +9,32 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import tempfile
+import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from sparkflux.control.checkpoints import part_name
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
-from sparkflux.protocol.messages import Installed, State, StoredPartition
+from sparkflux.protocol.messages import (
+    SPILL,
+    Installed,
+    LoadPartition,
+    State,
+    StoredPartition,
+)
 from sparkflux.protocol.site_boundary import (
     Close,
     Crash,
     Dial,
     DriverLost,
+    Loaded,
     Reject,
     Scale,
     Send,
     SiteBoundaryAction,
+    Spilled,
     Stop,
 )
 from sparkflux.runtime.snapshots import SnapshotStore
@@ -32,6 +42,11 @@ from sparkflux.runtime.transport import ConnectionLost
 
 if TYPE_CHECKING:
     from sparkflux.runtime.site import Site
+
+
+def spill_name(stage: int, q: int) -> str:
+    """A spilled partition's file in its site's spill store (each spill replaces it)."""
+    return f"spill-{stage}-{q}.arrow"
 
 
 class Actions:
@@ -51,8 +66,12 @@ class Actions:
                     # a site's reports to the controller: controller messages only
                     assert isinstance(msg, cm.CONTROL_TYPES)
                     self._report(msg)
+                case Send(message=LoadPartition() as msg):
+                    self._load(msg)
+                case Send(message=StoredPartition() as msg) if msg.checkpoint == SPILL:
+                    self._spill(msg)
                 case Send(message=msg, channel=Channel.STORE):
-                    assert isinstance(msg, StoredPartition)  # the STORE channel's one
+                    assert isinstance(msg, StoredPartition)  # a checkpoint's part
                     self._store(msg)
                 case Send(dest=dest, message=msg, channel=Channel.STATE):
                     assert isinstance(msg, (State, Installed))  # the STATE channel's two
@@ -114,6 +133,52 @@ class Actions:
                                       f"{type(e).__name__}: {e}" if e else "")
 
         host.store.put(name, part).add_done_callback(done)
+
+    def _spill_store(self) -> SnapshotStore:
+        """This process's spill store: a directory of its own under the executor's local
+        directories (Spark's ``SPARK_LOCAL_DIRS``, else the temporary directory)."""
+        host = self.host
+        if host.spill_store is None:
+            base = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
+            root = tempfile.mkdtemp(prefix=f"sparkflux-spill-{host.id}-", dir=base)
+            host.spill_store = SnapshotStore(root)
+        return host.spill_store
+
+    def _spill(self, part: StoredPartition) -> None:
+        """A partition to disk on the store's thread; the core hears when it is written
+        (its bytes are free then). A write that fails stops the site with the error: the
+        state is not in memory any more."""
+        host = self.host
+        loop = asyncio.get_running_loop()
+        done = Spilled(stage=part.stage, q=part.q)
+
+        def written(f: Future[int]) -> None:
+            e = f.exception()
+            if e is not None:
+                loop.call_soon_threadsafe(host.report_error, f"site {host.id} could not spill "
+                                          f"partition {part.q} of stage {part.stage}: {e}")
+            else:
+                loop.call_soon_threadsafe(host.handle, done)
+
+        self._spill_store().put(spill_name(part.stage, part.q), part).add_done_callback(written)
+
+    def _load(self, msg: LoadPartition) -> None:
+        """A spilled partition read back on the store's thread (after its write), handed to
+        the core."""
+        host = self.host
+        loop = asyncio.get_running_loop()
+
+        def read(f: Future[StoredPartition]) -> None:
+            e = f.exception()
+            if e is not None:
+                loop.call_soon_threadsafe(host.report_error, f"site {host.id} could not load "
+                                          f"partition {msg.q} of stage {msg.stage}: {e}")
+                return
+            part = f.result()
+            loop.call_soon_threadsafe(host.handle, Loaded(
+                stage=msg.stage, q=msg.q, snapshot=part.snapshot, now=time.monotonic()))
+
+        self._spill_store().get_async(spill_name(msg.stage, msg.q)).add_done_callback(read)
 
     def _state_out(self, site: int, msg: State | Installed) -> None:
         """A snapshot or ``installed``: outside the data path, by the StateMover."""

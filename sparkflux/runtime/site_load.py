@@ -16,4 +16,15 @@ def site_load(beat: cm.Heartbeat, last: dict[str, float]) -> dict[str, float]:
                        ("pending", beat.pending)):
         out[f"{name}_rows"] = rows
         out[f"{name}_rows_max"] = max(rows, int(last.get(f"{name}_rows_max", 0)))
+    if beat.has_state:  # memory (``protocol/memory.py``), with the state's sizes
+        out["memory_bytes"] = beat.memory
+        out["memory_bytes_max"] = max(beat.memory, int(last.get("memory_bytes_max", 0)))
+        out["budget_bytes"] = beat.budget
+        out["spilled_bytes"] = beat.spilled
+        out["spills"], out["loads"] = beat.spills, beat.loads
+    else:
+        for k in ("memory_bytes", "memory_bytes_max", "budget_bytes", "spilled_bytes",
+                  "spills", "loads"):
+            if k in last:
+                out[k] = last[k]
     return out

@@ -12,7 +12,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from sparkflux.protocol.site_boundary import Beat, LinkCheck
+from sparkflux.protocol.site_boundary import Beat, LinkCheck, MemoryCheck
 from sparkflux.runtime.transport import Connection
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ class Watch:
                              passes=sched.passes, cpu_s=time.process_time(),
                              capacity_s=sched.capacity_now(), at=time.monotonic(),
                              refused=host.gate.total_refused, held=host.outbox.held_rows()))
+            host.handle(MemoryCheck(now=time.monotonic()))  # spills and loads, if any
 
     async def links(self) -> None:
         """Every ``LINK_CHECK_S``: the boundary's ``LinkCheck``, with the peer links this

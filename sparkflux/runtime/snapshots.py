@@ -125,6 +125,10 @@ class SnapshotStore:
         return sum(len(p) for p in pieces)
 
     # -- reading ------------------------------------------------------------------------------
+    def get_async(self, name: str) -> Future[StoredPartition]:
+        """``get`` on the writer's thread: after every write submitted before it."""
+        return self._pool.submit(self.get, name)
+
     def get(self, name: str) -> StoredPartition:
         """The partition stored as ``name`` (SnapshotError if it is not one)."""
         body = self._read(name)

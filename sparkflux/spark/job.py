@@ -145,6 +145,8 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
         secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
         log.info("run secret: %s", origin)
         cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
+    if cfg.site_memory is None:
+        cfg = replace(cfg, site_memory=derived_site_memory(conf, tasks))
     bind, advertise = driver_addresses(master, conf, cfg.bind_host)
     cfg = replace(cfg, local=is_local(master), bind_host=bind)
     host = Host(plan, cfg, None, dead_letters, announce, opened=sinks, restored=restored)
@@ -189,6 +191,31 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
     host.launch_more = launch_more
     return Launched(host=host, job=job, spark=spark, plan=plan, cfg=cfg, thread=thread,
                     deadline=time.monotonic() + cfg.start_timeout)
+
+
+def derived_site_memory(conf: Any, tasks: int) -> float | None:
+    """Each site's memory budget in MB when ``--site-memory`` is not given: the session's
+    ``spark.sparkflux.siteMemory``, else ``spark.executor.pyspark.memory`` (what Spark lets
+    an executor's Python workers use) shared by the site tasks one executor runs at once (its
+    cores, or all the run's tasks when the session does not say); None: no budget."""
+    own = conf.get("spark.sparkflux.siteMemory", None)
+    if own:
+        return size_mb(own, "spark.sparkflux.siteMemory")
+    python = conf.get("spark.executor.pyspark.memory", None)
+    if not python:
+        return None
+    cores = int(conf.get("spark.executor.cores", "0") or 0) or tasks
+    return size_mb(python, "spark.executor.pyspark.memory") / max(1, cores)
+
+
+def size_mb(text: str, name: str) -> float:
+    """A Spark size (``512m``, ``2g``, ``1024``: MB) in MB; PlanError naming the setting."""
+    units = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 ** 2}
+    t = str(text).strip().lower().removesuffix("b")
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise PlanError(f"{name}={text!r}: give a size such as 512m or 2g") from None
 
 
 def driver_addresses(master: str, conf: Any, local_bind: str) -> tuple[str, str]:

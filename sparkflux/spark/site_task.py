@@ -37,6 +37,7 @@ class SiteSettings:
     link_timeout: float
     checkpoint: str | None = None  # --checkpoint: where the sites write their parts
     restore: int = -1  # the checkpoint the sites start from (-1: none)
+    memory: int | None = None  # each site's memory budget in bytes (None: none)
 
     @classmethod
     def of(cls, cfg: Any, controller: tuple[str, int], site_bind: str) -> SiteSettings:
@@ -46,7 +47,8 @@ class SiteSettings:
         return cls(controller_host=controller[0], controller_port=controller[1],
                    bind_host=site_bind, advertise_host=site_bind, security=cfg.security,
                    replicas=cfg.replicas, cpu_cap=cfg.site_cpu, link_timeout=cfg.link_timeout,
-                   checkpoint=cfg.checkpoint, restore=cfg.restore)
+                   checkpoint=cfg.checkpoint, restore=cfg.restore,
+                   memory=None if cfg.site_memory is None else int(cfg.site_memory * (1 << 20)))
 
 
 def make_site_task(blob: bytes, settings: SiteSettings
@@ -74,7 +76,7 @@ def make_site_task(blob: bytes, settings: SiteSettings
                              controller_port=port, bind_host=bind, advertise_host=advertise,
                              security=s.security, replicas=s.replicas, cpu_cap=s.cpu_cap,
                              link_timeout=s.link_timeout, checkpoint=s.checkpoint,
-                             restore=s.restore)
+                             restore=s.restore, memory=s.memory)
             plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
             yield run_site(cfg, plan, guard.registered)
 

@@ -264,3 +264,31 @@ def test_rescale_specs_are_typed_checked_and_let_faults_name_the_new_slots() -> 
         RunOptions.of(sites=4, ha="flux", partitions=16, rescale=["17@2"])
     with pytest.raises(PlanError):
         RunOptions.of(sites=4, ha="flux", kill=["5@3"])  # no rescale: no slot 5
+
+
+def test_memory_options_are_checked_and_reach_the_sites() -> None:
+    from sparkflux.runtime.fault_specs import Squeeze, parse_squeeze
+    from sparkflux.spark.job import derived_site_memory
+
+    assert parse_squeeze("2@input+40000=0.5", 4) == Squeeze(2, Admitted(40000), 0.5)
+    assert str(Squeeze(2, 3.0, 64.0)) == "2@3=64"
+    for bad in ("2@3", "9@3=64", "2@3=0"):
+        with pytest.raises(PlanError, match="--squeeze"):
+            parse_squeeze(bad, 4)
+    o = RunOptions.of(sites=4, ha="flux", site_memory=256, squeeze=["1@5=32"])
+    cfg = RunConfig.of(o)
+    assert cfg.site_memory == 256 and cfg.squeezes == (Squeeze(1, 5.0, 32.0),)
+    with pytest.raises(PlanError, match="--site-memory"):
+        RunOptions.of(sites=4, site_memory=0)
+
+    class Conf(dict):  # what SparkConf.get answers
+        def get(self, key: str, default: Any = None) -> Any:
+            return super().get(key, default)
+
+    assert derived_site_memory(Conf(), 4) is None
+    assert derived_site_memory(Conf({"spark.sparkflux.siteMemory": "512m"}), 4) == 512
+    assert derived_site_memory(Conf({"spark.executor.pyspark.memory": "2g",
+                                     "spark.executor.cores": "4"}), 8) == 512
+    assert derived_site_memory(Conf({"spark.executor.pyspark.memory": "1g"}), 4) == 256
+    with pytest.raises(PlanError, match="spark.sparkflux.siteMemory"):
+        derived_site_memory(Conf({"spark.sparkflux.siteMemory": "lots"}), 4)
