@@ -11,6 +11,7 @@ from typing import TypedDict
 import numpy as np
 
 from sparkflux.control.events import Action, Collect, Stats
+from sparkflux.control.memory_policy import SiteMemory, any_short, plan_memory_moves, with_room
 from sparkflux.control.moves import MoveRecord
 from sparkflux.control.policy import PolicyConfig, plan_moves
 from sparkflux.control.rounds import Ev as RoundEv
@@ -36,6 +37,8 @@ class RoundRecord(TypedDict):
     load: dict[int, int]  # the demand of what site j hosts
     fixed: float  # the fitted fixed cost
     moves: list[tuple[int, int, int]]  # (partition, donor, receiver) planned
+    policy: str  # which ran: "cpu" or "memory"
+    memory: dict[int, dict[str, int | None]]  # per site with a budget: budget, used, spilled
 
 
 class Balancing:
@@ -132,7 +135,8 @@ class Balancing:
 
     def _round_drop_moves(self) -> list[Action]:
         # (a re-layout over failure domains is planned afresh after the next recovery)
-        self.pending_moves = [m for m in self.pending_moves if m[3] not in ("balance", "domain")]
+        self.pending_moves = [m for m in self.pending_moves
+                              if m[3] not in ("balance", "domain", "memory")]
         self._previous = ({}, {})  # the sites' loads before the failure say nothing now
         self._pool = []
         self._settled_at = None
@@ -169,11 +173,26 @@ class Balancing:
         util, counts, measured = u.util, u.load, u.busy
         recent = frozenset(q for r in self.rounds[-RECENT_ROUNDS:] for q, _, _ in r["moves"])
         gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
-        planned = plan_moves(util, counts, self.layout.table(), self.policy, recent, measured,
-                             u.per_row, gave, self._previous, self._live_domains())
-        if self.policy.hysteresis and self._settled_at is not None \
-                and self.now < self._settled_at:
-            planned = []  # still ramping up after a start or a failure
+        memory = {j: SiteMemory(None if s.budget < 0 else s.budget, s.memory, s.spilled,
+                                np.asarray(s.part_bytes or (0,) * self.layout.partitions,
+                                           dtype=np.int64))
+                  for j, s in self._samples.items()}
+        mode = self.policy.mode
+        budgeted = any(m.budget is not None for m in memory.values())
+        which = "memory" if budgeted and (
+            mode == "memory" or (mode == "hybrid" and any_short(memory))) else "cpu"
+        if which == "memory":
+            planned = plan_memory_moves(memory, self.layout.table(), recent,
+                                        self._live_domains())
+        else:
+            planned = plan_moves(util, counts, self.layout.table(), self.policy, recent,
+                                 measured, u.per_row, gave, self._previous,
+                                 self._live_domains())
+            if budgeted and mode == "hybrid":
+                planned = with_room(planned, memory)
+            if self.policy.hysteresis and self._settled_at is not None \
+                    and self.now < self._settled_at:
+                planned = []  # still ramping up after a start or a failure
         self._previous = (util, measured)
         self.rounds.append({"round": self.round, "at": self.now, "delta_s": self.delta,
                             # (a round always has its baseline in the pool)
@@ -186,10 +205,15 @@ class Balancing:
                             "rows": u.rows,
                             "load": {j: int(counts[j].sum()) for j in util},
                             "fixed": round(u.fixed, 4),
-                            "moves": [(m.q, m.donor, m.receiver) for m in planned]})
+                            "moves": [(m.q, m.donor, m.receiver) for m in planned],
+                            "policy": which,
+                            "memory": {j: {"budget": m.budget, "used": m.used,
+                                           "spilled": m.spilled}
+                                       for j, m in memory.items() if m.budget is not None}})
         if not planned:
             return self._round(RoundEv.NO_MOVES)
-        self.pending_moves += [(m.q, m.r, m.receiver, "balance") for m in planned]
+        self.pending_moves += [(m.q, m.r, m.receiver, "balance" if which == "cpu" else "memory")
+                               for m in planned]
         return self._round(RoundEv.PLANNED)
 
 

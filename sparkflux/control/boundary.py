@@ -325,6 +325,9 @@ class Boundary:
         self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
         self.beats: dict[int, cm.Heartbeat] = {}  # slot -> its member's last heartbeat
         self.beat_at: dict[int, float] = {}  # slot -> when it came
+        # slot -> (budget, bytes held, bytes on disk, state bytes per partition) from its
+        # last heartbeat with state (``control/memory_policy.py``)
+        self.memory_of: dict[int, tuple[int, int, int, tuple[int, ...]]] = {}
         self.failed: str | None = None  # why the run cannot go on, once it cannot
         # the checkpoints taken (docs/design.md §9): the host sets keep and timeout
         self.checkpoints = Checkpoints(len(plan.stages), plan.partitions, fingerprint(plan))
@@ -523,11 +526,19 @@ class Boundary:
         b = ev.beat
         if ev.member and ev.slot not in self.dead:
             self.beats[ev.slot], self.beat_at[ev.slot] = b, ev.now
+            if b.has_state:  # its memory, for the memory policy
+                per = np.bincount(b.state_part, weights=b.state_bytes,
+                                  minlength=self.plan.partitions) + np.bincount(
+                    b.disk_part, weights=b.disk_bytes, minlength=self.plan.partitions)
+                self.memory_of[ev.slot] = (b.budget, b.memory, b.spilled,
+                                           tuple(int(x) for x in per))
         if rnd is not None and b.counts.size:
+            budget, memory, spilled, per_part = self.memory_of.get(ev.slot, (-1, 0, 0, ()))
             out += self._controller(self.controller.handle(Stats(
                 site=ev.slot, attempt=ev.attempt, round=rnd, busy_s=b.busy_s,
                 capacity_s=b.capacity_s, counts=tuple(b.counts.tolist()), now=ev.now,
-                at=b.at)))
+                at=b.at, budget=budget, memory=memory, spilled=spilled,
+                part_bytes=per_part)))
         return out
 
     def _admit(self, stream: int, batch: pa.RecordBatch | list[dict[str, Any]], now: float

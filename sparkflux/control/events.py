@@ -228,6 +228,12 @@ class Stats:
     # When the site took the sample, on its own clock (None: ``now``). Phase lengths are
     # differences of one site's samples, so a reply's delay on the way does not count.
     at: float | None = None
+    # Its memory (``memory_policy.py``), from its last heartbeat with state: budget (-1:
+    # none), bytes held, bytes on disk, and state bytes per partition held in memory.
+    budget: int = -1
+    memory: int = 0
+    spilled: int = 0
+    part_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

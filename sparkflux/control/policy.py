@@ -36,6 +36,9 @@ class PolicyConfig:
     # The thesis' ch. 5 value is 1.15, which lets a bottleneck stay 15% above its peers;
     # utilisation from demand is steady enough for 1.05 (and recently moved partitions stay
     # put, so noise does not make them oscillate). docs/availability.md: "Hill climbing".
+    # which policy the balancing rounds run (``memory_policy.py``): "cpu", "memory" or
+    # "hybrid" (the memory policy while a site is short of memory, else the CPU one)
+    mode: str = "hybrid"
     th_imb: float = 1.05
     th_util: float = 0.925
     # Not in the thesis: a donor below this utilisation needs no relief. A move briefly

@@ -112,6 +112,8 @@ class Heartbeat:
     spilled: int = 0
     spills: int = 0
     loads: int = 0
+    disk_part: npt.NDArray[np.int64] = field(default_factory=_empty)  # partitions on disk
+    disk_bytes: npt.NDArray[np.int64] = field(default_factory=_empty)  # their state's bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

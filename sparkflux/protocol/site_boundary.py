@@ -630,7 +630,9 @@ class SiteBoundary:
                           memory=int(nbytes.sum()) + core.buffered_bytes()
                           + sum(m.writing.values()),
                           budget=-1 if m.budget is None else m.budget,
-                          spilled=m.spilled_bytes, spills=m.spills, loads=m.loads)
+                          spilled=m.spilled_bytes, spills=m.spills, loads=m.loads,
+                          disk_part=np.asarray([q for _, q in m.spilled], dtype=np.int64),
+                          disk_bytes=np.asarray(list(m.spilled.values()), dtype=np.int64))
         self._beats += core is not None
         return [Send(dest=DRIVER, message=msg, channel=channel_of(msg))]
 

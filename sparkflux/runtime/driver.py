@@ -94,7 +94,8 @@ class Host:
         self.core = boundary_for(plan, self.replicas, ControlOptions(
             heartbeat_timeout=cfg.heartbeat_timeout, recovery=cfg.recovery,
             balance=cfg.balance,
-            policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s)))
+            policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s,
+                                mode=cfg.policy)))
         self.core.handle(StartTimes(fixed=cfg.standby_wait))  # nothing measured yet
         self.digest = self.digests[0]  # the output digest: the first sink's
         # the same rows, order and numbering aside (each sink's)

@@ -55,6 +55,7 @@ class RunConfig:
     rescales: tuple[RescaleAt, ...] = ()  # --rescale, in the order given
     squeezes: tuple[Squeeze, ...] = ()  # --squeeze
     site_memory: float | None = Opts.site_memory  # --site-memory (MB; None: derived or none)
+    policy: str = Opts.policy  # --policy: cpu | memory | hybrid
     flush_ms: float = 20.0
     spares: int = Opts.spare_sites  # standby sites launched up front (--spare-sites)
     site_cpu: float | None = Opts.site_cpu  # --site-cpu: each site's busy-time cap
@@ -94,6 +95,7 @@ class RunConfig:
             start_timeout=o.start_timeout, progress_interval=o.progress_interval,
             ui_port=o.ui_port, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
             rescales=o.rescale, squeezes=o.squeeze, site_memory=o.site_memory,
+            policy=o.policy,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
             balance=o.balance, delta_min=o.balance_delta_min, window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,

@@ -153,6 +153,11 @@ class RunOptions:
         metavar="SECONDS")
     balance: bool = option(True, "with --ha flux: turn the load-balancing policy off",
                            flag="--no-balance")
+    policy: str = option(
+        "hybrid", "with --ha flux: which policy moves partitions in the balancing rounds: cpu "
+                  "(load), memory (spare memory) or hybrid (memory while a site is short of "
+                  "it, else cpu moving only where the receiver has room)",
+        choices=("cpu", "memory", "hybrid"))
     balance_delta_min: float = option(
         0.25, "the shortest collection phase of the load-balancing policy", metavar="SECONDS")
     balance_window: float = option(
@@ -200,6 +205,8 @@ class RunOptions:
             raise PlanError(f"sites={sites!r}: give a number of sites, 1 or more")
         if self.ha not in ("none", "flux"):
             raise PlanError(f"ha={self.ha!r}: use 'none' or 'flux'")
+        if self.policy not in ("cpu", "memory", "hybrid"):
+            raise PlanError(f"policy={self.policy!r}: use 'cpu', 'memory' or 'hybrid'")
         if self.recovery not in ("standby", "survivors"):
             raise PlanError(f"recovery={self.recovery!r}: use 'standby' or 'survivors'")
         if self.rate is not None and self.rate <= 0:

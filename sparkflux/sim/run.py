@@ -197,6 +197,7 @@ class SimResult:
     rescales: list[dict[str, Any]] = field(default_factory=list)
     hosted: dict[int, list[int]] = field(default_factory=dict)
     spills: int = 0  # partitions written to a spill store (``protocol/memory.py``)
+    move_reasons: list[str] = field(default_factory=list)  # per move: why it was made
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -699,7 +700,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      crash_points, [m.short_s for m in controller.moves], driver_crashed,
                      checkpoints, [r.as_dict() for r in controller.rescales],
                      {s: sorted(controller.layout.hosted(s)) for s in controller.view.members
-                      if s not in controller.dead} if controller.layout else {}, spills[0])
+                      if s not in controller.dead} if controller.layout else {}, spills[0],
+                     [m.reason for m in controller.moves])
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

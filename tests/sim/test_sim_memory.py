@@ -6,9 +6,11 @@ write and read taking a random number of steps; for half the seeds one site's bu
 to almost nothing mid-run (``--squeeze``), and for half a site crashes and a standby is
 caught up from copies that may be on disk (for a quarter of those, the survivor crashes
 next, so that the copies caught up from it serve). Every seed's output equals the
-failure-free run's, row for row. Mutants: a load that drops the partition's pending input, a
-catch-up that snapshots a partition on disk without loading it, and a spill that lets the
-partition's merge go on without its state, each caught by a seed that passes unmutated."""
+failure-free run's, row for row; with the balancing rounds on, the hybrid policy moves
+copies off the sites short of memory among all of it. Mutants: a load that drops the
+partition's pending input, a catch-up that snapshots a partition on disk without loading
+it, and a spill that lets the partition's merge go on without its state, each caught by a
+seed that passes unmutated."""
 
 from __future__ import annotations
 
@@ -77,12 +79,13 @@ def schedule(seed: int, steps: int) -> FailurePlan:
                        io_delay=(1, int(rng.integers(2, 40))))
 
 
-def run_seed(base: Baseline, seed: int) -> SimResult:
+def run_seed(base: Baseline, seed: int, balance: bool = False) -> SimResult:
     failures = schedule(seed, base.steps)
-    where = f"seed {seed}: {failures}"
+    where = f"seed {seed}{' with the hybrid policy' if balance else ''}: {failures}"
     plan, _ = tiny_plan(events=EVENTS)
     try:  # (a run takes 1-3 thousand steps: one that never ends is cut short)
-        res = simulate(plan, base.batches, seed, failures, max_steps=40 * base.steps)
+        res = simulate(plan, base.batches, seed, failures, max_steps=40 * base.steps,
+                       balance=balance)
     except Violation as e:
         raise AssertionError(f"{where}: {e}") from e
     out = res.output
@@ -112,6 +115,23 @@ def test_spilling_in_turn_through_squeezes_and_crashes_keeps_the_output_exact(
     # not vacuous: partitions went to disk in every seed, many times; crashes happened
     assert spills >= 10 * len(seeds_), spills
     assert crashed >= len(seeds_) // 4 - 1
+
+
+def test_the_hybrid_policy_moves_partitions_off_sites_short_of_memory(
+        baseline: Baseline) -> None:
+    """The same schedules with the balancing rounds on (the hybrid policy,
+    ``control/memory_policy.py``): the memory policy moves copies off sites short of memory,
+    among spills, loads, squeezes and crashes, and the output stays exact."""
+    failed, memory_moves = [], 0
+    for seed in range(SEEDS // 2):
+        try:
+            res = run_seed(baseline, seed, balance=True)
+        except AssertionError as e:
+            failed.append(str(e))
+            continue
+        memory_moves += res.move_reasons.count("memory")
+    assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
+    assert memory_moves >= SEEDS // 4, memory_moves
 
 
 def hunt(base: Baseline) -> tuple[int, str]:
