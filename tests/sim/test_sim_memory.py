@@ -123,7 +123,7 @@ def test_the_hybrid_policy_moves_partitions_off_sites_short_of_memory(
     ``control/memory_policy.py``): the memory policy moves copies off sites short of memory,
     among spills, loads, squeezes and crashes, and the output stays exact."""
     failed, memory_moves = [], 0
-    for seed in range(SEEDS // 2):
+    for seed in range(SEEDS // 4):
         try:
             res = run_seed(baseline, seed, balance=True)
         except AssertionError as e:
@@ -131,7 +131,7 @@ def test_the_hybrid_policy_moves_partitions_off_sites_short_of_memory(
             continue
         memory_moves += res.move_reasons.count("memory")
     assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
-    assert memory_moves >= SEEDS // 4, memory_moves
+    assert memory_moves >= SEEDS // 8, memory_moves
 
 
 def hunt(base: Baseline) -> tuple[int, str]:
