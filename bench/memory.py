@@ -12,8 +12,8 @@ first run. Three configurations, one after the other in one session:
 
 For each: the input rate, p50 and p99 latency before and after the squeeze, per second around
 it, how long after the squeeze the p99 latency came back within twice its value before (the
-thesis' policy took 36 s), the squeezed site's spills and loads, and whether the output equals
-the Spark SQL reference.
+thesis' policy took 36 s), the longest output gap, the squeezed site's spills and loads, and
+whether the output equals the Spark SQL reference.
 
     .venv/bin/python bench/memory.py
 """
@@ -107,7 +107,8 @@ def main() -> None:
 
     table = Table(title="a site squeezed to half its share of memory")
     for col in ("configuration", "rate", "p50 / p99 before", "p50 / p99 after",
-                "p99 back within 2x", "site 2 spills / loads", "memory moves", "output"):
+                "p99 back within 2x", "longest output gap", "site 2 spills / loads",
+                "memory moves", "output"):
         table.add_column(col, justify="right")
     per_second = Table(title="p99 latency per second around the squeeze")
     per_second.add_column("s")
@@ -125,6 +126,7 @@ def main() -> None:
                       f"{ms(before[0])} / {ms(before[1])}", f"{ms(after[0])} / {ms(after[1])}",
                       "-" if name == "no spilling" else
                       f"{back_after(prog, a.squeeze_at, limit)} s",
+                      f"{m['max_output_gap_s']:.2f} s",
                       f"{site2.get('spills', 0)} / {site2.get('loads', 0)}", str(moves),
                       "[green]equal[/]" if equal else "[red]differs[/]")
     by_second = [{int(p.elapsed_s): p.latency_p99_s for p in prog} for _, _, prog in runs]
