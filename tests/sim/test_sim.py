@@ -36,7 +36,7 @@ from sparkflux.protocol.messages import Data, Outgoing, Reverse
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, check, simulate
 from sparkflux.sim.workload import tiny_plan
-from tests.support.seeds import seeds
+from tests.support.seeds import hunt_order, seeds
 
 from . import test_sim_moves
 
@@ -318,7 +318,7 @@ def test_mutation_cu_done_overtakes_psync(
     monkeypatch.setitem(channels.ROUTES, CuDone, (channels.Channel.LINK, False))
     symptom = "still being caught up"
     caught_by = None
-    for seed in range(MUTATION_SEEDS * 2):
+    for seed in hunt_order(MUTATION_SEEDS * 2, 37):
         failures, kw = test_sim_moves.plan_for(seed, baseline.steps)
         try:
             check(plan_factory, baseline.batches, seed, failures, expected=baseline.expected,

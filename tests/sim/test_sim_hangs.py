@@ -21,7 +21,7 @@ import pytest
 from sparkflux.protocol.site_boundary import SiteBoundary
 from sparkflux.sim.run import FailurePlan, SimClock, SimResult, Violation, check, simulate
 from sparkflux.sim.workload import tiny_plan
-from tests.support.seeds import seeds
+from tests.support.seeds import hunt_order, seeds
 
 SITES, PARTITIONS = 4, 8
 CLOCK = SimClock()
@@ -124,7 +124,7 @@ def test_mutation_ready_before_every_live_member_is_linked(
     batches, steps = base
     monkeypatch.setattr(SiteBoundary, "_all_linked", lambda self: True)
     caught = None
-    for seed in range(MUTATION_SEEDS):
+    for seed in hunt_order(MUTATION_SEEDS, 47):
         at = int(np.random.default_rng((seed, 22)).integers(1, steps // 2))
         failures = FailurePlan(hangs=(((seed % SITES), at, 400),), standbys=(at + 200,))
         try:
@@ -151,7 +151,7 @@ def test_mutation_a_failed_slots_reports_pass_to_its_next_process(
     batches, steps = base
     monkeypatch.setattr(LinkJudge, "forget", lambda self, site: None)
     caught = None
-    for seed in range(MUTATION_SEEDS):
+    for seed in hunt_order(MUTATION_SEEDS, 23):
         rng = np.random.default_rng((seed, 23))
         site, at = int(rng.integers(SITES)), int(rng.integers(1, steps // 2))
         failures = FailurePlan(((site, at),), standbys=(at + int(rng.integers(1, 60)),))

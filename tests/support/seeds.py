@@ -17,3 +17,10 @@ FULL = os.environ.get("SPARKFLUX_SEEDS", "") == "full"
 def seeds(n: int) -> int:
     """``n`` seeds when the full counts are asked for, else a quarter of them (at least 1)."""
     return n if FULL else max(1, -(-n // 4))
+
+
+def hunt_order(n: int, first: int) -> list[int]:
+    """Every seed of ``range(n)``, from ``first`` on and then wrapping round: a mutation test
+    hunts the same seeds, starting at the one that caught its mutant when the test was
+    last changed (if the protocol changes so that another does, the hunt still finds it)."""
+    return [*range(first, n), *range(min(first, n))]
