@@ -94,7 +94,9 @@ def result_metrics(host: Host) -> dict[str, Any]:
                                 "sites": sum(host.site_refused.values()),
                                 "driver_reasons": dict(host.gate.refused)},
         # per site (its last process): busy seconds in passes, passes run, process CPU
-        "site_load": {str(k): v for k, v in sorted(host.site_load.items())},
+        "site_load": {str(k): {n: x for n, x in v.items()
+                               if not n.endswith(("_before", "_now"))}
+                      for k, v in sorted(host.site_load.items())},
     }
 
 def utilisation(host: Host) -> dict[str, float]:

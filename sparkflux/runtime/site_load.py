@@ -9,22 +9,31 @@ def site_load(beat: cm.Heartbeat, last: dict[str, float]) -> dict[str, float]:
     """A site's counters at its last heartbeat (``site_load`` in the metrics), with the rows
     it holds and the most it has held so far: in FH-Prod buffers (``buffered``), in its skew
     buffer for connections that cannot take them (``held``), received and waiting for the
-    merge (``pending``)."""
+    merge (``pending``); its memory, and the spills and loads of every process the slot has
+    had."""
     out: dict[str, float] = {"busy_s": round(beat.busy_s, 3), "passes": beat.passes,
                              "cpu_s": round(beat.cpu_s, 3)}
     for name, rows in (("buffered", beat.buffered), ("held", beat.held),
                        ("pending", beat.pending)):
         out[f"{name}_rows"] = rows
         out[f"{name}_rows_max"] = max(rows, int(last.get(f"{name}_rows_max", 0)))
+    # Spills and loads count over the slot's processes: a process that adopted the slot
+    # counts from 0 again, so its predecessors' counts carry over.
+    out["pid"] = beat.pid
+    before = last.get("pid", beat.pid) != beat.pid
+    for k in ("spills", "loads"):
+        base = last.get(f"{k}_before", 0) + (last.get(f"{k}_now", 0) if before else 0)
+        now = beat.spills if k == "spills" else beat.loads
+        out[f"{k}_before"] = base
+        out[f"{k}_now"] = now if beat.has_state else (0 if before else last.get(f"{k}_now", 0))
+        out[k] = base + out[f"{k}_now"]
     if beat.has_state:  # memory (``protocol/memory.py``), with the state's sizes
         out["memory_bytes"] = beat.memory
         out["memory_bytes_max"] = max(beat.memory, int(last.get("memory_bytes_max", 0)))
         out["budget_bytes"] = beat.budget
         out["spilled_bytes"] = beat.spilled
-        out["spills"], out["loads"] = beat.spills, beat.loads
     else:
-        for k in ("memory_bytes", "memory_bytes_max", "budget_bytes", "spilled_bytes",
-                  "spills", "loads"):
+        for k in ("memory_bytes", "memory_bytes_max", "budget_bytes", "spilled_bytes"):
             if k in last:
                 out[k] = last[k]
     return out
