@@ -160,7 +160,8 @@ class Actions:
             else:
                 loop.call_soon_threadsafe(host.handle, done)
 
-        self._spill_store().put(spill_name(part.stage, part.q), part).add_done_callback(written)
+        self._spill_store().put_owned(spill_name(part.stage, part.q), part).add_done_callback(
+            written)
 
     def _load(self, msg: LoadPartition) -> None:
         """A spilled partition read back on the store's thread (after its write), handed to

@@ -77,6 +77,17 @@ class SnapshotStore:
         pieces = [bytes(p) for p in encode_message(part)]  # copied: the state may change
         return self._submit(name, pieces)
 
+    def put_owned(self, name: str, part: StoredPartition) -> Future[int]:
+        """``put`` of a record nobody else holds (a spilled partition's state, dropped from
+        its operators): encoded on the store's thread too, so the caller's loop pays
+        nothing for it."""
+        path = self.path(name)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the snapshot store at {self.uri} is closed")
+            return self._pool.submit(
+                lambda: self._write(path, [bytes(p) for p in encode_message(part)]))
+
     def put_json(self, name: str, doc: dict[str, Any]) -> Future[int]:
         """Write a JSON document (a manifest) as ``name``, atomically, on the store's thread."""
         return self._submit(name, [json.dumps(doc, indent=1, sort_keys=True).encode()])

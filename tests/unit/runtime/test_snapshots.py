@@ -50,6 +50,29 @@ def test_a_partition_reads_back_equal_and_later_changes_stay_out(tmp_path: Path)
     store.close()
 
 
+def test_an_owned_partition_is_encoded_on_the_stores_thread_and_read_back_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spill: nobody else holds the record, so it is encoded on the store's thread; a read
+    submitted after it (``get_async``) sees it whole."""
+    import threading
+
+    from sparkflux.runtime import snapshots
+
+    store = SnapshotStore(str(tmp_path / "spill"))
+    original = part(np.arange(10, dtype=np.int64))
+    encoded_on: list[str] = []
+
+    def encode(msg: object) -> object:
+        encoded_on.append(threading.current_thread().name)
+        return encode_message(msg)
+
+    monkeypatch.setattr(snapshots, "encode_message", encode)
+    store.put_owned("spill-1-6.arrow", original)
+    back = store.get_async("spill-1-6.arrow").result(10)
+    assert same(back, original) and encoded_on[0].startswith("sparkflux-snapshots")
+    store.close()
+
+
 def test_a_relative_path_and_a_file_uri_are_the_same_store(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
