@@ -3,7 +3,8 @@
 Top: input (admitted at the ingress) and output (delivered by the egress) tuples per second in
 250 ms bins. Bottom: mean output latency per bin. Each ``--kill`` is a red line; each failure
 the controller detected (take-over) an orange dashed one; each recovery, when there is one, a
-green line; each ``--slow`` a brown dotted one; each partition move a marker along the top.
+green line; each ``--slow`` a brown dotted one; each ``--squeeze`` a pink dashed one; each
+partition move a marker along the top (a memory move, docs/memory.md, a marker of its own).
 A user sees at a glance what a failure cost.
 """
 
@@ -42,12 +43,16 @@ def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[
     ax2.set_ylabel("mean latency (ms)")
     ax2.set_xlabel(f"seconds since the input started ({int(width * 1000)} ms bins)")
     styles = {"kill": ("tab:red", "-"), "take-over": ("tab:orange", "--"),
-              "recovery": ("tab:green", "-."), "slow-down": ("tab:brown", ":")}
+              "recovery": ("tab:green", "-."), "slow-down": ("tab:brown", ":"),
+              "squeeze": ("tab:pink", "--")}
     top = ax1.get_ylim()[1]
     for label, ts in events.items():
-        if label == "move":  # many, short: a marker each along the top
-            ax1.plot(np.asarray(ts) - start, np.full(len(ts), top * 0.97), "v",
-                     color="tab:olive", markersize=4, label="partition move" if ts else None)
+        if label in ("move", "memory move"):  # many, short: a marker each along the top
+            mark, color, y = ("v", "tab:olive", 0.97) if label == "move" else (
+                "^", "tab:cyan", 0.92)
+            ax1.plot(np.asarray(ts) - start, np.full(len(ts), top * y), mark, color=color,
+                     markersize=4, label=("partition " + label if label == "move" else label)
+                     if ts else None)
             continue
         color, ls = styles.get(label, ("k", ":"))
         for i, t in enumerate(ts):
@@ -66,8 +71,15 @@ def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[
 def timeline_events(kills: list[dict[str, Any]], failures: list[dict[str, Any]],
                     recoveries: list[dict[str, Any]] | None = None,
                     moves: list[float] | None = None,
-                    slows: list[dict[str, Any]] | None = None) -> dict[str, list[float]]:
+                    slows: list[dict[str, Any]] | None = None,
+                    squeezes: list[dict[str, Any]] | None = None,
+                    memory_moves: list[float] | None = None) -> dict[str, list[float]]:
+    """The run's events by label, as ``plot_timeline`` draws them (wall times)."""
     out = {"kill": [k["time"] for k in kills], "take-over": [f["time"] for f in failures]}
+    if squeezes:
+        out["squeeze"] = [q["time"] for q in squeezes]
+    if memory_moves:
+        out["memory move"] = list(memory_moves)
     if recoveries:
         out["recovery"] = [r["time"] for r in recoveries]
     if slows:

@@ -275,12 +275,16 @@ def supervise(run: Launched) -> RunResult:
         log.info("site job ended with %s", job.error)
     run.thread.join(10)
     summaries = job.summaries + [x for more in job.more for x in more.summaries]
+    memory = {m.epoch for m in host.controller.moves if m.reason == "memory"}
     return RunResult(metrics=result_metrics(host), sites=summaries, timeline=host.metrics,
                      ingress_timeline=(host.ingress_times, host.ingress_counts),
                      completed=host.completed,
-                     events=timeline_events(host.faults.kills, host.failures, host.recovered,
-                                            moves=list(host.move_started.values()),
-                                            slows=host.faults.slowed))
+                     events=timeline_events(
+                         host.faults.kills, host.failures, host.recovered,
+                         moves=[t for e, t in host.move_started.items() if e not in memory],
+                         slows=host.faults.slowed, squeezes=host.faults.squeezed,
+                         memory_moves=[host.move_started[e] for e in memory
+                                       if e in host.move_started]))
 
 
 def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,
