@@ -12,10 +12,9 @@ unmutated."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from sparkflux.control.checkpoints import Checkpoints, Due
@@ -24,28 +23,20 @@ from sparkflux.model.digest import digest_of
 from sparkflux.protocol.messages import StoredPartition
 from sparkflux.protocol.site import SiteCore
 from sparkflux.sim import driver_crashes
-from sparkflux.sim.run import FailurePlan, simulate
+from sparkflux.sim.run import FailurePlan
 from sparkflux.sim.workload import tiny_plan
+from tests.support import tiny_runs
 from tests.support.seeds import seeds
+from tests.support.tiny_runs import Baseline, chunk_of, tiny_baseline
 
 SEEDS, CHUNKS = seeds(120), 2
 MUTATION_SEEDS = 60
 EVENTS = 800  # 20 batches: about 500 steps a run, time for a few checkpoints to complete
 
 
-@dataclass(frozen=True)
-class Baseline:
-    batches: list[pa.RecordBatch]
-    output: pa.Table
-    steps: int
-
-
 @pytest.fixture(scope="module")
 def baseline() -> Baseline:
-    plan, batches = tiny_plan(events=EVENTS)
-    res = simulate(plan, batches, 0)
-    assert res.ended and res.output.num_rows > 0
-    return Baseline(batches, res.output, res.steps)
+    return tiny_baseline(EVENTS)
 
 
 def schedule(seed: int, steps: int) -> tuple[list[int], int, FailurePlan]:
@@ -80,8 +71,7 @@ def run_seed(base: Baseline, seed: int) -> driver_crashes.Incarnations:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_driver_crashes_restart_from_the_newest_checkpoint_and_the_output_is_exact(
         baseline: Baseline, chunk: int) -> None:
-    size = -(-SEEDS // CHUNKS)
-    seeds_ = range(chunk * size, min((chunk + 1) * size, SEEDS))
+    seeds_ = chunk_of(SEEDS, CHUNKS, chunk)
     failed, from_cut, restarts = [], 0, 0
     for seed in seeds_:
         try:
@@ -97,21 +87,8 @@ def test_driver_crashes_restart_from_the_newest_checkpoint_and_the_output_is_exa
     assert from_cut >= 0.3 * restarts, f"only {from_cut} of {restarts} restarts from a cut"
 
 
-def hunt(base: Baseline) -> tuple[int, str]:
-    for seed in range(MUTATION_SEEDS):
-        try:
-            run_seed(base, seed)
-        except AssertionError as e:
-            return seed, str(e)
-    raise AssertionError(f"the mutation survived {MUTATION_SEEDS} seeds")
-
-
 def caught(monkeypatch: pytest.MonkeyPatch, base: Baseline, symptom: str, name: str) -> None:
-    seed, msg = hunt(base)
-    print(f"mutation {name!r}: caught by seed {seed}: {msg}")
-    assert symptom in msg, msg
-    monkeypatch.undo()  # control: the very same seed passes with the real protocol
-    run_seed(base, seed)
+    tiny_runs.caught(monkeypatch, run_seed, base, MUTATION_SEEDS, symptom, name)
 
 
 def test_mutation_manifest_before_the_egress_delivered_the_cut(

@@ -14,9 +14,6 @@ seed that passes unmutated."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,33 +24,20 @@ from sparkflux.model.digest import digest_of
 from sparkflux.protocol.site import SiteCore
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, simulate
 from sparkflux.sim.workload import tiny_plan
+from tests.support import tiny_runs
 from tests.support.seeds import seeds
+from tests.support.tiny_runs import Baseline, chunk_of, tiny_baseline
+
+pytestmark = pytest.mark.usefixtures("quiet_log")
 
 SEEDS, CHUNKS = seeds(120), 2
 MUTATION_SEEDS = 40
 EVENTS = 1200
 
 
-@dataclass(frozen=True)
-class Baseline:
-    batches: list[pa.RecordBatch]
-    output: pa.Table
-    steps: int
-
-
 @pytest.fixture(scope="module")
 def baseline() -> Baseline:
-    plan, batches = tiny_plan(events=EVENTS)
-    res = simulate(plan, batches, 0)
-    assert res.ended and res.output.num_rows > 0
-    return Baseline(batches, res.output, res.steps)
-
-
-@pytest.fixture(autouse=True)
-def quiet() -> Iterator[None]:
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
+    return tiny_baseline(EVENTS)
 
 
 def schedule(seed: int, steps: int) -> FailurePlan:
@@ -100,8 +84,7 @@ def run_seed(base: Baseline, seed: int, balance: bool = False) -> SimResult:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_spilling_in_turn_through_squeezes_and_crashes_keeps_the_output_exact(
         baseline: Baseline, chunk: int) -> None:
-    size = -(-SEEDS // CHUNKS)
-    seeds_ = range(chunk * size, min((chunk + 1) * size, SEEDS))
+    seeds_ = chunk_of(SEEDS, CHUNKS, chunk)
     failed, spills, crashed = [], 0, 0
     for seed in seeds_:
         try:
@@ -134,21 +117,8 @@ def test_the_hybrid_policy_moves_partitions_off_sites_short_of_memory(
     assert memory_moves >= SEEDS // 8, memory_moves
 
 
-def hunt(base: Baseline) -> tuple[int, str]:
-    for seed in range(MUTATION_SEEDS):
-        try:
-            run_seed(base, seed)
-        except AssertionError as e:
-            return seed, str(e)
-    raise AssertionError(f"the mutation survived {MUTATION_SEEDS} seeds")
-
-
 def caught(monkeypatch: pytest.MonkeyPatch, base: Baseline, symptom: str, name: str) -> None:
-    seed, msg = hunt(base)
-    print(f"mutation {name!r}: caught by seed {seed}: {msg}")
-    assert symptom in msg, msg
-    monkeypatch.undo()  # control: the very same seed passes with the real protocol
-    run_seed(base, seed)
+    tiny_runs.caught(monkeypatch, run_seed, base, MUTATION_SEEDS, symptom, name)
 
 
 def test_mutation_a_load_drops_the_pending_input(monkeypatch: pytest.MonkeyPatch,

@@ -12,12 +12,7 @@ slots before their copies have moved, each caught by a seed that passes unmutate
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from sparkflux.control.events import Action
@@ -29,34 +24,20 @@ from sparkflux.model.compare import duplicate_rows
 from sparkflux.model.digest import digest_of
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, simulate
 from sparkflux.sim.workload import tiny_plan
+from tests.support import tiny_runs
 from tests.support.seeds import seeds
+from tests.support.tiny_runs import Baseline, chunk_of, tiny_baseline
+
+pytestmark = pytest.mark.usefixtures("quiet_log")
 
 SEEDS, CHUNKS = seeds(48), 2
 MUTATION_SEEDS = 20
 EVENTS = 1200
 
 
-@dataclass(frozen=True)
-class Baseline:
-    batches: list[pa.RecordBatch]
-    output: pa.Table
-    steps: int
-
-
 @pytest.fixture(scope="module")
 def baseline() -> Baseline:
-    plan, batches = tiny_plan(events=EVENTS)
-    res = simulate(plan, batches, 0)
-    assert res.ended and res.output.num_rows > 0
-    return Baseline(batches, res.output, res.steps)
-
-
-@pytest.fixture(autouse=True)
-def quiet() -> Any:
-    """The controller's rescale and recovery warnings, many per seed, out of the log."""
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
+    return tiny_baseline(EVENTS)
 
 
 def schedule(seed: int, steps: int) -> tuple[int, int, FailurePlan]:
@@ -108,8 +89,7 @@ def run_seed(base: Baseline, seed: int) -> SimResult:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_a_running_query_grows_and_shrinks_and_its_output_is_exact(
         baseline: Baseline, chunk: int) -> None:
-    size = -(-SEEDS // CHUNKS)
-    seeds_ = range(chunk * size, min((chunk + 1) * size, SEEDS))
+    seeds_ = chunk_of(SEEDS, CHUNKS, chunk)
     failed, moved, crashed = [], 0, 0
     for seed in seeds_:
         try:
@@ -125,21 +105,8 @@ def test_a_running_query_grows_and_shrinks_and_its_output_is_exact(
     assert crashed >= len(seeds_) // 2 - 1
 
 
-def hunt(base: Baseline) -> tuple[int, str]:
-    for seed in range(MUTATION_SEEDS):
-        try:
-            run_seed(base, seed)
-        except AssertionError as e:
-            return seed, str(e)
-    raise AssertionError(f"the mutation survived {MUTATION_SEEDS} seeds")
-
-
 def caught(monkeypatch: pytest.MonkeyPatch, base: Baseline, symptom: str, name: str) -> None:
-    seed, msg = hunt(base)
-    print(f"mutation {name!r}: caught by seed {seed}: {msg}")
-    assert symptom in msg, msg
-    monkeypatch.undo()  # control: the very same seed passes with the real protocol
-    run_seed(base, seed)
+    tiny_runs.caught(monkeypatch, run_seed, base, MUTATION_SEEDS, symptom, name)
 
 
 def test_mutation_sites_do_not_learn_of_a_grown_slot(monkeypatch: pytest.MonkeyPatch,
