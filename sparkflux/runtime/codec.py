@@ -152,8 +152,10 @@ class _Reader:
                 raise DecodeError("array size does not match its buffer")
             return np.frombuffer(buf, dtype=dtype, count=count).reshape(head[1]).copy()
         if code in (EXT_TABLE, EXT_BATCH):
-            buf = self._buffer(msgpack.unpackb(data))
-            reader = pa.ipc.open_stream(pa.py_buffer(buf))
+            buf = pa.py_buffer(self._buffer(msgpack.unpackb(data)))
+            if buf.address % 8:  # a slice of the frame: Arrow's kernels want aligned buffers
+                buf = pa.py_buffer(bytes(buf))
+            reader = pa.ipc.open_stream(buf)
             if any(isinstance(f.type, pa.ExtensionType) for f in reader.schema):
                 raise DecodeError("Arrow extension types are refused on the wire")
             table = reader.read_all()

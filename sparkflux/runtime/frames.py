@@ -63,6 +63,8 @@ def encode(msg: Any) -> list[Any]:
                   zip((st.p, st.r, st.q, st.sn, st.wm), _STREAM_TYPES, strict=True)]
         pieces: list[Any] = [DATA_HEADER.pack(msg.stage, len(st), rows), *arrays]
         if msg.batch is not None and rows:  # (rows is 0 without a batch)
+            # the batch starts 8-aligned in the body: Arrow's kernels want aligned buffers
+            pieces.append(bytes(-sum(len(b) for b in pieces) % 8))
             pieces.append(memoryview(msg.batch.serialize()))
         return _frame(DATA, pieces)
     if isinstance(msg, Ack):
@@ -99,7 +101,11 @@ def decode(kind: int, body: bytes | memoryview, schema_of: dict[int, pa.Schema])
             (p, r, q, sn, wm), off = _arrays(view, DATA_HEADER.size, n, _STREAM_TYPES)
             batch = None
             if rows:
-                batch = pa.ipc.read_record_batch(pa.py_buffer(view[off:]), schema_of[stage])
+                off += -off % 8  # the padding that aligns the batch
+                buf = pa.py_buffer(view[off:])
+                if buf.address % 8:  # the body itself is not aligned: a copy is
+                    buf = pa.py_buffer(bytes(buf))
+                batch = pa.ipc.read_record_batch(buf, schema_of[stage])
                 if batch.num_rows != rows:
                     raise FrameError(f"data frame says {rows} rows, holds {batch.num_rows}")
             elif off != view.nbytes:
