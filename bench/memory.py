@@ -12,7 +12,8 @@ first run. Three configurations, one after the other in one session:
 
 For each: the input rate, p50 and p99 latency before and after the squeeze, per second around
 it, how long after the squeeze the p99 latency came back within twice its value before (the
-thesis' policy took 36 s), the longest output gap, the squeezed site's spills and loads, and
+thesis' policy took 36 s), the longest output gap, the squeezed site's spills and loads, the
+longest a spill or a load held up a site's other partitions (``memory_pause_max_s``), and
 whether the output equals the Spark SQL reference.
 
     .venv/bin/python bench/memory.py
@@ -70,6 +71,10 @@ def back_after(progress: list[Any], at: float, limit: float) -> float | None:
     return None
 
 
+def seconds(x: float | None) -> str:
+    return "never" if x is None else f"{x} s"
+
+
 def ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:,.0f} ms"
 
@@ -108,7 +113,7 @@ def main() -> None:
     table = Table(title="a site squeezed to half its share of memory")
     for col in ("configuration", "rate", "p50 / p99 before", "p50 / p99 after",
                 "p99 back within 2x", "longest output gap", "site 2 spills / loads",
-                "memory moves", "output"):
+                "longest spill pause", "memory moves", "output"):
         table.add_column(col, justify="right")
     per_second = Table(title="p99 latency per second around the squeeze")
     per_second.add_column("s")
@@ -125,15 +130,22 @@ def main() -> None:
         table.add_row(name, f"{m['throughput_tps']:,.0f}/s",
                       f"{ms(before[0])} / {ms(before[1])}", f"{ms(after[0])} / {ms(after[1])}",
                       "-" if name == "no spilling" else
-                      f"{back_after(prog, a.squeeze_at, limit)} s",
+                      seconds(back_after(prog, a.squeeze_at, limit)),
                       f"{m['max_output_gap_s']:.2f} s",
-                      f"{site2.get('spills', 0)} / {site2.get('loads', 0)}", str(moves),
+                      f"{site2.get('spills', 0)} / {site2.get('loads', 0)}",
+                      f"{1000 * pause(m):.0f} ms",
+                      str(moves),
                       "[green]equal[/]" if equal else "[red]differs[/]")
     by_second = [{int(p.elapsed_s): p.latency_p99_s for p in prog} for _, _, prog in runs]
     for sec in range(int(a.squeeze_at) - 3, int(a.squeeze_at) + 25):
         per_second.add_row(str(sec), *(ms(b.get(sec)) for b in by_second))
     console.print(table)
     console.print(per_second)
+
+
+def pause(m: dict) -> float:
+    """The longest a spill or a load held up a site's other partitions, over the sites."""
+    return max((s.get("memory_pause_max_s", 0.0) for s in m["site_load"].values()), default=0.0)
 
 
 if __name__ == "__main__":

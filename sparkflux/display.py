@@ -47,7 +47,14 @@ def _site(s: SiteState) -> str:
         return f"[dim]standby {s.pid or ''}[/]"
     busy = f" {s.busy:.0%}" if s.busy is not None else ""
     building = f" +{s.building}" if s.building else ""
-    return (f"[{_ROLE[s.role]}]{s.site}[/] {s.role} {s.copies}{building} copies{busy}"
+    memory = ""
+    if s.budget_bytes is not None and s.memory_bytes is not None:  # only under a budget
+        over = s.memory_bytes > s.budget_bytes
+        memory = (f" {'[red]' if over else ''}{s.memory_bytes / 1e6:.1f}/"
+                  f"{s.budget_bytes / 1e6:.1f} MB{'[/]' if over else ''}")
+        if s.spilled_bytes:
+            memory += f" [magenta]{s.spilled_bytes / 1e6:.1f} MB on disk[/]"
+    return (f"[{_ROLE[s.role]}]{s.site}[/] {s.role} {s.copies}{building} copies{busy}{memory}"
             if s.role != "failed" else f"[{_ROLE[s.role]}]{s.site} failed[/]")
 
 

@@ -20,31 +20,42 @@ Every query reads the three streams it needs (``generator.py``) as sources with
   top-1 with ties over all the bids (``exchange(by=[])``: one partition, a global top).
 - Q8 monitor new users: persons who opened an auction in the 10 s tumbling window they
   registered in (a join on ``id = seller`` and the window).
+- ``bidders`` (not one of Nexmark's numbered queries) running statistics per bidder: on
+  every tenth bid of a bidder, their bids, total spent and highest bid so far. The state is
+  one row per bidder who ever bid: it grows with the number of persons (one event in 50),
+  never shrinks, and outgrows any fixed memory budget; the memory test of the docs.
 """
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from generator import SCHEMAS, batches, table  # a module beside this one
+import pyarrow.parquet as pq
+from generator import KINDS, SCHEMAS, batches, kind_of, table  # a module beside this one
 
 from sparkflux.dataflow.api import Dataflow, Source
+from sparkflux.operators.group import GroupAggregate
 from sparkflux.operators.stateless import Filter, Map, Project
 from sparkflux.operators.time_window import TimeWindowAggregate
 from sparkflux.operators.topk import KeyedTopK, WindowTopK
 
 WINDOW, SLIDE = 10_000, 2_000  # ms of event time
 MAX_DURATION = 10_000  # ms: the longest an auction is open (generator.py)
-QUERIES = (0, 1, 2, 3, 4, 5, 7, 8)
+QUERIES: tuple[int | str, ...] = (0, 1, 2, 3, 4, 5, 7, 8, "bidders")
+EVERY = 10  # bidders: the running statistics of every EVERY-th bid of a bidder
 
 
 @dataclass(frozen=True)
 class NexmarkOptions:
-    query: int = 0
+    query: int | str = 0
     events: int = 1_000_000
     seed: int = 7
     rate: int = 10_000  # events per second of event time
@@ -136,6 +147,17 @@ def q8(df: Dataflow, o: NexmarkOptions) -> None:
             .sink(name="out"))
 
 
+def bidders(df: Dataflow, o: NexmarkOptions) -> None:
+    n = pc.field("bids")
+    (df.source(NexmarkStream("bid", o), name="bids").exchange(by=["bidder"])
+       .apply(GroupAggregate(by=["bidder"], aggs={"bids": "count", "spent": ("sum", "price"),
+                                                  "top": ("max", "price")},
+                             carry=["date_time"]), name="per_bidder")
+       .apply(Filter(pc.equal(pc.subtract(n, pc.multiply(pc.divide(n, EVERY), EVERY)), 0)),
+              name="every_tenth")
+       .sink(name="out"))
+
+
 def q4(df: Dataflow, o: NexmarkOptions) -> None:
     auctions = df.source(NexmarkStream("auction", o), name="auctions")
     bids = df.source(NexmarkStream("bid", o), name="bids")
@@ -154,11 +176,11 @@ def q4(df: Dataflow, o: NexmarkOptions) -> None:
              .sink(name="out"))
 
 
-BUILDERS: dict[int, Callable[[Dataflow, NexmarkOptions], None]] = {
-    0: q0, 1: q1, 2: q2, 3: q3, 4: q4, 5: q5, 7: q7, 8: q8}
+BUILDERS: dict[int | str, Callable[[Dataflow, NexmarkOptions], None]] = {
+    0: q0, 1: q1, 2: q2, 3: q3, 4: q4, 5: q5, 7: q7, 8: q8, "bidders": bidders}
 
 # -- references ------------------------------------------------------------------------------
-SQL = {
+SQL: dict[int | str, str] = {
     0: "SELECT auction, bidder, price, channel, date_time FROM bid",
     1: "SELECT auction, bidder, price * 0.908 AS price, channel, date_time FROM bid",
     2: "SELECT auction, price FROM bid WHERE auction % 123 = 0",
@@ -194,19 +216,28 @@ SQL = {
           a AS (SELECT *, CAST(floor(date_time / {size}) * {size} AS BIGINT) AS w
                 FROM auction)
           SELECT p.id, p.name, p.w, a.reserve FROM p JOIN a ON p.id = a.seller AND p.w = a.w""",
+    # n: the bid's event number, the order the dataflow's single source delivers bids in
+    "bidders": """SELECT * FROM (
+            SELECT bidder, count(*) OVER w AS bids, sum(price) OVER w AS spent,
+                   max(price) OVER w AS top, date_time FROM bid
+            WINDOW w AS (PARTITION BY bidder ORDER BY n
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+          WHERE bids % {every} = 0""",
 }
 
 
 def reference(spark: Any, o: NexmarkOptions) -> Any:
-    """The query's expected rows as a Spark DataFrame (no sequence numbers)."""
+    """The query's expected rows as a Spark DataFrame (no sequence numbers). The streams go
+    to Spark as Parquet files (read by its tasks, not held in the driver's heap: 20M events
+    are over a GB), in a directory removed when this process ends."""
+    where = tempfile.mkdtemp(prefix="sparkflux-nexmark-")
+    atexit.register(shutil.rmtree, where, True)
     for kind in ("person", "auction", "bid"):
         t = table(kind, o.events, o.seed, o.rate)
-        spark.createDataFrame(t.to_pandas(), schema=_spark_schema(t.schema)) \
-            .createOrReplaceTempView(kind)
-    return spark.sql(SQL[o.query].format(retention=o.retention, size=WINDOW, slide=SLIDE))
-
-
-def _spark_schema(schema: pa.Schema) -> str:
-    types = {pa.int64(): "bigint", pa.string(): "string"}
-    return ", ".join(f"{f.name} {types[f.type]}" for f in schema)
-
+        if kind == "bid":
+            n = np.arange(o.events, dtype=np.int64)
+            t = t.append_column("n", pa.array(n[kind_of(n) == KINDS.index("bid")]))
+        pq.write_table(t, f"{where}/{kind}.parquet")
+        spark.read.parquet(f"{where}/{kind}.parquet").createOrReplaceTempView(kind)
+    return spark.sql(SQL[o.query].format(retention=o.retention, size=WINDOW, slide=SLIDE,
+                                         every=EVERY))

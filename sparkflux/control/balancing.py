@@ -11,7 +11,7 @@ from typing import TypedDict
 import numpy as np
 
 from sparkflux.control.events import Action, Collect, Stats
-from sparkflux.control.memory_policy import SiteMemory, any_short, plan_memory_moves, with_room
+from sparkflux.control.memory_policy import SiteMemory, plan_memory_moves, why, with_room
 from sparkflux.control.moves import MoveRecord
 from sparkflux.control.policy import PolicyConfig, plan_moves
 from sparkflux.control.rounds import Ev as RoundEv
@@ -38,6 +38,7 @@ class RoundRecord(TypedDict):
     fixed: float  # the fitted fixed cost
     moves: list[tuple[int, int, int]]  # (partition, donor, receiver) planned
     policy: str  # which ran: "cpu" or "memory"
+    why: str  # why that one (``memory_policy.why``)
     memory: dict[int, dict[str, int | None]]  # per site with a budget: budget, used, spilled
 
 
@@ -175,12 +176,11 @@ class Balancing:
         gave = frozenset(d for r in self.rounds[-RECENT_ROUNDS:] for _, d, _ in r["moves"])
         memory = {j: SiteMemory(None if s.budget < 0 else s.budget, s.memory, s.spilled,
                                 np.asarray(s.part_bytes or (0,) * self.layout.partitions,
-                                           dtype=np.int64))
+                                           dtype=np.int64), frozenset(s.on_disk))
                   for j, s in self._samples.items()}
         mode = self.policy.mode
         budgeted = any(m.budget is not None for m in memory.values())
-        which = "memory" if budgeted and (
-            mode == "memory" or (mode == "hybrid" and any_short(memory))) else "cpu"
+        which, reason = why(memory, mode)
         if which == "memory":
             planned = plan_memory_moves(memory, self.layout.table(), recent,
                                         self._live_domains())
@@ -206,7 +206,7 @@ class Balancing:
                             "load": {j: int(counts[j].sum()) for j in util},
                             "fixed": round(u.fixed, 4),
                             "moves": [(m.q, m.donor, m.receiver) for m in planned],
-                            "policy": which,
+                            "policy": which, "why": reason,
                             "memory": {j: {"budget": m.budget, "used": m.used,
                                            "spilled": m.spilled}
                                        for j, m in memory.items() if m.budget is not None}})

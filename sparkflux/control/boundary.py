@@ -325,9 +325,9 @@ class Boundary:
         self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
         self.beats: dict[int, cm.Heartbeat] = {}  # slot -> its member's last heartbeat
         self.beat_at: dict[int, float] = {}  # slot -> when it came
-        # slot -> (budget, bytes held, bytes on disk, state bytes per partition) from its
-        # last heartbeat with state (``control/memory_policy.py``)
-        self.memory_of: dict[int, tuple[int, int, int, tuple[int, ...]]] = {}
+        # slot -> (budget, bytes held, bytes on disk, state bytes per partition, partitions
+        # on disk) from its last heartbeat with state (``control/memory_policy.py``)
+        self.memory_of: dict[int, tuple[int, int, int, tuple[int, ...], tuple[int, ...]]] = {}
         self.failed: str | None = None  # why the run cannot go on, once it cannot
         # the checkpoints taken (docs/design.md §9): the host sets keep and timeout
         self.checkpoints = Checkpoints(len(plan.stages), plan.partitions, fingerprint(plan))
@@ -531,14 +531,16 @@ class Boundary:
                                   minlength=self.plan.partitions) + np.bincount(
                     b.disk_part, weights=b.disk_bytes, minlength=self.plan.partitions)
                 self.memory_of[ev.slot] = (b.budget, b.memory, b.spilled,
-                                           tuple(int(x) for x in per))
+                                           tuple(int(x) for x in per),
+                                           tuple(sorted({int(q) for q in b.disk_part})))
         if rnd is not None and b.counts.size:
-            budget, memory, spilled, per_part = self.memory_of.get(ev.slot, (-1, 0, 0, ()))
+            budget, memory, spilled, per_part, on_disk = self.memory_of.get(
+                ev.slot, (-1, 0, 0, (), ()))
             out += self._controller(self.controller.handle(Stats(
                 site=ev.slot, attempt=ev.attempt, round=rnd, busy_s=b.busy_s,
                 capacity_s=b.capacity_s, counts=tuple(b.counts.tolist()), now=ev.now,
                 at=b.at, budget=budget, memory=memory, spilled=spilled,
-                part_bytes=per_part)))
+                part_bytes=per_part, on_disk=on_disk)))
         return out
 
     def _admit(self, stream: int, batch: pa.RecordBatch | list[dict[str, Any]], now: float

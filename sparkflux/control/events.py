@@ -229,11 +229,13 @@ class Stats:
     # differences of one site's samples, so a reply's delay on the way does not count.
     at: float | None = None
     # Its memory (``memory_policy.py``), from its last heartbeat with state: budget (-1:
-    # none), bytes held, bytes on disk, and state bytes per partition held in memory.
+    # none), bytes held, bytes on disk, state bytes per partition (in memory or on disk),
+    # and the partitions on disk.
     budget: int = -1
     memory: int = 0
     spilled: int = 0
     part_bytes: tuple[int, ...] = ()
+    on_disk: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

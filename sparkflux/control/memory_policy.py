@@ -7,11 +7,12 @@ of its partitions on disk, and the state bytes of each partition it holds in mem
 **Memory policy** (the thesis' global memory policy): sites ranked by spare memory (budget
 minus what they hold; a site with partitions on disk counts those too, as they want to come
 back), the one with the least paired with the one with the most, inward; on each pair, the
-donor's partitions by size, largest first, and the first one whose move reduces the pair's
-imbalance and fits in the receiver moves, by the same make-before-break move as load
-balancing. Each receiver takes at most one partition a round (from the donor shortest of
-memory first); only donors short of memory (over budget, or with partitions on disk) give,
-and only to sites that are not.
+donor's partitions in memory first (moving one frees its memory at once, so the donor can
+load one from disk), then those on disk, each by size, largest first, and the first one
+whose move reduces the pair's imbalance and fits in the receiver moves, by the same
+make-before-break move as load balancing. Each receiver takes at most one partition a round
+(from the donor shortest of memory first); only donors short of memory (over budget, or
+with partitions on disk) give, and only to sites that are not.
 
 **Hybrid** (the default with ``--ha flux``): the memory policy runs while any site is short
 of memory; otherwise the CPU policy does, and a move of it is kept only where the receiver has
@@ -34,13 +35,15 @@ POLICIES = ("cpu", "memory", "hybrid")
 @dataclass(frozen=True, slots=True)
 class SiteMemory:
     """One site's memory in a round's sample: its budget (None: none), the bytes it holds,
-    the bytes of its partitions on disk, and each partition's state bytes, in memory or on
-    disk (all stages; 0 for a partition it does not hold)."""
+    the bytes of its partitions on disk, each partition's state bytes, in memory or on
+    disk (all stages; 0 for a partition it does not hold), and which partitions it has on
+    disk (any stage)."""
 
     budget: int | None
     used: int
     spilled: int
     part_bytes: np.ndarray
+    on_disk: frozenset[int] = frozenset()
 
     @property
     def spare(self) -> float:
@@ -57,6 +60,23 @@ class SiteMemory:
 def any_short(memory: Mapping[int, SiteMemory]) -> bool:
     """Whether some site is short of memory (the hybrid policy's switch)."""
     return any(m.short for m in memory.values())
+
+
+def why(memory: Mapping[int, SiteMemory], mode: str) -> tuple[str, str]:
+    """The policy a round runs (``cpu`` or ``memory``) under ``--policy mode``, and why, in
+    words for the round's record: which sites are short of memory and by how much."""
+    if not any(m.budget is not None for m in memory.values()):
+        return "cpu", "no site has a memory budget"
+    short = [f"site {j} holds {m.used / 1e6:.2f} MB of {(m.budget or 0) / 1e6:.2f} MB"
+             + (f" with {m.spilled / 1e6:.2f} MB on disk" if m.spilled else "")
+             for j, m in sorted(memory.items()) if m.short]
+    if mode == "memory":
+        return "memory", "--policy memory" + (f": {'; '.join(short)}" if short else "")
+    if mode == "cpu":
+        return "cpu", "--policy cpu"
+    if short:
+        return "memory", "short of memory: " + "; ".join(short)
+    return "cpu", "no site is short of memory (moves only where the receiver has room)"
 
 
 def plan_memory_moves(memory: Mapping[int, SiteMemory], table: np.ndarray,
@@ -76,8 +96,7 @@ def plan_memory_moves(memory: Mapping[int, SiteMemory], table: np.ndarray,
         for r in sorted(sites, key=lambda j: (-spare[j], j)):
             if r == d or r in taken or memory[r].short or spare[r] <= spare[d]:
                 continue
-            move = _first_fit(d, r, memory[d].part_bytes, spare, table, recent | moved,
-                              domains)
+            move = _first_fit(d, r, memory[d], spare, table, recent | moved, domains)
             if move is None:
                 continue
             planned.append(move)
@@ -86,13 +105,14 @@ def plan_memory_moves(memory: Mapping[int, SiteMemory], table: np.ndarray,
     return planned
 
 
-def _first_fit(d: int, r: int, sizes: np.ndarray, spare: dict[int, float], table: np.ndarray,
-               skip: frozenset[int] | set[int], domains: Mapping[int, Domain] | None
-               ) -> PlannedMove | None:
-    """The donor's largest partition that fits in the receiver and reduces the pair's
-    imbalance (``spare`` updated), or None."""
-    for q in np.argsort(-sizes, kind="stable"):
-        q = int(q)
+def _first_fit(d: int, r: int, donor: SiteMemory, spare: dict[int, float],
+               table: np.ndarray, skip: frozenset[int] | set[int],
+               domains: Mapping[int, Domain] | None) -> PlannedMove | None:
+    """The donor's first partition, in memory before on disk and largest first, that fits
+    in the receiver and reduces the pair's imbalance (``spare`` updated), or None."""
+    sizes = donor.part_bytes
+    order = sorted(range(sizes.size), key=lambda q: (q in donor.on_disk, -int(sizes[q]), q))
+    for q in order:
         size = float(sizes[q])
         if size <= 0 or q in skip or size > spare[r]:
             continue

@@ -23,8 +23,9 @@ The rules (thesis §3.2-3.3, our names):
    Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives) is
    written at once and so may overtake held ordered frames, never the other way round. Each
    class is FIFO within itself. A ``StoredPartition`` (a checkpoint's part, or a spilled
-   partition) and a ``LoadPartition`` take no connection: they go to the run's snapshot
-   store or the site's spill store (``STORE``).
+   partition), a ``SpillInput`` and a ``LoadPartition`` take no connection: they go to the
+   run's snapshot store or the site's spill store (``STORE``), which carries them out in
+   order.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from sparkflux.protocol.messages import (
     Retain,
     Retaining,
     Reverse,
+    SpillInput,
     State,
     StoredPartition,
 )
@@ -76,6 +78,7 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     State: (Channel.STATE, False),
     StoredPartition: (Channel.STORE, False),
     LoadPartition: (Channel.STORE, False),
+    SpillInput: (Channel.STORE, False),
     Installed: (Channel.STATE, False),
     CuStart: (Channel.CONTROL, False),
     # set-up, on the data connection to the driver

@@ -369,6 +369,29 @@ class ConsumerSet:
             keep = rows.column(PART).to_numpy() != q
             self.pending = [rows.filter(pa.array(keep))] if keep.any() else []
 
+    def take_pending(self, qs: set[int]) -> dict[int, pa.RecordBatch]:
+        """The pending rows of the partitions ``qs``, taken out (a spilled partition's input
+        goes to disk; ``put_pending`` brings it back). Their progress stays: the rows were
+        received and acknowledged."""
+        if not self.pending or not qs:
+            return {}
+        rows = concat(self.pending, self.schema)
+        part = rows.column(PART).to_numpy()
+        mine = np.isin(part, np.fromiter(qs, dtype=part.dtype, count=len(qs)))
+        if not mine.any():
+            return {}
+        self.pending = [rows.filter(pa.array(~mine))] if not mine.all() else []
+        self._lowest = {}
+        taken = rows.filter(pa.array(mine))
+        tp = part[mine]
+        return {int(q): taken.filter(pa.array(tp == q)) for q in np.unique(tp)}
+
+    def put_pending(self, rows: pa.RecordBatch) -> None:
+        """Rows ``take_pending`` took, back among the pending rows (above their partitions'
+        frontier: a spilled partition's merge held where it stood)."""
+        if rows.num_rows:
+            self.pending.append(rows)
+
     def add(self, q: int, r: int) -> None:
         """Host replica r of q from now on: empty until catch-up installs its state."""
         self.drop(q)

@@ -112,8 +112,12 @@ class Heartbeat:
     spilled: int = 0
     spills: int = 0
     loads: int = 0
+    input_spills: int = 0  # batches of input written beside spilled partitions
     disk_part: npt.NDArray[np.int64] = field(default_factory=_empty)  # partitions on disk
     disk_bytes: npt.NDArray[np.int64] = field(default_factory=_empty)  # their state's bytes
+    # the longest the site's loop spent at once on a spill or a load (its other partitions
+    # waited that long), over this process's life
+    memory_pause_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,8 +9,11 @@ received and acknowledged (so Flux-HA's guarantees hold). A spilled partition co
 there is room, or in turn: **local round robin with t_gap** -- when the partition loaded last
 has been in memory longer than ``t_gap`` (the measured time to load one, the thesis' rule of
 thumb), the head of the in-memory queue is evicted and the head of the on-disk queue loaded;
-it then processes its pending input. Spills and loads are asynchronous: the site keeps
-processing its other partitions meanwhile. One load runs at a time.
+it then processes its pending input. The input a spilled partition receives goes to disk
+beside its state once the site's pending rows pass a share of the budget
+(``SiteCore.memory_tick``), and comes back with its load (``add_input`` counts it). Spills
+and loads are asynchronous: the site keeps processing its other partitions meanwhile. One
+load runs at a time.
 
 ``Memory.plan`` is the whole decision, from the sizes, the budget and the clock; the site core
 carries it out (``SiteCore.memory_tick``). Rules, in order:
@@ -61,6 +64,7 @@ class Memory:
     loaded_at: float = 0.0
     spills: int = 0
     loads: int = 0
+    input_spills: int = 0  # batches of a spilled partition's input written beside it
 
     def track(self, keys: list[Key]) -> None:
         """The partitions hosted now: new ones join the in-memory queue's tail, gone ones
@@ -125,6 +129,13 @@ class Memory:
         self.loading, self.load_started = k, now
         self.loads += 1
         return Load(k)
+
+    def add_input(self, k: Key, nbytes: int) -> None:
+        """Rows received for spilled partition ``k`` went to disk beside its state: they
+        come back with it, so its size on disk grows."""
+        if k in self.spilled:
+            self.spilled[k] += nbytes
+            self.input_spills += 1
 
     def written(self, k: Key) -> None:
         """The writer has the partition on disk: its bytes are free."""

@@ -181,6 +181,18 @@ class LoadPartition:
 
 
 @dataclass(frozen=True, slots=True)
+class SpillInput:
+    """Rows received for partition q of ``stage`` while it is on disk, to the site's spill
+    store beside its state (thesis ch. 4: a spilled partition's pending input goes to disk
+    with it). A ``LoadPartition`` brings them back with the state; the next spill of the
+    partition's state starts its record on disk afresh."""
+
+    stage: int
+    q: int
+    rows: pa.RecordBatch
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """Survivor -> the new replica's site (the StateMover's transfer): partition q of ``stage``,
     taken for incarnation ``epoch`` of replica (q, r)."""
@@ -250,7 +262,7 @@ class Keepalive:
 
 
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
-           | Rejoin | CuDone | Cut | StoredPartition | LoadPartition)
+           | Rejoin | CuDone | Cut | StoredPartition | LoadPartition | SpillInput)
 # Whatever a connection carries: a protocol message, a controller's message or a keepalive.
 Frame = Message | ControlMessage | Keepalive
 

@@ -55,6 +55,7 @@ from sparkflux.protocol.messages import (
     Retain,
     Retaining,
     Reverse,
+    SpillInput,
     State,
     StoredPartition,
 )
@@ -83,6 +84,8 @@ SiteEvent = Received | cm.Fail | cm.Move | cm.Avail
 
 
 SIZES_EVERY_S = 0.25  # the memory policy measures the partitions' state this often
+# A stage's pending rows beyond this share of the budget: the spilled partitions' go to disk
+INPUT_SPILL_SHARE = 16
 
 
 class SiteCore:
@@ -584,6 +587,24 @@ class SiteCore:
                     out.append(self._spill(s, q))
                 case Load(key=(s, q)):
                     out.append(Outgoing(STORE, LoadPartition(s, q)))
+        return out + self._spill_input()
+
+    def _spill_input(self) -> list[Outgoing]:
+        """The pending rows of the partitions on disk (not the one loading: its load may
+        have read the disk already), to disk beside their state, for each stage whose
+        pending rows pass 1/``INPUT_SPILL_SHARE`` of the budget. They stay received and
+        acknowledged (their progress stays); the load brings them back."""
+        m = self.memory
+        if m.budget is None or not m.spilled:
+            return []
+        out: list[Outgoing] = []
+        for s, cons in enumerate(self.cons):
+            qs = {q for st, q in m.spilled if st == s}
+            if not qs or sum(b.nbytes for b in cons.pending) < m.budget // INPUT_SPILL_SHARE:
+                continue
+            for q, rows in cons.take_pending(qs).items():
+                m.add_input((s, q), rows.nbytes)
+                out.append(Outgoing(STORE, SpillInput(s, q, rows)))
         return out
 
     def _pinned(self) -> frozenset[Key]:
@@ -619,13 +640,16 @@ class SiteCore:
 
     def spill_loaded(self, s: int, q: int, snapshot: PartitionSnapshot, now: float
                      ) -> list[Outgoing]:
-        """Partition q of stage ``s`` is back: its operators' state installed, the catch-up
-        actions that waited for it carried out, then its pending input processed."""
+        """Partition q of stage ``s`` is back: its operators' state installed, the input it
+        had on disk back among the pending rows, the catch-up actions that waited for it
+        carried out, then its pending input processed."""
         k = (s, q)
         if self.memory.loading != k:
             return []  # it left meanwhile (moved away, or this copy retired)
         for op, st in zip(self.plan.stages[s].operators, snapshot.ops, strict=True):
             op.install_partition_state(q, st)
+        if snapshot.cons.pending is not None:
+            self.cons[s].put_pending(snapshot.cons.pending)
         self.memory.loaded(k, now)
         out = self._carry_out(self._waiting_load.pop(k, []))
         return self._local(out + self._drive(s))

@@ -214,7 +214,9 @@ class DriverLost:
 class Beat:
     """The heartbeat's time: what the host measured of its process (its scheduler's busy,
     slept and capacity seconds and passes, its CPU, the connections its gate refused, the
-    rows its DTSB holds, its clock ``at``). The boundary adds the core's own counters and
+    rows its DTSB holds, its clock ``at``, the longest its loop spent at once taking a
+    spilled partition's state or installing a loaded one: what the site's other partitions
+    waited). The boundary adds the core's own counters and
     progress and says whether a heartbeat goes (not once the site is stopping)."""
 
     pid: int = 0
@@ -226,6 +228,7 @@ class Beat:
     at: float = 0.0
     refused: int = 0
     held: int = 0
+    memory_pause_s: float = 0.0  # the longest the loop spent at once on a spill or a load
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -620,7 +623,7 @@ class SiteBoundary:
             capacity_s=ev.capacity_s, at=ev.at,
             counts=core.processed.copy() if core else none, refused=ev.refused,
             in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part, held=ev.held,
-            pending=core.pending_rows() if core else 0)
+            pending=core.pending_rows() if core else 0, memory_pause_s=ev.memory_pause_s)
         if core is not None and self._beats % STATE_EVERY == 0:
             op, part, keys, nbytes = core.state_sizes()
             wm_stage, wm_part, wm = core.watermarks()
@@ -631,6 +634,7 @@ class SiteBoundary:
                           + sum(m.writing.values()),
                           budget=-1 if m.budget is None else m.budget,
                           spilled=m.spilled_bytes, spills=m.spills, loads=m.loads,
+                          input_spills=m.input_spills,
                           disk_part=np.asarray([q for _, q in m.spilled], dtype=np.int64),
                           disk_bytes=np.asarray(list(m.spilled.values()), dtype=np.int64))
         self._beats += core is not None

@@ -119,6 +119,13 @@ class PrometheusSeries(Collector):
                                    "site holds", labels=["query", "site"])
         busy = GaugeMetricFamily("sparkflux_site_busy_ratio", "a site's busy share of the "
                                  "last interval", labels=["query", "site"])
+        held = GaugeMetricFamily("sparkflux_site_memory_bytes", "bytes a site holds: its "
+                                 "partitions' state in memory and buffered rows",
+                                 labels=["query", "site"])
+        budget = GaugeMetricFamily("sparkflux_site_memory_budget_bytes", "a site's memory "
+                                   "budget (--site-memory, --squeeze)", labels=["query", "site"])
+        disk = GaugeMetricFamily("sparkflux_site_spilled_bytes", "bytes of a site's partitions "
+                                 "on disk (state and input)", labels=["query", "site"])
         for site in p.sites:
             if site.site < 0:
                 continue
@@ -126,9 +133,18 @@ class PrometheusSeries(Collector):
             copies.add_metric([q, str(site.site)], site.copies)
             if site.busy is not None:
                 busy.add_metric([q, str(site.site)], site.busy)
+            if site.memory_bytes is not None:
+                held.add_metric([q, str(site.site)], site.memory_bytes)
+            if site.budget_bytes is not None:
+                budget.add_metric([q, str(site.site)], site.budget_bytes)
+            if site.spilled_bytes is not None:
+                disk.add_metric([q, str(site.site)], site.spilled_bytes)
         yield up
         yield copies
         yield busy
+        yield held
+        yield budget
+        yield disk
         standby = GaugeMetricFamily("sparkflux_standby_sites", "standby processes waiting to "
                                     "adopt a failed site", labels=["query"])
         standby.add_metric([q], sum(1 for s in p.sites if s.role == "standby"))

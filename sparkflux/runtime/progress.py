@@ -65,8 +65,10 @@ class OperatorState:
 class SiteState:
     """One site slot (or a standby process, ``site`` -1): its role, the copies of
     mini-partitions it holds (``copies``; the first copies among them, ``primaries``;
-    being caught up or built by a move, ``building``), its busy share of the interval and
-    the rows it holds in buffers."""
+    being caught up or built by a move, ``building``), its busy share of the interval, the
+    rows it holds in buffers, and its memory at its last heartbeat with state (None: not
+    known): the bytes it holds (state in memory, buffered rows), its budget (None: none),
+    the bytes of its partitions on disk (``docs/memory.md``)."""
 
     site: int
     role: SiteRole
@@ -76,6 +78,9 @@ class SiteState:
     building: int
     busy: float | None
     buffered_rows: int
+    memory_bytes: int | None = None
+    budget_bytes: int | None = None
+    spilled_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

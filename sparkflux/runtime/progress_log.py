@@ -60,6 +60,8 @@ class ProgressLog:
         self._state: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
         self._pid: dict[int, int] = {}
         self._held: dict[int, int] = {}
+        # slot -> (bytes held, budget or None, bytes on disk) at its last heartbeat with state
+        self._memory: dict[int, tuple[int, int | None, int]] = {}
         self._busy: dict[int, tuple[float, float]] = {}  # slot -> (at, busy_s) at the last
         self._busy_share: dict[int, float] = {}
         self._last_at = 0.0
@@ -95,6 +97,8 @@ class ProgressLog:
         self._pid[slot] = beat.pid
         self._held[slot] = beat.buffered + beat.held + beat.pending
         if beat.has_state:
+            self._memory[slot] = (beat.memory, None if beat.budget < 0 else beat.budget,
+                                  beat.spilled)
             for st, q, w in zip(beat.wm_stage.tolist(), beat.wm_part.tolist(),
                                 beat.wm.tolist(), strict=True):
                 if w > self._wm.get((st, q), NO_WATERMARK):
@@ -264,10 +268,18 @@ class ProgressLog:
                 primaries=sum(1 for r in hosted.values() if r == 0),
                 building=building.get(s, 0),
                 busy=None if s in host.dead else self._busy_share.get(s),
-                buffered_rows=0 if s in host.dead else self._held.get(s, 0)))
+                buffered_rows=0 if s in host.dead else self._held.get(s, 0),
+                **self._memory_of(s, s in host.dead)))
         for conn in list(host.standbys):
             ident = host.identity.get(conn)
             out.append(SiteState(site=-1, role="standby", pid=ident[2] if ident else None,
                                  copies=0, primaries=0, building=0, busy=None,
                                  buffered_rows=0))
         return out
+
+    def _memory_of(self, s: int, dead: bool) -> dict[str, int | None]:
+        """A live site's memory at its last heartbeat with state (``protocol/memory.py``)."""
+        held, budget, spilled = self._memory.get(s, (None, None, None))
+        if dead:
+            held = budget = spilled = None
+        return {"memory_bytes": held, "budget_bytes": budget, "spilled_bytes": spilled}

@@ -47,6 +47,8 @@ from sparkflux.protocol.site_boundary import (
     DriverLost,
     Frames,
     FromDriver,
+    Loaded,
+    MemoryCheck,
     PeerLost,
     SiteBoundary,
     SiteBoundaryEvent,
@@ -174,6 +176,7 @@ class Site:
         # read on a thread (the loop keeps heartbeating) before the first pass.
         self.restored = asyncio.Event()
         self._restoring = cfg.restore >= 0
+        self.memory_pause_s = 0.0  # the longest step that spilled or loaded a partition
         if not self._restoring:
             self.restored.set()
 
@@ -259,6 +262,17 @@ class Site:
             "busy_s": round(self.scheduler.busy_s, 3), "refused": dict(self.gate.refused),
             "rows_in": [c.rows_in for c in core.cons] if core else [],
         }
+
+    def memory_step(self, ev: MemoryCheck | Loaded) -> None:
+        """``handle`` of a memory check or a load, timed when a partition's state left or
+        came back in it: that long the site's other partitions waited
+        (``memory_pause_s``, the longest such step)."""
+        m = self.core.memory if self.core is not None else None
+        before = (m.spills, m.loads) if m is not None else None
+        t = time.monotonic()
+        self.handle(ev)
+        if m is not None and (isinstance(ev, Loaded) or (m.spills, m.loads) != before):
+            self.memory_pause_s = max(self.memory_pause_s, time.monotonic() - t)
 
     def handle(self, *events: SiteBoundaryEvent) -> None:
         """One step of the site's core, carried out."""

@@ -12,15 +12,20 @@ import signal
 import tempfile
 import time
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from sparkflux.control.checkpoints import part_name
+from sparkflux.model.batch import concat
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
 from sparkflux.protocol.messages import (
     SPILL,
     Installed,
     LoadPartition,
+    SpillInput,
     State,
     StoredPartition,
 )
@@ -49,12 +54,20 @@ def spill_name(stage: int, q: int) -> str:
     return f"spill-{stage}-{q}.arrow"
 
 
+def spill_input_name(stage: int, q: int, n: int) -> str:
+    """The ``n``-th batch of input a spilled partition received while on disk (the next
+    spill of its state starts again at 0)."""
+    return f"spill-{stage}-{q}-input-{n}.arrow"
+
+
 class Actions:
     """Carries out the core's actions for ``host``: sends, dials and links dropped (through
     its ``door``), ``--slow``, ``--kill`` and the site's stop."""
 
     def __init__(self, host: Site) -> None:
         self.host = host
+        # per spilled (stage, q): how many batches of its input are on disk beside it
+        self._inputs: dict[tuple[int, int], int] = {}
 
     def carry_out(self, actions: list[SiteBoundaryAction]) -> None:
         """The boundary's actions carried out, in order: the host's whole part of the
@@ -70,6 +83,8 @@ class Actions:
                     self._load(msg)
                 case Send(message=StoredPartition() as msg) if msg.checkpoint == SPILL:
                     self._spill(msg)
+                case Send(message=SpillInput() as msg):
+                    self._spill_input(msg)
                 case Send(message=msg, channel=Channel.STORE):
                     assert isinstance(msg, StoredPartition)  # a checkpoint's part
                     self._store(msg)
@@ -160,26 +175,53 @@ class Actions:
             else:
                 loop.call_soon_threadsafe(host.handle, done)
 
+        self._inputs[(part.stage, part.q)] = 0
         self._spill_store().put_owned(spill_name(part.stage, part.q), part).add_done_callback(
             written)
 
-    def _load(self, msg: LoadPartition) -> None:
-        """A spilled partition read back on the store's thread (after its write), handed to
-        the core."""
+    def _spill_input(self, msg: SpillInput) -> None:
+        """Rows of a spilled partition to disk beside it, on the store's thread, in order
+        with its state's write and its load. A write that fails stops the site with the
+        error: the rows are not in memory any more."""
         host = self.host
         loop = asyncio.get_running_loop()
+        n = self._inputs.get((msg.stage, msg.q), 0)
+        self._inputs[(msg.stage, msg.q)] = n + 1
 
-        def read(f: Future[StoredPartition]) -> None:
+        def written(f: Future[int]) -> None:
+            e = f.exception()
+            if e is not None:
+                loop.call_soon_threadsafe(host.report_error, f"site {host.id} could not spill "
+                                          f"the input of partition {msg.q} of stage "
+                                          f"{msg.stage}: {e}")
+
+        self._spill_store().put_arrow_owned(spill_input_name(msg.stage, msg.q, n), msg.rows) \
+            .add_done_callback(written)
+
+    def _load(self, msg: LoadPartition) -> None:
+        """A spilled partition read back on the store's thread (after its writes) with the
+        input it received while on disk, handed to the core."""
+        host = self.host
+        loop = asyncio.get_running_loop()
+        inputs = [spill_input_name(msg.stage, msg.q, n)
+                  for n in range(self._inputs.pop((msg.stage, msg.q), 0))]
+
+        def read(f: Future[tuple[StoredPartition, list[pa.Table]]]) -> None:
             e = f.exception()
             if e is not None:
                 loop.call_soon_threadsafe(host.report_error, f"site {host.id} could not load "
                                           f"partition {msg.q} of stage {msg.stage}: {e}")
                 return
-            part = f.result()
-            loop.call_soon_threadsafe(host.handle, Loaded(
-                stage=msg.stage, q=msg.q, snapshot=part.snapshot, now=time.monotonic()))
+            part, tables = f.result()
+            snap = part.snapshot
+            if tables:
+                rows = concat([b for t in tables for b in t.to_batches()], tables[0].schema)
+                snap = replace(snap, cons=replace(snap.cons, pending=rows))
+            loop.call_soon_threadsafe(host.memory_step, Loaded(
+                stage=msg.stage, q=msg.q, snapshot=snap, now=time.monotonic()))
 
-        self._spill_store().get_async(spill_name(msg.stage, msg.q)).add_done_callback(read)
+        self._spill_store().get_with_tables_async(spill_name(msg.stage, msg.q), inputs) \
+            .add_done_callback(read)
 
     def _state_out(self, site: int, msg: State | Installed) -> None:
         """A snapshot or ``installed``: outside the data path, by the StateMover."""

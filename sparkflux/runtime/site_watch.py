@@ -41,8 +41,9 @@ class Watch:
             host.handle(Beat(pid=os.getpid(), busy_s=sched.busy_s, slept_s=sched.slept_s,
                              passes=sched.passes, cpu_s=time.process_time(),
                              capacity_s=sched.capacity_now(), at=time.monotonic(),
-                             refused=host.gate.total_refused, held=host.outbox.held_rows()))
-            host.handle(MemoryCheck(now=time.monotonic()))  # spills and loads, if any
+                             refused=host.gate.total_refused, held=host.outbox.held_rows(),
+                             memory_pause_s=host.memory_pause_s))
+            host.memory_step(MemoryCheck(now=time.monotonic()))  # spills and loads, if any
 
     async def links(self) -> None:
         """Every ``LINK_CHECK_S``: the boundary's ``LinkCheck``, with the peer links this

@@ -99,11 +99,29 @@ class SnapshotStore:
             w.write_table(table)
         return self._submit(name, [sink.getvalue().to_pybytes()])
 
+    def put_arrow_owned(self, name: str, batch: pa.RecordBatch) -> Future[int]:
+        """``put_arrow`` of rows nobody else holds (a spilled partition's input, taken from
+        its pending rows): encoded on the store's thread too."""
+        path = self.path(name)
+
+        def write() -> int:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as w:
+                w.write_batch(batch)
+            return self._write(path, [sink.getvalue().to_pybytes()])
+
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the snapshot store at {self.uri} is closed")
+            return self._pool.submit(write)
+
     def get_arrow(self, name: str) -> pa.Table:
-        """A table ``put_arrow`` wrote (SnapshotError if it is not one)."""
+        """A table ``put_arrow`` wrote (SnapshotError if it is not one), in buffers of the
+        memory pool (aligned as Arrow's compute kernels want, unlike slices of the bytes
+        read)."""
         body = self._read(name)
         try:
-            return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+            return pa.ipc.open_stream(pa.BufferReader(body)).read_all()
         except pa.ArrowInvalid as e:
             raise SnapshotError(f"{self.path(name)} is not an Arrow stream: {e}") from e
 
@@ -139,6 +157,12 @@ class SnapshotStore:
     def get_async(self, name: str) -> Future[StoredPartition]:
         """``get`` on the writer's thread: after every write submitted before it."""
         return self._pool.submit(self.get, name)
+
+    def get_with_tables_async(self, name: str, tables: list[str]
+                              ) -> Future[tuple[StoredPartition, list[pa.Table]]]:
+        """``get`` of ``name`` and ``get_arrow`` of each of ``tables``, on the writer's
+        thread (after every write submitted before it): a spilled partition and its input."""
+        return self._pool.submit(lambda: (self.get(name), [self.get_arrow(t) for t in tables]))
 
     def get(self, name: str) -> StoredPartition:
         """The partition stored as ``name`` (SnapshotError if it is not one)."""

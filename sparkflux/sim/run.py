@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -78,7 +78,14 @@ from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, ordered_with_data
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import SPILL, LoadPartition, Outgoing, State, StoredPartition
+from sparkflux.protocol.messages import (
+    SPILL,
+    LoadPartition,
+    Outgoing,
+    SpillInput,
+    State,
+    StoredPartition,
+)
 from sparkflux.protocol.site import SiteCore
 from sparkflux.protocol.site_boundary import (
     Beat,
@@ -198,6 +205,7 @@ class SimResult:
     hosted: dict[int, list[int]] = field(default_factory=dict)
     spills: int = 0  # partitions written to a spill store (``protocol/memory.py``)
     move_reasons: list[str] = field(default_factory=list)  # per move: why it was made
+    input_spills: int = 0  # batches of a spilled partition's input written beside it
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -301,12 +309,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     crash_at: dict[int, list[int]] = {}
     for site, at in failures.crashes:
         crash_at.setdefault(at, []).append(site)
-    # the spill stores, (process, stage, q) -> what it wrote; writes and reads in flight,
-    # (due step, slot, its process then, the event); spills so far
+    # the spill stores, (process, stage, q) -> what it wrote: the state, and the input that
+    # came while it was on disk; writes and reads in flight, (due step, slot, its process
+    # then, the event); spills so far
     disk: dict[tuple[tuple[int, int], int, int], StoredPartition] = {}
+    disk_in: dict[tuple[tuple[int, int], int, int], list[pa.RecordBatch]] = {}
     io_due: list[tuple[int, int, tuple[int, int], Any]] = []
     io_lo, io_hi = failures.io_delay
-    spills = [0]
+    spills = [0, 0]  # state spills, input spills
     squeeze_at: dict[int, list[tuple[int, int]]] = {}
     for k, at, nbytes in failures.squeezes:
         squeeze_at.setdefault(at, []).append((k, nbytes))
@@ -355,13 +365,21 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 case Send(message=StoredPartition() as part) if part.checkpoint == SPILL:
                     key = (process[src], part.stage, part.q)
                     disk[key] = part  # the site's spill store (its local directory)
+                    disk_in[key] = []  # a spill of the state starts its record afresh
                     io_due.append((step + int(rng.integers(io_lo, io_hi + 1)), src,
                                    process[src], Spilled(stage=part.stage, q=part.q)))
                     spills[0] += 1
+                case Send(message=SpillInput(stage=st, q=q, rows=rows)):
+                    disk_in.setdefault((process[src], st, q), []).append(rows)
+                    spills[1] += 1
                 case Send(message=LoadPartition(stage=st, q=q)):
                     part = disk.pop((process[src], st, q))
+                    snap, rows = part.snapshot, disk_in.pop((process[src], st, q), [])
+                    if rows:
+                        snap = replace(snap, cons=replace(
+                            snap.cons, pending=concat(rows, rows[0].schema)))
                     io_due.append((step + int(rng.integers(io_lo, io_hi + 1)), src,
-                                   process[src], (st, q, part.snapshot)))
+                                   process[src], (st, q, snap)))
                 case Send(message=StoredPartition() as part, channel=Channel.STORE):
                     name = part_name(part.checkpoint, part.stage, part.q)
                     store[name] = part
@@ -701,7 +719,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      checkpoints, [r.as_dict() for r in controller.rescales],
                      {s: sorted(controller.layout.hosted(s)) for s in controller.view.members
                       if s not in controller.dead} if controller.layout else {}, spills[0],
-                     [m.reason for m in controller.moves])
+                     [m.reason for m in controller.moves], spills[1])
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

@@ -7,10 +7,12 @@ to almost nothing mid-run (``--squeeze``), and for half a site crashes and a sta
 caught up from copies that may be on disk (for a quarter of those, the survivor crashes
 next, so that the copies caught up from it serve). Every seed's output equals the
 failure-free run's, row for row; with the balancing rounds on, the hybrid policy moves
-copies off the sites short of memory among all of it. Mutants: a load that drops the
-partition's pending input, a catch-up that snapshots a partition on disk without loading
-it, and a spill that lets the partition's merge go on without its state, each caught by a
-seed that passes unmutated."""
+copies off the sites short of memory among all of it. Spilled partitions' input goes to disk beside
+them and comes back with their load. Mutants: a load that drops the partition's pending
+input, a load that leaves the input it had on disk there, input that goes to disk for the
+partition whose load has read the disk already, a catch-up that snapshots a partition on
+disk without loading it, and a spill that lets the partition's merge go on without its
+state, each caught by a seed that passes unmutated."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import pyarrow as pa
 import pytest
 
 from sparkflux.model.digest import digest_of
+from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.site import SiteCore
 from sparkflux.sim.run import FailurePlan, SimResult, Violation, simulate
 from sparkflux.sim.workload import tiny_plan
@@ -85,7 +88,7 @@ def run_seed(base: Baseline, seed: int, balance: bool = False) -> SimResult:
 def test_spilling_in_turn_through_squeezes_and_crashes_keeps_the_output_exact(
         baseline: Baseline, chunk: int) -> None:
     seeds_ = chunk_of(SEEDS, CHUNKS, chunk)
-    failed, spills, crashed = [], 0, 0
+    failed, spills, inputs, crashed = [], 0, 0, 0
     for seed in seeds_:
         try:
             res = run_seed(baseline, seed)
@@ -93,10 +96,12 @@ def test_spilling_in_turn_through_squeezes_and_crashes_keeps_the_output_exact(
             failed.append(str(e))
             continue
         spills += res.spills
+        inputs += res.input_spills
         crashed += bool(res.crashed)
     assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
     # not vacuous: partitions went to disk in every seed, many times; crashes happened
     assert spills >= 10 * len(seeds_), spills
+    assert inputs >= len(seeds_), inputs  # spilled partitions' input went to disk too
     assert crashed >= len(seeds_) // 4 - 1
 
 
@@ -135,6 +140,34 @@ def test_mutation_a_load_drops_the_pending_input(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(SiteCore, "spill_loaded", dropping)
     caught(monkeypatch, baseline, "seed", "a load drops the pending input")
+
+
+def test_mutation_a_load_leaves_the_input_it_had_on_disk(monkeypatch: pytest.MonkeyPatch,
+                                                          baseline: Baseline) -> None:
+    """The partition comes back with its state but not the rows that went to disk beside
+    it while it was there."""
+    monkeypatch.setattr(ConsumerSet, "put_pending", lambda self, rows: None)
+    caught(monkeypatch, baseline, "seed", "a load leaves the input it had on disk")
+
+
+def test_mutation_input_goes_to_disk_for_the_partition_being_loaded(
+        monkeypatch: pytest.MonkeyPatch, baseline: Baseline) -> None:
+    """Rows of the partition whose load is under way go to disk too: the load has read the
+    disk already, so they stay there."""
+    real_tick = SiteCore._spill_input
+
+    def with_loading(self: SiteCore) -> Any:
+        m = self.memory
+        if m.loading is None:
+            return real_tick(self)
+        m.spilled[m.loading] = 0  # as if it were still on disk
+        try:
+            return real_tick(self)
+        finally:
+            del m.spilled[m.loading]
+
+    monkeypatch.setattr(SiteCore, "_spill_input", with_loading)
+    caught(monkeypatch, baseline, "seed", "input goes to disk for the partition being loaded")
 
 
 def test_mutation_a_catch_up_snapshots_a_partition_on_disk(monkeypatch: pytest.MonkeyPatch,

@@ -38,5 +38,6 @@ def test_a_squeezed_site_spills_and_two_kills_lose_nothing(spark: Any, tmp_path:
     assert m["ingress_dropped"] == 0 and m["kills"] == 2
     squeezed = m["site_load"]["2"]
     assert squeezed["budget_bytes"] == int(0.1 * (1 << 20)) and squeezed["spills"] > 0
-    assert squeezed["loads"] > 0
+    assert squeezed["loads"] > 0 and squeezed["input_spills"] > 0  # its input went along
+    assert 0 < squeezed["memory_pause_max_s"] < 5
     assert all(m["site_load"][s]["spills"] == 0 for s in ("1", "3"))

@@ -1,10 +1,17 @@
-"""The memory policy and the hybrid one's filter (``control/memory_policy.py``), exactly."""
+"""The memory policy, the hybrid one's filter and the reason each round gives for its policy
+(``control/memory_policy.py``), exactly."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sparkflux.control.memory_policy import SiteMemory, any_short, plan_memory_moves, with_room
+from sparkflux.control.memory_policy import (
+    SiteMemory,
+    any_short,
+    plan_memory_moves,
+    why,
+    with_room,
+)
 from sparkflux.control.policy import PlannedMove
 from sparkflux.dataflow.placement import Layout
 
@@ -12,11 +19,12 @@ P = 8
 TABLE = Layout(4, P, 2).table()  # partition q on sites q mod 4 and q + 1 mod 4
 
 
-def site(budget: int | None, used: int, spilled: int = 0, **sizes: int) -> SiteMemory:
+def site(budget: int | None, used: int, spilled: int = 0, disk: frozenset[int] = frozenset(),
+         **sizes: int) -> SiteMemory:
     b = np.zeros(P, dtype=np.int64)
     for q, n in sizes.items():
         b[int(q[1:])] = n
-    return SiteMemory(budget, used, spilled, b)
+    return SiteMemory(budget, used, spilled, b, disk)
 
 
 def test_nobody_short_nothing_moves() -> None:
@@ -54,3 +62,23 @@ def test_the_hybrids_cpu_moves_need_room_at_the_receiver() -> None:
     assert with_room(planned, mem) == []  # 50 bytes of room for 300 or 100
     mem[0] = site(1000, 700)
     assert with_room(planned, mem) == [planned[0]]  # 300 fits, then 100 does not
+
+
+def test_partitions_in_memory_go_before_those_on_disk() -> None:
+    # site 2 holds 1, 2, 5, 6; 5 (the largest) and 2 are on disk: 6 goes first, then 1
+    mem = {0: site(5000, 0), 3: site(4000, 0),
+           2: site(500, 700, 1300, frozenset({2, 5}), q1=100, q2=400, q5=900, q6=200)}
+    moves = plan_memory_moves(mem, TABLE)
+    assert [(m.q, m.receiver) for m in moves] == [(6, 0), (1, 3)]
+
+
+def test_each_round_says_which_policy_runs_and_why() -> None:
+    calm = {0: site(1000, 500), 1: site(None, 0)}
+    short = {0: site(1000, 1500, 250_000), 1: site(1000, 10)}
+    assert why({0: site(None, 5)}, "hybrid") == ("cpu", "no site has a memory budget")
+    assert why(calm, "hybrid") == (
+        "cpu", "no site is short of memory (moves only where the receiver has room)")
+    assert why(short, "hybrid") == (
+        "memory", "short of memory: site 0 holds 0.00 MB of 0.00 MB with 0.25 MB on disk")
+    assert why(short, "cpu") == ("cpu", "--policy cpu")
+    assert why(calm, "memory") == ("memory", "--policy memory")

@@ -135,3 +135,19 @@ def test_a_cut_holds_the_release_there_and_the_rest_follows() -> None:
     t_rows, t_sn, t_wm = twin.release()
     assert t_sn.tolist() == f_sn.tolist() and t_wm.tolist() == f_wm.tolist()
     assert t_rows.column(SN).to_pylist() == [3, 5, 6, 7, 9]
+
+
+def test_a_spilled_partitions_pending_rows_are_taken_out_and_put_back() -> None:
+    c = consumers()
+    c.on_data(frame(0, 10, [(0, 9), (1, 3), (0, 4)]), 1)
+    c.on_data(frame(1, 10, [(1, 7)]), 1)
+    taken = c.take_pending({0})
+    assert list(taken) == [0] and taken[0].column(SN).to_pylist() == [9, 4]
+    assert c.progress_sn[0].tolist()[:2] == [10, 10]  # still received and acknowledged
+    assert c.take_pending({0}) == {}
+    c.on_data(frame(2, 10), 2)
+    rows, _, _ = c.release(np.array([NO_PROGRESS, 10]))  # partition 0 held (on disk)
+    assert rows.column(SN).to_pylist() == [3, 7]
+    c.put_pending(taken[0])
+    rows, _, _ = c.release()
+    assert rows.column(SN).to_pylist() == [4, 9] and rows.column(PART).to_pylist() == [0, 0]

@@ -88,3 +88,15 @@ def test_partitions_that_leave_leave_both_queues() -> None:
     m.plan(0.0, SIZES, other=0)
     m.track([B, C])
     assert m.resident == [C] and m.spilled == {B: 100} and m.writing == {B: 100}
+
+
+def test_the_input_a_spilled_partition_receives_comes_back_with_it() -> None:
+    m = tracked(250)
+    m.plan(0.0, SIZES, other=0)
+    m.written(A)
+    m.written(B)
+    m.add_input(A, 120)
+    m.add_input(C, 50)  # C is in memory: nothing of it is on disk
+    assert m.spilled == {A: 220, B: 100} and m.spilled_bytes == 320
+    m.budget = 420  # C, D and A with its input fit: 420 bytes
+    assert m.plan(0.1, SIZES, other=0) == [Load(A)]

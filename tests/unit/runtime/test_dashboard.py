@@ -1,7 +1,8 @@
 """The dashboard's server and the progress log behind it (``runtime/dashboard.py``,
 ``runtime/progress_log.py``), on a real driver host without Spark: every route answers, the
-Prometheus text parses, an idle connection is closed, and a stage's watermark is the lowest
-over its partitions of the highest any copy reported, so it never goes back."""
+Prometheus text parses, an idle connection is closed, a stage's watermark is the lowest
+over its partitions of the highest any copy reported, so it never goes back, and a site's
+memory under a budget is shown while the run goes."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import json
 import socket
 import time
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkflux.display import _site
 from sparkflux.io.sinks import DeadLetters, NullSink
 from sparkflux.model.progress import END_OF_STREAM
 from sparkflux.protocol import control_messages as cm
@@ -91,3 +94,27 @@ def test_a_stage_watermark_is_the_lowest_partition_of_its_best_copies(host: Host
     log.heartbeat(1, beat(1, {(1, q): END_OF_STREAM for q in range(parts)}))
     last = log.tick()
     assert last.stages[1].ended and last.stages[1].watermark is None
+
+
+def test_a_sites_memory_under_a_budget_is_shown(host: Host) -> None:
+    log = host.progress
+    log.heartbeat(0, replace(beat(0, {}), memory=3_000_000, budget=2_000_000,
+                             spilled=5_000_000))
+    log.heartbeat(1, beat(1, {}))  # no budget
+    sites = {s.site: s for s in log.tick().sites}
+    assert (sites[0].memory_bytes, sites[0].budget_bytes, sites[0].spilled_bytes) == (
+        3_000_000, 2_000_000, 5_000_000)
+    assert sites[1].budget_bytes is None
+    assert "3.0/2.0 MB" in _site(sites[0]) and "5.0 MB on disk" in _site(sites[0])
+    assert "MB" not in _site(sites[1])
+    board = Dashboard(host, "127.0.0.1", 0)
+    board.start()
+    try:
+        got = {(f.name, s.labels.get("site")): s.value for f in text_string_to_metric_families(
+            get(board.url + "/metrics").decode()) for s in f.samples}
+    finally:
+        board.stop()
+    assert got[("sparkflux_site_memory_bytes", "0")] == 3_000_000
+    assert got[("sparkflux_site_memory_budget_bytes", "0")] == 2_000_000
+    assert got[("sparkflux_site_spilled_bytes", "0")] == 5_000_000
+    assert ("sparkflux_site_memory_budget_bytes", "1") not in got
