@@ -304,6 +304,10 @@ LOST_HINT = ("Two sites holding both replicas of a partition failed before recov
              "can bring that partition's state back.")
 
 
+SPLIT_FRESH_S = 5.0  # a network partition the judge last saw this long ago is named (repeated
+# reports come every link timeout while it lasts)
+
+
 class Boundary:
     """Controller + ingress + egress of one run; no I/O. One entry point: ``handle``."""
 
@@ -397,9 +401,11 @@ class Boundary:
                 k, self.plan.stages[k].name, *low_in, *low_out))
         silent = tuple((slot, now - at) for slot, at in sorted(self.beat_at.items())
                        if slot not in self.dead and now - at > SILENT_S)
+        split = self.controller.split
         return Standing(admitted=self.ingress.next_isn, output_sn=self.egress.progress.sn,
                         egress_sn=int(e_sn[p]), egress_part=p, stages=tuple(stages),
-                        input=input_state, admission=admission, silent=silent)
+                        input=input_state, admission=admission, silent=silent,
+                        split=split[0] if split and now - split[1] < SPLIT_FRESH_S else "")
 
     def next_stream(self) -> int | None:
         """The source to read next (the one the merge waits for); None once all ended."""

@@ -219,6 +219,9 @@ class Controller(Balancing, Rescaling):
         self.now = 0.0
         # partial partitions: which end of a broken link to exclude
         self.links = LinkJudge(settle=o.link_settle)
+        # A network partition the judge would resolve only by losing a partition's every
+        # live copy: (why, when it was last judged so); the run waits for the links to heal
+        self.split: tuple[str, float] | None = None
         self._registered_as: dict[int, int] = {}  # slot -> its process's registered slot
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
@@ -339,10 +342,35 @@ class Controller(Balancing, Rescaling):
         actions: list[Action] = []
         for site, why in self.links.decide(set(self._live()), now, busy):
             m = self.view.members.get(site)
-            if m is not None and site not in self.dead:
-                log.warning("site %d is %s: excluding it", site, why)
-                actions += self._lost(site, m.attempt, why, now)
+            if m is None or site in self.dead:
+                continue
+            only = self._only_copies(site)
+            if only:  # a partition between sites that both live: wait for it to heal
+                text = (f"a network partition: site {site} is {why}, and it holds the only "
+                        f"live copy of partition{'s' if len(only) > 1 else ''} "
+                        f"{', '.join(map(str, only[:8]))}{', ...' if len(only) > 8 else ''}"
+                        f"; strict consistency waits for the links to heal rather than "
+                        f"lose that state")
+                if self.split is None:
+                    log.warning("%s", text)
+                self.split = (text, now)
+                continue
+            log.warning("site %d is %s: excluding it", site, why)
+            actions += self._lost(site, m.attempt, why, now)
         return actions
+
+    def _only_copies(self, site: int) -> list[int]:
+        """The partitions whose only complete live copy (every stage) is on ``site``:
+        excluding it for a broken link would lose them."""
+        assert self.layout is not None
+        out = []
+        for q in sorted(self.layout.hosted(site)):
+            others = [c for c in range(self.layout.columns)
+                      if self.layout.site_of(q, c) not in (site, NOWHERE)]
+            if not any(all(self._complete(s, q, c) for s in range(self.stages))
+                       for c in others):
+                out.append(q)
+        return out
 
     def _registered(self, ev: Registered) -> list[Action]:
         # (the time a standby that registers now adopts a slot: its liveness starts here)

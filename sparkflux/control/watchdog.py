@@ -112,6 +112,7 @@ class Standing:
     input: InputState
     admission: str = ""  # why admission waits, when the input is blocked
     silent: tuple[tuple[int, float], ...] = ()  # (site, seconds) since a late heartbeat
+    split: str = ""  # a network partition the run waits to heal (``Controller.split``)
 
 
 def describe(stall: Stall, s: Standing, timeout: float) -> str:
@@ -120,7 +121,7 @@ def describe(stall: Stall, s: Standing, timeout: float) -> str:
            else f"the output is at {_at(s.output_sn)}")
     head = (f"no progress for {stall.seconds:.0f} s: {out}, {s.admitted:,} records admitted"
             f"{_input(s)}.")
-    text = f"{head} It waits for {_silent(s.silent)}{holder(s)}."
+    text = f"{head} It waits for {s.split or _silent(s.silent) + holder(s)}."
     if stall.stop:
         return (f"{text} The run stops rather than hang; if the stall is expected, raise "
                 f"--stall-timeout (0 turns the watchdog off).")

@@ -44,6 +44,14 @@ class Feed:
         host = self.host
         return [self.resumed[i] + n for i, n in enumerate(host.source_rows)]
 
+    def cut(self, stream: int, seconds: float) -> bool:
+        """``--cut-source``: hold source ``stream``'s records outside the dataflow for
+        ``seconds`` from now; False if the input is not running."""
+        if self._source is None:
+            return False
+        self._source.cut(stream, seconds)
+        return True
+
     def end(self) -> None:
         """Every source ends at its next batch boundary (``FluxQuery.stop``)."""
         self._ending = True

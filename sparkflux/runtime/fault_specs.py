@@ -1,7 +1,8 @@
 """The faults a run's options ask for, as typed records: ``--kill`` (five forms), ``--hang``,
-``--cut``/``--isolate`` and ``--slow``, each parsed from its spec string here and only here,
-and each printing back as the spec it came from (``str(KillAfterRecovery(1, 2.0))`` is
-``1@recovered+2``). A bad spec is a ``PlanError`` that says what to write.
+``--cut``/``--isolate``, ``--cut-source``, ``--partition`` and ``--slow``, each parsed from its
+spec string here and only here, and each printing back as the spec it came from
+(``str(KillAfterRecovery(1, 2.0))`` is ``1@recovered+2``). A bad spec is a ``PlanError`` that
+says what to write.
 
     SITE@WHEN                 KillAt             SIGKILL the site at that moment
     SITE@recovered+SECONDS    KillAfterRecovery  that long after the first recovery completes
@@ -309,6 +310,93 @@ def parse_cut(spec: str, sites: int, isolate: bool = False) -> Cut:
     """One ``--cut SITE@WHEN=DURATION`` (``isolate``: ``--isolate``), checked."""
     flag = "--isolate" if isolate else "--cut"
     return Cut(*_site_at_value(flag, "DURATION", "1@3=45", spec, sites), isolate=isolate)
+
+
+@dataclass(frozen=True)
+class CutSource:
+    """``--cut-source NAME@WHEN+DURATION``: the source ``name``'s records are held outside
+    the dataflow for ``for_s`` from that moment (a network cut between the data source and
+    the ingress), then read as they come; nothing of them is lost."""
+
+    name: str
+    at: Moment
+    for_s: float
+
+    def __str__(self) -> str:
+        return f"{self.name}@{moment_str(self.at)}+{_num(self.for_s)}"
+
+
+def _at_plus(option: str, form: str, example: str, spec: str) -> tuple[str, Moment, float]:
+    """``WHAT@WHEN+DURATION`` (``form`` names WHAT), checked: (what, the moment, seconds
+    above 0)."""
+    what, sep, rest = spec.partition("@")
+    when, plus, duration = rest.rpartition("+")
+    try:
+        if not (sep and plus and what):
+            raise ValueError
+        at, seconds = parse_moment(when), float(duration)
+    except ValueError:
+        raise PlanError(f"{option} {spec!r}: write {form}@WHEN+DURATION (WHEN: SECONDS or "
+                        f"input+RECORDS), e.g. {option} {example}") from None
+    if seconds <= 0:
+        raise PlanError(f"{option} {spec!r}: the duration must be above 0 seconds")
+    return what, at, seconds
+
+
+def parse_cut_source(spec: str) -> CutSource:
+    """One ``--cut-source NAME@WHEN+DURATION``, checked (the name against the dataflow's
+    sources when the run starts)."""
+    return CutSource(*_at_plus("--cut-source", "NAME", "bids@10+15", spec))
+
+
+DRIVER_SIDE = "driver"  # ``--partition``: the driver, as a member of one of the groups
+
+
+@dataclass(frozen=True)
+class Partition:
+    """``--partition A,B/C,D@WHEN+DURATION``: the links between the sites of the two groups
+    (and between a group and the driver where ``driver`` is named in it) drop their packets
+    for ``for_s`` from that moment; every process stays alive (a network partition)."""
+
+    groups: tuple[tuple[int, ...], tuple[int, ...]]
+    driver: int | None  # the group the driver is in (0 or 1), None: reached by both
+    at: Moment
+    for_s: float
+
+    def __str__(self) -> str:
+        sides = [",".join([*map(str, g), *([DRIVER_SIDE] if self.driver == k else [])])
+                 for k, g in enumerate(self.groups)]
+        return f"{sides[0]}/{sides[1]}@{moment_str(self.at)}+{_num(self.for_s)}"
+
+
+def parse_partition(spec: str, sites: int) -> Partition:
+    """One ``--partition A,B/C,D@WHEN+DURATION``, checked: two groups of distinct sites of
+    the run, ``driver`` in at most one of them."""
+    example = "0,1/2,3,driver@10+15"
+    groups_s, at, seconds = _at_plus("--partition", "A,B/C,D", example, spec)
+    sides = groups_s.split("/")
+    groups: list[tuple[int, ...]] = []
+    driver = None
+    try:
+        if len(sides) != 2:
+            raise ValueError
+        for k, side in enumerate(sides):
+            members = [m.strip() for m in side.split(",") if m.strip()]
+            if DRIVER_SIDE in members:
+                if driver is not None:
+                    raise ValueError
+                driver = k
+            groups.append(tuple(int(m) for m in members if m != DRIVER_SIDE))
+    except ValueError:
+        raise PlanError(f"--partition {spec!r}: write two groups of sites, A,B/C,D, "
+                        f"'driver' in one of them at most, then @WHEN+DURATION, e.g. "
+                        f"--partition {example}") from None
+    both = groups[0] + groups[1]
+    if not groups[0] or not groups[1] or len(set(both)) != len(both) or any(
+            not 0 <= s < sites for s in both):
+        raise PlanError(f"--partition {spec!r}: each group needs sites, each site in one "
+                        f"group, every site in 0..{sites - 1}")
+    return Partition((groups[0], groups[1]), driver, at, seconds)
 
 
 @dataclass(frozen=True)

@@ -22,16 +22,19 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sparkflux.model.errors import PlanError
 from sparkflux.protocol import control_messages as cm
 from sparkflux.runtime import netcut, proctree
 from sparkflux.runtime.fault_specs import (
     Admitted,
+    CutSource,
     KillAdopted,
     KillAfterRecovery,
     KillAt,
     KillInMove,
     KillProcess,
     Moment,
+    Partition,
 )
 
 if TYPE_CHECKING:
@@ -55,6 +58,13 @@ class Faults:
         self._on_input: list[tuple[int, str, Callable[[float], None]]] = []
         self._move_armed = False  # the first move's kills are scheduled
         self.rescales_due: list[int] = []  # --rescale targets due while another one ran
+        self.partitions: list[dict[str, Any]] = []  # --partition, as injected
+        self.source_cuts: list[dict[str, Any]] = []  # --cut-source, as injected
+        names = [s.name for s in host.plan.streams]
+        for c in host.cfg.source_cuts:
+            if c.name not in names:
+                raise PlanError(f"--cut-source {c}: the dataflow has no source {c.name!r}; "
+                                f"its sources are {', '.join(map(repr, names))}")
 
     def _since_start(self, delay: float = 0.0) -> float:
         return time.time() + delay - (self.host.metrics.start or time.time())
@@ -71,6 +81,10 @@ class Faults:
         for c in cfg.cuts:
             self._at(c.at, f"{c.flag} {c}",
                      partial(self.cut, c.site, duration=c.for_s, driver=c.isolate))
+        for part in cfg.partitions_cut:
+            self._at(part.at, f"--partition {part}", partial(self.partition, part))
+        for sc in cfg.source_cuts:
+            self._at(sc.at, f"--cut-source {sc}", partial(self.cut_source, sc))
         for q in cfg.squeezes:
             self._at(q.at, f"--squeeze {q}", partial(self.squeeze, q.site, q.mb))
         for r in cfg.rescales:
@@ -262,6 +276,61 @@ class Faults:
                 log.error("%s failed: %s", what, e)
                 return
             self.cuts.append(record)  # (list.append: safe from this thread)
+
+        asyncio.get_running_loop().run_in_executor(None, apply)
+
+
+    def cut_source(self, c: CutSource, after: float) -> None:
+        """``--cut-source``: the source's records are held outside the dataflow for a while
+        (``SourceFeed.cut``); the strict merge of the sources waits for them."""
+        host = self.host
+        i = [s.name for s in host.plan.streams].index(c.name)
+        if not host.feed.cut(i, c.for_s):
+            log.error("--cut-source %s: the source had ended", c)
+            return
+        self.source_cuts.append({"source": c.name, "at_s": round(after, 3),
+                                 "seconds": c.for_s})
+        log.warning("--cut-source %s: source %r cut off from the ingress for %g s", c,
+                    c.name, c.for_s)
+
+    def partition(self, p: Partition, after: float) -> None:
+        """``--partition``: drop the packets of the links between the two groups' processes
+        (and between a group and the driver where it is named in the other), on this
+        machine's loopback interface (``netcut.py``); every process lives and its
+        connections stay open. The rules go in off the loop and heal by themselves."""
+        host = self.host
+        members = host.controller.view.members
+        missing = [s for g in p.groups for s in g if s not in members or s in host.dead]
+        if missing or not host.cfg.local:
+            log.error("--partition %s: sites %s have no live process on this machine now", p,
+                      missing or "of a cluster")
+            return
+        assert host.port is not None  # the driver listens before any fault is due
+        peers = [m.port for m in members.values()]
+        pids = [[members[s].pid for s in g] for g in p.groups]
+        cuts = [netcut.Netcut(pid, driver_ports=[host.port], cut_driver=p.driver == 1,
+                              peer_ports=peers, towards=pids[1]) for pid in pids[0]]
+        if p.driver == 0:  # the second group is cut from the driver too
+            cuts += [netcut.Netcut(pid, driver_ports=[host.port], cut_driver=True,
+                                   peer_ports=peers, towards=()) for pid in pids[1]]
+        record = {"groups": [list(g) for g in p.groups], "driver": p.driver,
+                  "at_s": round(after, 3), "seconds": p.for_s, "time": time.time()}
+        log.warning("--partition %s: sites %s cut off from sites %s%s for %g s", p,
+                    list(p.groups[0]), list(p.groups[1]),
+                    "" if p.driver is None else
+                    f" (the driver with sites {list(p.groups[p.driver])})", p.for_s)
+
+        def apply() -> None:
+            done: list[netcut.Netcut] = []
+            try:
+                for cut in cuts:
+                    done.append(cut.cut(p.for_s))
+            except netcut.NetcutError as e:
+                for cut in done:
+                    cut.heal()
+                log.error("--partition %s failed: %s", p, e)
+                return
+            self.partitions.append(record)
 
         asyncio.get_running_loop().run_in_executor(None, apply)
 

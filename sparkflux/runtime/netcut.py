@@ -499,7 +499,10 @@ class Netcut:
     process dialled to a peer from others (None: found, see :func:`discover_peer_ports`).
     ``block_redials``: also drop new connections to the peers' ports (and to the driver's
     when ``cut_driver``) from any process; see the module's doc. ``binary``: an iptables
-    binary to use instead of the probed one."""
+    binary to use instead of the probed one. ``towards``: the pids of the peers to cut it
+    from (one side of a partition; None: every peer); then only the peer links whose other
+    end one of them holds are cut, and new connections are not blocked (the process's own
+    side still dials it)."""
 
     pid: int
     driver_ports: Sequence[int] = ()
@@ -507,6 +510,7 @@ class Netcut:
     peer_ports: Iterable[int] | None = None
     block_redials: bool = False
     binary: str | None = None
+    towards: Iterable[int] | None = None
     tag: str = field(default="", init=False)
     owner: int = field(default=0, init=False)
     links: Classified | None = field(default=None, init=False)
@@ -533,12 +537,16 @@ class Netcut:
                  else discover_peer_ports(self.pid, self.driver_ports))
         self.links = classify(sockets, self.driver_ports, peers)
         rules: list[Rule] = []
-        for link in self.links.peer:
+        cut_peers = self.links.peer
+        if self.towards is not None:  # one side of a partition: the links to the other
+            theirs = {link.local for pid in self.towards for link in process_sockets(pid).links}
+            cut_peers = tuple(link for link in cut_peers if link.remote in theirs)
+        for link in cut_peers:
             rules += link_rules(link, "peer link")
         if self.cut_driver:
             for link in self.links.driver:
                 rules += link_rules(link, "driver link")
-        for port in sorted(sockets.listen_ports):
+        for port in sorted(sockets.listen_ports) if self.towards is None else ():
             families = {e.family for e in sockets.listening if e.port == port}
             if any(e.family == 6 and e.wildcard for e in sockets.listening if e.port == port):
                 families.add(4)  # a dual-stack listener also takes IPv4 connections

@@ -52,6 +52,17 @@ class SourceFeed:
         self._streams = plan.streams
         self._wm = [NO_WATERMARK] * len(self._iters)
         self._open = [True] * len(self._iters)
+        # ``--cut-source``: per source, until when (monotonic) its records are held outside
+        self._cut_until = [0.0] * len(self._iters)
+
+    def cut(self, source: int, seconds: float) -> None:
+        """Hold source ``source``'s records outside the dataflow for ``seconds`` from now
+        (``--cut-source``): it is read as if it had nothing yet, then as it comes."""
+        self._cut_until[source] = time.monotonic() + seconds
+
+    def cut_off(self, source: int) -> float:
+        """Seconds the source stays cut off (0: it is not)."""
+        return max(0.0, self._cut_until[source] - time.monotonic())
 
     def end(self) -> None:
         """End the input here (``FluxQuery.stop``): each open source is closed (its
@@ -76,13 +87,19 @@ class SourceFeed:
         live = [i for i, o in enumerate(self._open) if o]
         if not live:
             return None
-        return self._sources[min(live, key=lambda j: (self._wm[j], j))].waiting_for()
+        i = min(live, key=lambda j: (self._wm[j], j))
+        if self.cut_off(i):
+            return (f"source {self._streams[i].name!r} is cut off (--cut-source) for "
+                    f"{self.cut_off(i):.1f} s more; the merge of the sources waits for it")
+        return self._sources[i].waiting_for()
 
     def next(self) -> Item | None | object:
         live = [i for i, o in enumerate(self._open) if o]
         if not live:
             return None
         i = min(live, key=lambda j: (self._wm[j], j))
+        if self._cut_until[i] and self.cut_off(i):
+            return WAIT  # its records are held outside: the strict merge waits for them
         try:
             item = next(self._iters[i])
         except StopIteration:

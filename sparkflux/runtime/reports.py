@@ -59,6 +59,9 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "kills": len(host.faults.kills),
         **({"cuts": [{k: v for k, v in c.items() if k != "time"} for c in host.faults.cuts]}
            if host.faults.cuts else {}),
+        **({"partitions": [{k: v for k, v in p.items() if k != "time"}
+                           for p in host.faults.partitions]} if host.faults.partitions else {}),
+        **({"source_cuts": list(host.faults.source_cuts)} if host.faults.source_cuts else {}),
         "failures": [failure_report(host, f) for f in host.failures],
         **({"checkpoints": list(host.checkpointing.taken),
             "checkpoints_given_up": list(host.checkpointing.given_up)}
@@ -155,7 +158,9 @@ def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
 
 def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
     """What one failure cost: detection delay, output gap and latency around it."""
-    faults = [*host.faults.kills, *host.faults.cuts, *host.faults.hangs]
+    faults = [*host.faults.kills, *host.faults.cuts, *host.faults.hangs,
+              *({"site": s, "time": p["time"]} for p in host.faults.partitions
+                for g in p["groups"] for s in g)]
     before = sorted(k["time"] for k in faults
                      if k["site"] == f["site"] and k["time"] <= f["time"])
     at = before[-1] if before else f["time"]

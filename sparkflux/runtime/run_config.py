@@ -10,7 +10,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from sparkflux.runtime.fault_specs import Cut, Hang, Kill, RescaleAt, Slow, Squeeze
+from sparkflux.runtime.fault_specs import (
+    Cut,
+    CutSource,
+    Hang,
+    Kill,
+    Partition,
+    RescaleAt,
+    Slow,
+    Squeeze,
+)
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.run_options import RunOptions, default_replicas
 from sparkflux.runtime.security import Security
@@ -52,6 +61,8 @@ class RunConfig:
     kills: tuple[Kill, ...] = ()
     hangs: tuple[Hang, ...] = ()  # --hang: SIGSTOP then SIGCONT
     cuts: tuple[Cut, ...] = ()  # --cut and --isolate: packets dropped (netcut.py)
+    partitions_cut: tuple[Partition, ...] = ()  # --partition: packets dropped (netcut.py)
+    source_cuts: tuple[CutSource, ...] = ()  # --cut-source: a source's records held
     rescales: tuple[RescaleAt, ...] = ()  # --rescale, in the order given
     squeezes: tuple[Squeeze, ...] = ()  # --squeeze
     site_memory: float | None = Opts.site_memory  # --site-memory (MB; None: derived or none)
@@ -94,6 +105,7 @@ class RunConfig:
             heartbeat_timeout=o.heartbeat_timeout, link_timeout=o.link_timeout,
             start_timeout=o.start_timeout, progress_interval=o.progress_interval,
             ui_port=o.ui_port, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
+            partitions_cut=o.partition, source_cuts=o.cut_source,
             rescales=o.rescale, squeezes=o.squeeze, site_memory=o.site_memory,
             policy=o.policy,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,

@@ -19,14 +19,18 @@ from sparkflux.model.errors import PlanError
 from sparkflux.protocol.site_boundary import LINK_TIMEOUT_S
 from sparkflux.runtime.fault_specs import (
     Cut,
+    CutSource,
     Hang,
     Kill,
+    Partition,
     RescaleAt,
     Slow,
     Squeeze,
     parse_cut,
+    parse_cut_source,
     parse_hang,
     parse_kill,
+    parse_partition,
     parse_rescale,
     parse_slow,
     parse_squeeze,
@@ -59,8 +63,9 @@ def option(default: Any, help: str, *, metavar: str | None = None,
 @dataclass(frozen=True)
 class RunOptions:
     """Every option of a run, checked on construction (PlanError says what to change).
-    Repeatable fault specs (``kill``, ``hang``, ``cut``, ``isolate``, ``slow``) may be given as
-    spec strings or as ``fault_specs`` records; they are kept as records."""
+    Repeatable fault specs (``kill``, ``hang``, ``cut``, ``isolate``, ``partition``,
+    ``cut_source``, ``slow``) may be given as spec strings or as ``fault_specs`` records;
+    they are kept as records."""
 
     sites: int = option(4, "number of sites (Spark tasks)")
     partitions: int = option(32, "mini-partitions per stage")
@@ -124,6 +129,15 @@ class RunOptions:
             "links live): a partial partition", metavar="SITE@WHEN=DURATION")
     isolate: tuple[Cut, ...] = option(
         (), "as --cut, and the site's links to the driver too", metavar="SITE@WHEN=DURATION")
+    partition: tuple[Partition, ...] = option(
+        (), "drop the packets of the links between two groups of sites (and between a group "
+            "and the driver, where 'driver' is named in it) from WHEN (as --kill's) for "
+            "DURATION seconds (iptables on the loopback interface, a same-machine test tool; "
+            "every process lives): a network partition", metavar="A,B/C,D@WHEN+DURATION")
+    cut_source: tuple[CutSource, ...] = option(
+        (), "hold the records of the source NAME outside the dataflow from WHEN (as --kill's) "
+            "for DURATION seconds, then read them as they come: a network cut between a "
+            "data source and the ingress", metavar="NAME@WHEN+DURATION")
     hang: tuple[Hang, ...] = option(
         (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
             "let it go on (SIGCONT): a hung site, found by its heartbeat",
@@ -235,6 +249,8 @@ class RunOptions:
             raise PlanError(f"--site-memory {self.site_memory!r}: give megabytes, above 0")
         self._set("cut", tuple(parse_cut(str(c), most) for c in self.cut))
         self._set("isolate", tuple(parse_cut(str(c), most, True) for c in self.isolate))
+        self._set("partition", tuple(parse_partition(str(p), most) for p in self.partition))
+        self._set("cut_source", tuple(parse_cut_source(str(c)) for c in self.cut_source))
         self._set("heartbeat_timeout", heartbeat_timeout_option(self.heartbeat_timeout))
         self._set("link_timeout", link_timeout_option(self.link_timeout))
         site_cpu_option(self.site_cpu)

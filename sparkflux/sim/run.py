@@ -148,6 +148,10 @@ class FailurePlan:
     # driver's, with ``driver``) hold their frames that long (packets dropped; TCP resends
     # them after the heal, unless the receiver closed the link meanwhile)
     cuts: tuple[tuple[int, int, int, bool], ...] = ()
+    # (group a, group b, the driver's group (0, 1) or None, step, steps): a network
+    # partition (``--partition``): the links between the groups' sites (and between a group
+    # and the driver, where it is in the other) hold their frames that long
+    partitions: tuple[tuple[tuple[int, ...], tuple[int, ...], int | None, int, int], ...] = ()
     # (step, sites), in order: rescale the running query to that many sites
     # (``control/rescale.py``) at that step, or once the rescale before has ended; the site
     # tasks a grow asks for register as standbys ``launch_delay`` steps later (random in
@@ -244,7 +248,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     there. ``restore``: a manifest and its held records from ``store`` to start from (the
     first view's sites install their parts; ``batches``: the input after the cut's source
     positions, as the sources resume)."""
-    if clock is None and (failures.hangs or failures.cuts):
+    if clock is None and (failures.hangs or failures.cuts or failures.partitions):
         clock = SimClock()
     rng = np.random.default_rng(seed)
     # admission holds the next batch back while more than ``window`` batches' records are
@@ -266,12 +270,22 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     for k, at, n, drv in failures.cuts:
         cut_at.setdefault(at, []).append((k, n, drv))
 
+    split: list[tuple[set[int], set[int], int, int]] = []  # partitions now: a, b, since, heal
+    split_at: dict[int, list[tuple[set[int], set[int], int]]] = {}
+    for g0, g1, g_drv, g_at, g_n in failures.partitions:
+        split_at.setdefault(g_at, []).append((set(g0) | ({DRIVER} if g_drv == 0 else set()),
+                                              set(g1) | ({DRIVER} if g_drv == 1 else set()),
+                                              g_n))
+
     def blocked_since(src: int, dst: int) -> int | None:
-        """Since when nothing crosses from ``src`` to ``dst`` (a hung reader, a cut), or
-        None."""
+        """Since when nothing crosses from ``src`` to ``dst`` (a hung reader, a cut, a
+        partition), or None."""
         since = [hung[dst][0]] if dst in hung else []
         for k, (at, _, drv) in cut.items():
             if k in (src, dst) and (drv or DRIVER not in (src, dst)) and src != dst:
+                since.append(at)
+        for side0, side1, at, _ in split:
+            if (src in side0 and dst in side1) or (src in side1 and dst in side0):
                 since.append(at)
         return min(since) if since else None
 
@@ -578,6 +592,12 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
             for k in [k for k, (_, heal, _) in cut.items() if heal <= step]:
                 del cut[k]
                 heal(k)
+            for side0, side1, n in split_at.get(step, []):
+                split.append((side0, side1, step, step + n))
+            for part in [part for part in split if part[3] <= step]:
+                split.remove(part)
+                for k in sorted((part[0] | part[1]) - {DRIVER}):
+                    heal(k)
             if step % STATE_CHECK_STEPS == 0:
                 same_state_at_same_frontier(
                     {s: c.core for s, c in sites.items() if s not in crashed_now
@@ -651,8 +671,9 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 if pending_detect or dials or resets or (can_admit
                                                          and next_batch < len(batches)):
                     continue  # a detection or an admission is still to come
-                if hung or cut or any(at > step for at in hang_at) \
-                        or any(at > step for at in cut_at) or controller.links.since is not None:
+                if hung or cut or split or any(at > step for at in hang_at) \
+                        or any(at > step for at in (*cut_at, *split_at)) \
+                        or controller.links.since is not None:
                     continue  # a hang or a cut to come, last, or be judged: time goes on
                 if not core.egress.ended and (io_due or any(
                         s_.core is not None and (s_.core.memory.spilled or s_.core.memory.loading)

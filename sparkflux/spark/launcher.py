@@ -60,6 +60,9 @@ def log_java_options() -> str:
     return f"-Dlog4j2.configurationFile=file:{log_conf} -Dsparkflux.spark.log={spark_log_file()}"
 
 
+LOCAL_HEAP = "2g"  # the embedded session's JVM heap (SPARK_DRIVER_MEMORY overrides it)
+
+
 def spark_session(master: str | None = None, app_name: str = "sparkflux") -> SparkSession:
     """A SparkSession configured for long-lived site tasks: every setting the sites' job
     needs (``session_check.py`` lists them), the executors' Python this one, and Spark's log
@@ -91,6 +94,9 @@ def spark_session(master: str | None = None, app_name: str = "sparkflux") -> Spa
     }
     if master is not None or not under_spark_submit():
         settings["spark.master"] = master or default_master(4)
+        # the embedded session's JVM is the driver and every executor at once: Spark's 1g
+        # default heap runs out on a reference's join or window over a few million rows
+        settings["spark.driver.memory"] = os.environ.get("SPARK_DRIVER_MEMORY", LOCAL_HEAP)
     for key, value in settings.items():
         builder = builder.config(key, value)
     from pyspark import SparkContext

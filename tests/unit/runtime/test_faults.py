@@ -17,7 +17,8 @@ class Recorder(Faults):
     """The faults, with what they would do recorded instead of done."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        super().__init__(SimpleNamespace(cfg=cfg, metrics=SimpleNamespace(start=None)))  # type: ignore[arg-type]
+        super().__init__(SimpleNamespace(  # type: ignore[arg-type]
+            cfg=cfg, metrics=SimpleNamespace(start=None), plan=SimpleNamespace(streams=[])))
         self.done: list[tuple[Any, ...]] = []
 
     def kill(self, site: int, after: float) -> None:

@@ -235,7 +235,7 @@ def test_run_args_has_every_default_and_refuses_an_unknown_name() -> None:
         cli.run_args(netmon, spares=1)
 
 
-@pytest.mark.parametrize("prefix", ["--partition", "--site", "--ha-mode", "--even"])
+@pytest.mark.parametrize("prefix", ["--part", "--site", "--ha-mode", "--even"])
 def test_an_option_prefix_is_refused_not_guessed(prefix: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """``--partition 8`` is not taken as ``--partitions 8``: a typo must not run a query other
@@ -292,3 +292,32 @@ def test_memory_options_are_checked_and_reach_the_sites() -> None:
     assert derived_site_memory(Conf({"spark.executor.pyspark.memory": "1g"}), 4) == 256
     with pytest.raises(PlanError, match="spark.sparkflux.siteMemory"):
         derived_site_memory(Conf({"spark.sparkflux.siteMemory": "lots"}), 4)
+
+
+def test_partitions_and_source_cuts_are_records_that_print_back() -> None:
+    from sparkflux.runtime.fault_specs import (
+        CutSource,
+        Partition,
+        parse_cut_source,
+        parse_partition,
+    )
+
+    p = parse_partition("0,1/2,3,driver@10+15", 4)
+    assert p == Partition(((0, 1), (2, 3)), 1, 10.0, 15.0)
+    assert str(p) == "0,1/2,3,driver@10+15"
+    assert parse_partition("driver,2/0@input+500+2.5", 4) == Partition(
+        ((2,), (0,)), 0, Admitted(500), 2.5)
+    assert parse_cut_source("bids@input+1000+15") == CutSource("bids", Admitted(1000), 15.0)
+    assert str(parse_cut_source("bids@3+1.5")) == "bids@3+1.5"
+    for bad, says in (("0,1/2,3@10", "write A,B/C,D@WHEN"), ("0,1@10+5", "two groups"),
+                      ("0,1/1,2@1+5", "each site in one group"), ("0/9@1+5", "0..3"),
+                      ("0,driver/1,driver@1+5", "'driver' in one of them"),
+                      ("0/1@1+0", "above 0 seconds"), ("/1@1+3", "each group needs sites")):
+        with pytest.raises(PlanError, match=says):
+            parse_partition(bad, 4)
+    with pytest.raises(PlanError, match=r"write NAME@WHEN\+DURATION"):
+        parse_cut_source("bids+15")
+    cfg = RunConfig.of(RunOptions.of(sites=4, ha="flux", partition=["0,1/2,3@5+10"],
+                                     cut_source=["bids@1+2"]))
+    assert cfg.partitions_cut == (Partition(((0, 1), (2, 3)), None, 5.0, 10.0),)
+    assert cfg.source_cuts == (CutSource("bids", 1.0, 2.0),)
