@@ -69,3 +69,13 @@ def test_the_paced_buffer_waits_for_an_idle_source_without_a_burst_after_it() ->
     rows = [x for _, b in taken if b is not None for x in b.column("x").to_pylist()]
     assert rows == list(range(10)) and taken[-1] == (0, None)
     assert stats.dropped == 0
+
+
+def test_a_cut_source_is_a_wait_that_names_the_cut_and_its_records_come_after() -> None:
+    f = feed(Scripted([batch(1), batch(2)]))
+    f._streams[0].name = "clicks"  # type: ignore[misc]
+    f.cut(0, 60.0)
+    assert f.next() is WAIT and f.cut_off(0) > 59
+    assert "source 'clicks' is cut off (--cut-source)" in (f.waiting_for() or "")
+    f.cut(0, 0.0)  # healed: nothing of it was lost
+    assert f.next()[1].to_pydict() == {"x": [1]} and f.next()[1].to_pydict() == {"x": [2]}
