@@ -292,7 +292,7 @@ def test_a_push_sources_drops_are_logged_with_their_counts(tmp_path: Path) -> No
     """Sites held to a tenth of a core with a small window and buffer: admission is held back
     and the paced source drops. The terminal says when drops begin and end; their counts add
     up to ``ingress_dropped``, and admitted + dropped = the input."""
-    events = 300_000
+    events = 150_000
     cmd = [sys.executable, "-m", "sparkflux.cli", "run", str(ROOT / "examples" / "netmon.py"),
            "--events", str(events), "--rate", "100000", "--sites", "2", "--partitions", "4",
            "--ha", "none", "--ingress-buffer", "5000", "--window", "5000", "--site-cpu", "0.1",
