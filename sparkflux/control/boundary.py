@@ -304,10 +304,6 @@ LOST_HINT = ("Two sites holding both replicas of a partition failed before recov
              "can bring that partition's state back.")
 
 
-SPLIT_FRESH_S = 5.0  # a network partition the judge last saw this long ago is named (repeated
-# reports come every link timeout while it lasts)
-
-
 class Boundary:
     """Controller + ingress + egress of one run; no I/O. One entry point: ``handle``."""
 
@@ -332,6 +328,10 @@ class Boundary:
         # slot -> (budget, bytes held, bytes on disk, state bytes per partition, partitions
         # on disk) from its last heartbeat with state (``control/memory_policy.py``)
         self.memory_of: dict[int, tuple[int, int, int, tuple[int, ...], tuple[int, ...]]] = {}
+        # when the controller last found a network partition it waits for, and the output's
+        # progress then (``standing`` names it while the output has not moved since)
+        self._split_at: float | None = None
+        self._split_sn: int | None = None
         self.failed: str | None = None  # why the run cannot go on, once it cannot
         # the checkpoints taken (docs/design.md §9): the host sets keep and timeout
         self.checkpoints = Checkpoints(len(plan.stages), plan.partitions, fingerprint(plan))
@@ -401,11 +401,14 @@ class Boundary:
                 k, self.plan.stages[k].name, *low_in, *low_out))
         silent = tuple((slot, now - at) for slot, at in sorted(self.beat_at.items())
                        if slot not in self.dead and now - at > SILENT_S)
+        # a network partition the run waits for: named while no output came since the
+        # judge last found it (it finds it again every link timeout while it lasts)
         split = self.controller.split
+        named = split is not None and self.egress.progress.sn == self._split_sn
         return Standing(admitted=self.ingress.next_isn, output_sn=self.egress.progress.sn,
                         egress_sn=int(e_sn[p]), egress_part=p, stages=tuple(stages),
                         input=input_state, admission=admission, silent=silent,
-                        split=split[0] if split and now - split[1] < SPLIT_FRESH_S else "")
+                        split=split[0] if split is not None and named else "")
 
     def next_stream(self) -> int | None:
         """The source to read next (the one the merge waits for); None once all ended."""
@@ -645,6 +648,9 @@ class Boundary:
 
     # -- the controller's actions ------------------------------------------------------------
     def _controller(self, actions: list[Action]) -> list[BoundaryAction]:
+        split = self.controller.split
+        if split is not None and split[1] != self._split_at:  # judged (again) just now
+            self._split_at, self._split_sn = split[1], self.egress.progress.sn
         out: list[BoundaryAction] = []
         for a in actions:
             match a:

@@ -340,33 +340,34 @@ class Controller(Balancing, Rescaling):
         busy = frozenset({*(self._survivor_of.get(k, -1) for k in self.in_flight),
                           *(self.layout.site_of(q, r) for _, q, r in self.in_flight)})
         actions: list[Action] = []
-        for site, why in self.links.decide(set(self._live()), now, busy):
+        for site, why in self.links.decide(
+                set(self._live()), now, busy, lambda s, gone: bool(self._only_copies(s, gone))):
             m = self.view.members.get(site)
-            if m is None or site in self.dead:
-                continue
-            only = self._only_copies(site)
-            if only:  # a partition between sites that both live: wait for it to heal
-                text = (f"a network partition: site {site} is {why}, and it holds the only "
-                        f"live copy of partition{'s' if len(only) > 1 else ''} "
-                        f"{', '.join(map(str, only[:8]))}{', ...' if len(only) > 8 else ''}"
-                        f"; strict consistency waits for the links to heal rather than "
-                        f"lose that state")
-                if self.split is None:
-                    log.warning("%s", text)
-                self.split = (text, now)
-                continue
-            log.warning("site %d is %s: excluding it", site, why)
-            actions += self._lost(site, m.attempt, why, now)
+            if m is not None and site not in self.dead:
+                log.warning("site %d is %s: excluding it", site, why)
+                actions += self._lost(site, m.attempt, why, now)
+        if self.links.kept:  # a partition between sites that both live: wait for it to heal
+            text = "; ".join(
+                f"site {site} is {why}, and it holds the only live copy of partition"
+                f"{'s' if len(only) > 1 else ''} {', '.join(map(str, only[:8]))}"
+                f"{', ...' if len(only) > 8 else ''}"
+                for site, why in self.links.kept if (only := self._only_copies(site)))
+            text = (f"a network partition: {text}; strict consistency waits for the links "
+                    f"to heal rather than lose that state")
+            if self.split is None:
+                log.warning("%s", text)
+            self.split = (text, now)
         return actions
 
-    def _only_copies(self, site: int) -> list[int]:
-        """The partitions whose only complete live copy (every stage) is on ``site``:
-        excluding it for a broken link would lose them."""
+    def _only_copies(self, site: int, gone: frozenset[int] = frozenset()) -> list[int]:
+        """The partitions whose only complete live copy (every stage) is on ``site`` once
+        the sites ``gone`` are excluded too: excluding it for a broken link would lose
+        them."""
         assert self.layout is not None
         out = []
         for q in sorted(self.layout.hosted(site)):
             others = [c for c in range(self.layout.columns)
-                      if self.layout.site_of(q, c) not in (site, NOWHERE)]
+                      if self.layout.site_of(q, c) not in (site, NOWHERE, *gone)]
             if not any(all(self._complete(s, q, c) for s in range(self.stages))
                        for c in others):
                 out.append(q)

@@ -25,6 +25,11 @@ The rules:
 5. A site that is moving state (the survivor or the new copy of a catch-up) may stall while
    it snapshots or installs: its links are not judged while it does; their reports are
    dropped, and a real cut is reported again (rule 1) once the transfer is over.
+6. A site the controller must keep (``keep``: it holds the only live complete copy of a
+   partition, once the sites picked before it are gone) is never picked: the other end of
+   its broken links is, and when only such sites are left, their links are dropped and the
+   run waits for them to heal (a network partition between live sites; they are reported
+   again while it lasts).
 
 So a site cut off from its peers is excluded ``link timeout + settle`` after the cut, plus
 the sites' and the driver's loop delays, and fails over like a crash; a single broken link
@@ -35,6 +40,7 @@ replicas to fail over to: with one copy, a silent site is waited for (the watchd
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 SETTLE_S = 0.2  # rule 2
@@ -48,6 +54,8 @@ class LinkJudge:
     # link -> (the first report's reason, when it came)
     broken: dict[frozenset[int], tuple[str, float]] = field(default_factory=dict)
     named: Counter[int] = field(default_factory=Counter)  # reports naming a site unreachable
+    # the sites the last ``decide`` kept with a broken link (rule 6), each with why
+    kept: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def since(self) -> float | None:
@@ -73,27 +81,42 @@ class LinkJudge:
         since = self.since
         return since is not None and now - since >= self.settle - 1e-9
 
-    def decide(self, live: set[int], now: float, busy: frozenset[int] = frozenset()
+    def decide(self, live: set[int], now: float, busy: frozenset[int] = frozenset(),
+               keep: Callable[[int, frozenset[int]], bool] | None = None
                ) -> list[tuple[int, str]]:
-        """Rules 3-5: the sites to exclude now, each with why; ``busy``: the sites moving
-        state (rule 5). Links still to judge stay for the next call."""
+        """Rules 3-6: the sites to exclude now, each with why; ``busy``: the sites moving
+        state (rule 5); ``keep(site, gone)``: whether ``site`` must stay once the sites
+        ``gone`` are excluded (rule 6). Links still to judge stay for the next call; the
+        sites kept with a broken link are in ``kept`` until the next call."""
         links = {k: v for k, v in self.broken.items() if k <= live and not k & busy}
         out: list[tuple[int, str]] = []
+        self.kept = []
         while links:
             degree: Counter[int] = Counter()
             for k in links:
                 degree.update(k)
-            worst = max(degree, key=lambda s: (degree[s], self.named[s], s))
+            gone = frozenset(s for s, _ in out)
+            kept = {s for s in degree if keep is not None and keep(s, gone)}
+            free = [s for s in degree if s not in kept]
+            if not free:  # rule 6: every end left must stay; the links wait to heal
+                self.kept = [(s, self._why(s, links)) for s in sorted(kept)]
+                links = {}
+                break
+            worst = max(free, key=lambda s: (degree[s], self.named[s], s))
             if degree[worst] < 2 and now - min(at for _, at in links.values()) \
                     < self.patience - 1e-9:
                 break  # rule 4: lone links wait for more reports
-            peers = sorted(j for k in links if worst in k for j in k if j != worst)
-            first = next(why for k, (why, _) in links.items() if worst in k)
-            out.append((worst, f"unreachable from {_sites(peers)}, cut off or hung ({first})"))
+            out.append((worst, self._why(worst, links)))
             links = {k: v for k, v in links.items() if worst not in k}
         self.broken = links
         self.named = Counter({s: n for s, n in self.named.items() if any(s in k for k in links)})
         return out
+
+    @staticmethod
+    def _why(site: int, links: dict[frozenset[int], tuple[str, float]]) -> str:
+        peers = sorted(j for k in links if site in k for j in k if j != site)
+        first = next(why for k, (why, _) in links.items() if site in k)
+        return f"unreachable from {_sites(peers)}, cut off or hung ({first})"
 
 
 def _sites(sites: list[int]) -> str:

@@ -216,7 +216,9 @@ class ConsumerSet:
 
         ``cap`` (per partition): a checkpoint's cut (docs/design.md §9): the frontier goes no
         further, and its watermark is the one that holds up to the cut, as if the streams'
-        claims stopped there.
+        claims stopped there. A call moves the streams' watermarks on (``safe_wm``, the
+        covered claims), so every caller passes the cap the merge has: one call without it
+        would give a held partition a watermark past the rows it holds.
 
         A stream's claim (sn, wm) says that its rows with an event time below wm have SNs
         at or below sn. Rows above the SN frontier wait, and one of them may be behind

@@ -591,20 +591,30 @@ class SiteCore:
 
     def _spill_input(self) -> list[Outgoing]:
         """The pending rows of the partitions on disk (not the one loading: its load may
-        have read the disk already), to disk beside their state, for each stage whose
+        have read the disk already), to disk beside their state, for each stage where their
         pending rows pass 1/``INPUT_SPILL_SHARE`` of the budget. They stay received and
         acknowledged (their progress stays); the load brings them back."""
         m = self.memory
         if m.budget is None or not m.spilled:
             return []
         out: list[Outgoing] = []
+        floor = m.budget // INPUT_SPILL_SHARE
         for s, cons in enumerate(self.cons):
             qs = {q for st, q in m.spilled if st == s}
-            if not qs or sum(b.nbytes for b in cons.pending) < m.budget // INPUT_SPILL_SHARE:
+            total = sum(b.nbytes for b in cons.pending)
+            if not qs or total < floor:
                 continue
-            for q, rows in cons.take_pending(qs).items():
-                m.add_input((s, q), rows.nbytes)
-                out.append(Outgoing(STORE, SpillInput(s, q, rows)))
+            # the spilled partitions' own share of the pending bytes (rows, not bytes, are
+            # counted per partition): the others' backlog makes no file of theirs
+            mine = np.array(sorted(qs), dtype=np.int32)
+            rows = sum(b.num_rows for b in cons.pending)
+            theirs = sum(int(np.isin(b.column(PART).to_numpy(), mine).sum())
+                         for b in cons.pending)
+            if theirs * total < floor * rows:
+                continue
+            for q, rows_q in cons.take_pending(qs).items():
+                m.add_input((s, q), rows_q.nbytes)
+                out.append(Outgoing(STORE, SpillInput(s, q, rows_q)))
         return out
 
     def _pinned(self) -> frozenset[Key]:
@@ -739,7 +749,7 @@ class SiteCore:
         in_part = np.full(n, -1, dtype=np.int64)
         out_part = np.full(n, -1, dtype=np.int64)
         for s, (cons, prod) in enumerate(zip(self.cons, self.prods, strict=True)):
-            f_sn = np.where(cons.installed, cons.frontier()[0], END_OF_STREAM)
+            f_sn = np.where(cons.installed, cons.frontier(self._cap(s))[0], END_OF_STREAM)
             if cons.installed.any():
                 i = int(np.argmin(f_sn))
                 in_sn[s], in_part[s] = f_sn[i], cons.parts[i]
@@ -761,7 +771,9 @@ class SiteCore:
             mine = np.flatnonzero(cons.installed)
             stages.append(np.full(mine.size, s, dtype=np.int64))
             parts.append(cons.parts[mine].astype(np.int64))
-            wms.append(cons.frontier()[1][mine].astype(np.int64))
+            # (with the merge's cap: the frontier call moves the watermarks on, and a
+            # partition held on disk or at a cut must not get one past its held rows)
+            wms.append(cons.frontier(self._cap(s))[1][mine].astype(np.int64))
         empty = np.zeros(0, dtype=np.int64)
         return tuple(np.concatenate(x) if x else empty for x in (stages, parts, wms))
 

@@ -753,7 +753,7 @@ def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) 
     for k, core in sorted(cores.items()):
         at: dict[tuple[int, int], int] = {}
         for s, cons in enumerate(core.cons):
-            f_sn = cons.frontier()[0]
+            f_sn = cons.frontier(core._cap(s))[0]
             for i in np.flatnonzero(cons.installed):
                 at[(s, int(cons.parts[i]))] = int(f_sn[i])
         for o, q, keys, nbytes in zip(*core.state_sizes(), strict=True):

@@ -72,3 +72,40 @@ def test_a_failed_slots_reports_do_not_pass_to_its_next_process() -> None:
     j.report(2, 1, "the link closed", now=0.0)
     j.forget(1)  # site 1's process failed
     assert j.decide(ALL, PATIENCE_S) == [] and not j.due(PATIENCE_S)
+
+
+def test_sites_that_must_stay_are_never_picked_and_their_links_wait_to_heal() -> None:
+    """Rule 6. A split 0,1 / 2,3 where each side holds both copies of some partition: a site
+    must stay once its pair (0-1, 2-3) is gone (``keep``, as the controller's last-copy
+    rule says with the sites failed so far). The cover picks 3 first; then 2 must stay, and
+    its links to 0 and 1 are lone ones: after the patience the free end 1 goes, then 0 and 2
+    must both stay: their link is dropped (reported again while the split lasts) and both
+    are named as kept."""
+    j = LinkJudge()
+    for a in (0, 1):
+        for b in (2, 3):
+            j.report(a, b, "link silent", now=1.0)
+            j.report(b, a, "link silent", now=1.0)
+    dead: set[int] = set()
+    pair = {0: 1, 1: 0, 2: 3, 3: 2}
+
+    def keep(site: int, gone: frozenset[int]) -> bool:
+        return pair[site] in dead | gone
+
+    assert [s for s, _ in j.decide(ALL, 1.0 + SETTLE_S, keep=keep)] == [3]
+    assert j.kept == []  # the lone links 0-2 and 1-2 wait for the patience
+    dead.add(3)
+    assert [s for s, _ in j.decide(ALL - dead, 1.0 + PATIENCE_S, keep=keep)] == [1]
+    assert [s for s, _ in j.kept] == [0, 2]
+    assert j.kept[0][1].startswith("unreachable from site 2")
+    assert not j.due(10.0)
+
+
+def test_the_other_end_of_a_link_is_picked_when_one_end_must_stay() -> None:
+    """A lone broken link 1-2 (reset, never reported again): site 2 holds a partition's only
+    complete copy, so site 1 goes, whatever the tie-break would say."""
+    j = LinkJudge()
+    j.report(1, 2, "link closed", now=1.0)
+    j.report(2, 1, "link closed", now=1.0)
+    picked = j.decide(ALL, 1.0 + PATIENCE_S, keep=lambda s, gone: s == 2)
+    assert [s for s, _ in picked] == [1] and j.kept == []
