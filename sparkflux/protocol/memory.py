@@ -63,7 +63,7 @@ class Memory:
     load_started: float = 0.0
     loaded_at: float = 0.0
     spills: int = 0
-    loads: int = 0
+    loads: int = 0  # also the number of the load under way (``LoadPartition.seq``)
     input_spills: int = 0  # batches of a spilled partition's input written beside it
 
     def track(self, keys: list[Key]) -> None:

@@ -174,10 +174,12 @@ SPILL = -1  # a ``StoredPartition``'s checkpoint number when it is a spilled par
 @dataclass(frozen=True, slots=True)
 class LoadPartition:
     """Bring partition q of ``stage`` back from the site's spill store (``protocol/memory.py``):
-    the runtime reads it and hands it to the core (``Loaded``)."""
+    the runtime reads it and hands it to the core (``Loaded``, with this load's ``seq``: a
+    late answer to an earlier load of the same partition is not taken for this one)."""
 
     stage: int
     q: int
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

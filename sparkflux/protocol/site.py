@@ -586,7 +586,7 @@ class SiteCore:
                 case Spill(key=(s, q)):
                     out.append(self._spill(s, q))
                 case Load(key=(s, q)):
-                    out.append(Outgoing(STORE, LoadPartition(s, q)))
+                    out.append(Outgoing(STORE, LoadPartition(s, q, m.loads)))
         return out + self._spill_input()
 
     def _spill_input(self) -> list[Outgoing]:
@@ -648,14 +648,14 @@ class SiteCore:
         """The spill store has partition q of stage ``s`` on disk."""
         self.memory.written((s, q))
 
-    def spill_loaded(self, s: int, q: int, snapshot: PartitionSnapshot, now: float
-                     ) -> list[Outgoing]:
-        """Partition q of stage ``s`` is back: its operators' state installed, the input it
-        had on disk back among the pending rows, the catch-up actions that waited for it
-        carried out, then its pending input processed."""
+    def spill_loaded(self, s: int, q: int, snapshot: PartitionSnapshot, now: float,
+                     seq: int = 0) -> list[Outgoing]:
+        """Partition q of stage ``s`` is back (load number ``seq``): its operators' state
+        installed, the input it had on disk back among the pending rows, the catch-up
+        actions that waited for it carried out, then its pending input processed."""
         k = (s, q)
-        if self.memory.loading != k:
-            return []  # it left meanwhile (moved away, or this copy retired)
+        if self.memory.loading != k or seq != self.memory.loads:
+            return []  # it left meanwhile (moved away, retired), or an earlier load's answer
         for op, st in zip(self.plan.stages[s].operators, snapshot.ops, strict=True):
             op.install_partition_state(q, st)
         if snapshot.cons.pending is not None:

@@ -274,12 +274,14 @@ class Spilled:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Loaded:
-    """The spill store read partition q of ``stage`` back (``LoadPartition``)."""
+    """The spill store read partition q of ``stage`` back (``LoadPartition`` number
+    ``seq``)."""
 
     stage: int
     q: int
     snapshot: PartitionSnapshot
     now: float
+    seq: int = 0
 
 
 SiteBoundaryEvent = (FromDriver | Frames | PeerLinked | PeerLost | DialFailed | DriverLost
@@ -667,7 +669,8 @@ class SiteBoundary:
 
     def _loaded(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, Loaded) and self.core is not None
-        return self._sends(self.core.spill_loaded(ev.stage, ev.q, ev.snapshot, ev.now))
+        return self._sends(self.core.spill_loaded(ev.stage, ev.q, ev.snapshot, ev.now,
+                                                  ev.seq))
 
     def _crash(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         return [Crash()]

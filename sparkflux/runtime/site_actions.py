@@ -218,7 +218,7 @@ class Actions:
                 rows = concat([b for t in tables for b in t.to_batches()], tables[0].schema)
                 snap = replace(snap, cons=replace(snap.cons, pending=rows))
             loop.call_soon_threadsafe(host.memory_step, Loaded(
-                stage=msg.stage, q=msg.q, snapshot=snap, now=time.monotonic()))
+                stage=msg.stage, q=msg.q, snapshot=snap, now=time.monotonic(), seq=msg.seq))
 
         self._spill_store().get_with_tables_async(spill_name(msg.stage, msg.q), inputs) \
             .add_done_callback(read)

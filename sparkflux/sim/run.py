@@ -386,14 +386,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 case Send(message=SpillInput(stage=st, q=q, rows=rows)):
                     disk_in.setdefault((process[src], st, q), []).append(rows)
                     spills[1] += 1
-                case Send(message=LoadPartition(stage=st, q=q)):
+                case Send(message=LoadPartition(stage=st, q=q, seq=seq)):
                     part = disk.pop((process[src], st, q))
                     snap, rows = part.snapshot, disk_in.pop((process[src], st, q), [])
                     if rows:
                         snap = replace(snap, cons=replace(
                             snap.cons, pending=concat(rows, rows[0].schema)))
                     io_due.append((step + int(rng.integers(io_lo, io_hi + 1)), src,
-                                   process[src], (st, q, snap)))
+                                   process[src], (st, q, snap, seq)))
                 case Send(message=StoredPartition() as part, channel=Channel.STORE):
                     name = part_name(part.checkpoint, part.stage, part.q)
                     store[name] = part
@@ -628,7 +628,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     if k in crashed_now or k in hung or process.get(k) != proc:
                         continue  # its process is gone (or frozen: it waits)
                     ev = what if isinstance(what, Spilled) else Loaded(
-                        stage=what[0], q=what[1], snapshot=what[2], now=float(step))
+                        stage=what[0], q=what[1], snapshot=what[2], now=float(step),
+                        seq=what[3])
                     site_do(k, sites[k].handle(ev))
                 if step % failures.memory_every == 0:
                     for k in sorted(sites):

@@ -131,12 +131,13 @@ def test_mutation_a_load_drops_the_pending_input(monkeypatch: pytest.MonkeyPatch
     """The partition comes back without the rows it received while on disk."""
     real = SiteCore.spill_loaded
 
-    def dropping(self: SiteCore, s: int, q: int, snapshot: Any, now: float) -> Any:
+    def dropping(self: SiteCore, s: int, q: int, snapshot: Any, now: float,
+                 seq: int = 0) -> Any:
         cons = self.cons[s]
         cons.pending = [b.filter(pa.array(b.column("_part").to_numpy() != q))
                         for b in cons.pending]
         cons._lowest = {}
-        return real(self, s, q, snapshot, now)
+        return real(self, s, q, snapshot, now, seq)
 
     monkeypatch.setattr(SiteCore, "spill_loaded", dropping)
     caught(monkeypatch, baseline, "seed", "a load drops the pending input")

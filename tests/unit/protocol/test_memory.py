@@ -100,3 +100,30 @@ def test_the_input_a_spilled_partition_receives_comes_back_with_it() -> None:
     assert m.spilled == {A: 220, B: 100} and m.spilled_bytes == 320
     m.budget = 420  # C, D and A with its input fit: 420 bytes
     assert m.plan(0.1, SIZES, other=0) == [Load(A)]
+
+
+def test_a_late_answer_to_an_earlier_load_is_not_taken_for_the_current_one() -> None:
+    """``SiteCore`` under a budget below anything (its partitions are empty): they go to
+    disk but the last; once
+    written, the head comes back in turn (``LoadPartition`` number 1). An answer numbered
+    otherwise (an earlier load of the same partition, come late) installs nothing."""
+    from sparkflux.dataflow.placement import Layout
+    from sparkflux.protocol.messages import SPILL, LoadPartition, StoredPartition
+    from sparkflux.protocol.site import SiteCore
+    from sparkflux.sim.workload import tiny_plan
+
+    plan = tiny_plan()[0]
+    core = SiteCore(2, plan, Layout(plan.sites, plan.partitions, 2))
+    core.memory.budget = -1
+    spilled = {(m.stage, m.q): m for o in core.memory_tick(0.0)
+               if isinstance(m := o.message, StoredPartition) and m.checkpoint == SPILL}
+    assert spilled and core.memory.loading is None
+    for s, q in spilled:
+        core.spill_written(s, q)
+    [load] = [o.message for o in core.memory_tick(1.0) if isinstance(o.message, LoadPartition)]
+    assert load.seq == core.memory.loads == 1
+    snap = spilled[(load.stage, load.q)].snapshot
+    assert core.spill_loaded(load.stage, load.q, snap, 1.1, seq=0) == []
+    assert core.memory.loading == (load.stage, load.q)  # still waiting for its own answer
+    core.spill_loaded(load.stage, load.q, snap, 1.2, seq=1)
+    assert core.memory.loading is None and (load.stage, load.q) in core.memory.resident
