@@ -202,8 +202,10 @@ class NullSink(Sink):
 
 class DeadLetters:
     """The dead-letter output: one JSON object per rejected record, with its reason. Each
-    call's lines go to the file at once, in one write: a crash of the driver leaves every
-    line written whole."""
+    call's lines go to the file at once, in one unbuffered write: a crash of the driver
+    leaves every line before it whole. A SIGKILL landing inside that write may tear its
+    last line (Linux stops a write to a file between pages on a fatal signal): a last line
+    without its newline is such a tail, and a restart from a checkpoint cuts it off."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None

@@ -102,7 +102,8 @@ while True:
 
 def test_a_sigkilled_writer_leaves_every_published_row_readable(tmp_path: Path) -> None:
     """A process writing as fast as it can, SIGKILLed: the output reads (whole parts, in
-    order, from row 0), and every dead-letter line is whole JSON."""
+    order, from row 0), and every dead-letter line ended by its newline is whole JSON, in
+    order (only a last unterminated tail may be torn)."""
     out, dead = tmp_path / "out.parquet", tmp_path / "out.dead-letter.jsonl"
     code = WRITER.format(root=str(ROOT), out=str(out), dead=str(dead))
     with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
@@ -113,9 +114,13 @@ def test_a_sigkilled_writer_leaves_every_published_row_readable(tmp_path: Path) 
         assert proc.wait(10) == -signal.SIGKILL
     ks = pq.read_table(out).column("k").to_pylist()
     assert len(ks) >= 5000 and len(ks) % 1000 == 0 and ks == list(range(len(ks)))
-    lines = dead.read_bytes().split(b"\n")
-    assert lines[-1] == b"" and len(lines) > 2000
-    assert [json.loads(line)["record"]["n"] for line in lines[:-1]][:3] == [0, 1, 2]
+    # every line whole, but a last one without its newline: a kill inside a write (Linux
+    # stops a write to a file between pages on a fatal signal) may tear that one
+    lines = dead.read_bytes().split(b"\n")[:-1]
+    assert len(lines) > 2000
+    # (each batch of 100 rows rejects its first 40)
+    assert [json.loads(line)["record"]["n"] for line in lines] == [
+        100 * (j // 40) + j % 40 for j in range(len(lines))]
 
 
 def test_the_dead_letters_are_written_at_once(tmp_path: Path) -> None:
