@@ -127,6 +127,12 @@ def encode_message(msg: Any) -> list[Any]:
 
 
 # -- decoding ----------------------------------------------------------------------------------
+def aligned(buf: pa.Buffer) -> pa.Buffer:
+    """``buf``, copied if it does not start 8-aligned (a slice of a frame): Arrow's compute
+    kernels want the buffers of the arrays read from it aligned."""
+    return pa.py_buffer(bytes(buf)) if buf.address % 8 else buf
+
+
 class _Reader:
     def __init__(self, buffers: list[memoryview]) -> None:
         self.buffers = buffers
@@ -152,10 +158,8 @@ class _Reader:
                 raise DecodeError("array size does not match its buffer")
             return np.frombuffer(buf, dtype=dtype, count=count).reshape(head[1]).copy()
         if code in (EXT_TABLE, EXT_BATCH):
-            buf = pa.py_buffer(self._buffer(msgpack.unpackb(data)))
-            if buf.address % 8:  # a slice of the frame: Arrow's kernels want aligned buffers
-                buf = pa.py_buffer(bytes(buf))
-            reader = pa.ipc.open_stream(buf)
+            reader = pa.ipc.open_stream(aligned(pa.py_buffer(
+                self._buffer(msgpack.unpackb(data)))))
             if any(isinstance(f.type, pa.ExtensionType) for f in reader.schema):
                 raise DecodeError("Arrow extension types are refused on the wire")
             table = reader.read_all()

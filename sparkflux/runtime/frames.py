@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflux.protocol.messages import Ack, Data, Reverse, Streams
-from sparkflux.runtime.codec import DecodeError, decode_message, encode_message
+from sparkflux.runtime.codec import DecodeError, aligned, decode_message, encode_message
 
 DATA = 1
 ACK = 3
@@ -101,11 +101,9 @@ def decode(kind: int, body: bytes | memoryview, schema_of: dict[int, pa.Schema])
             (p, r, q, sn, wm), off = _arrays(view, DATA_HEADER.size, n, _STREAM_TYPES)
             batch = None
             if rows:
-                off += -off % 8  # the padding that aligns the batch
-                buf = pa.py_buffer(view[off:])
-                if buf.address % 8:  # the body itself is not aligned: a copy is
-                    buf = pa.py_buffer(bytes(buf))
-                batch = pa.ipc.read_record_batch(buf, schema_of[stage])
+                off += -off % 8  # the padding that aligns the batch in an aligned body
+                batch = pa.ipc.read_record_batch(aligned(pa.py_buffer(view[off:])),
+                                                 schema_of[stage])
                 if batch.num_rows != rows:
                     raise FrameError(f"data frame says {rows} rows, holds {batch.num_rows}")
             elif off != view.nbytes:

@@ -25,9 +25,10 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -37,6 +38,17 @@ from sparkflux.runtime.codec import DecodeError, decode_message, encode_message
 
 MAX_SNAPSHOT_BYTES = 8 << 30  # the largest snapshot file read back (a corrupt size stops here)
 _RENAMES = frozenset({"local", "hdfs", "mock"})  # filesystems whose move is an atomic rename
+
+
+T = TypeVar("T")
+
+
+def _ipc(rows: pa.Table | pa.RecordBatch) -> bytes:
+    """``rows`` as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as w:
+        w.write(rows)
+    return sink.getvalue().to_pybytes()
 
 
 class SnapshotError(ValueError):
@@ -82,11 +94,7 @@ class SnapshotStore:
         its operators): encoded on the store's thread too, so the caller's loop pays
         nothing for it."""
         path = self.path(name)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"the snapshot store at {self.uri} is closed")
-            return self._pool.submit(
-                lambda: self._write(path, [bytes(p) for p in encode_message(part)]))
+        return self._call(lambda: self._write(path, [bytes(p) for p in encode_message(part)]))
 
     def put_json(self, name: str, doc: dict[str, Any]) -> Future[int]:
         """Write a JSON document (a manifest) as ``name``, atomically, on the store's thread."""
@@ -94,26 +102,13 @@ class SnapshotStore:
 
     def put_arrow(self, name: str, table: pa.Table) -> Future[int]:
         """Write ``table`` as an Arrow IPC stream (records, not code) on the store's thread."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as w:
-            w.write_table(table)
-        return self._submit(name, [sink.getvalue().to_pybytes()])
+        return self._submit(name, [_ipc(table)])
 
     def put_arrow_owned(self, name: str, batch: pa.RecordBatch) -> Future[int]:
         """``put_arrow`` of rows nobody else holds (a spilled partition's input, taken from
         its pending rows): encoded on the store's thread too."""
         path = self.path(name)
-
-        def write() -> int:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, batch.schema) as w:
-                w.write_batch(batch)
-            return self._write(path, [sink.getvalue().to_pybytes()])
-
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"the snapshot store at {self.uri} is closed")
-            return self._pool.submit(write)
+        return self._call(lambda: self._write(path, [_ipc(batch)]))
 
     def get_arrow(self, name: str) -> pa.Table:
         """A table ``put_arrow`` wrote (SnapshotError if it is not one), in buffers of the
@@ -127,17 +122,18 @@ class SnapshotStore:
 
     def delete_async(self, prefix: str) -> Future[None]:
         """``delete`` on the store's thread, after the writes submitted before it."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"the snapshot store at {self.uri} is closed")
-            return self._pool.submit(self.delete, prefix)
+        return self._call(lambda: self.delete(prefix))
 
     def _submit(self, name: str, pieces: list[bytes]) -> Future[int]:
         path = self.path(name)
+        return self._call(lambda: self._write(path, pieces))
+
+    def _call(self, fn: Callable[[], T]) -> Future[T]:
+        """``fn`` on the store's thread, after everything submitted before it."""
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"the snapshot store at {self.uri} is closed")
-            return self._pool.submit(self._write, path, pieces)
+            return self._pool.submit(fn)
 
     def _write(self, path: str, pieces: list[bytes]) -> int:
         parent = path.rsplit("/", 1)[0]
@@ -156,13 +152,13 @@ class SnapshotStore:
     # -- reading ------------------------------------------------------------------------------
     def get_async(self, name: str) -> Future[StoredPartition]:
         """``get`` on the writer's thread: after every write submitted before it."""
-        return self._pool.submit(self.get, name)
+        return self._call(lambda: self.get(name))
 
     def get_with_tables_async(self, name: str, tables: list[str]
                               ) -> Future[tuple[StoredPartition, list[pa.Table]]]:
         """``get`` of ``name`` and ``get_arrow`` of each of ``tables``, on the writer's
         thread (after every write submitted before it): a spilled partition and its input."""
-        return self._pool.submit(lambda: (self.get(name), [self.get_arrow(t) for t in tables]))
+        return self._call(lambda: (self.get(name), [self.get_arrow(t) for t in tables]))
 
     def get(self, name: str) -> StoredPartition:
         """The partition stored as ``name`` (SnapshotError if it is not one)."""
