@@ -82,14 +82,18 @@ from sparkflux.control.events import (
     Suspected,
     Tick,
 )
+from sparkflux.control.eventual import InputEpisodes, Released
 from sparkflux.control.standby_wait import standby_wait
 from sparkflux.control.watchdog import SILENT_S, InputState, StageLow, Standing
 from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.dataflow.ports import encode_source, source_rows_schema
+from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import Progress
+from sparkflux.model.schema import SRC
 from sparkflux.model.validate import Rejected, validate
 from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.consistency import Eventual
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.errors import ProtocolError
@@ -106,6 +110,7 @@ from sparkflux.protocol.messages import (
     Rejoin,
     Retain,
     Retaining,
+    Tentative,
 )
 from sparkflux.protocol.sequencer import Sequencer
 
@@ -264,10 +269,17 @@ class AdoptProcess:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deliver:
-    """Output rows, in order, for the sink (possibly none: progress alone)."""
+    """Output rows, in order, for the sink (possibly none: progress alone).
+
+    ``op`` (``--consistency eventual``, ``protocol/consistency.py``): ``insert``, stable
+    rows (``correction``: an episode's, replacing its tentative ones); ``tentative``, rows
+    made from incomplete input; ``undo``, every tentative row so far is void; ``rec_done``,
+    the episode's corrections are all delivered."""
 
     batch: pa.RecordBatch
     progress: Progress
+    op: Literal["insert", "tentative", "undo", "rec_done"] = "insert"
+    correction: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -308,7 +320,7 @@ class Boundary:
     """Controller + ingress + egress of one run; no I/O. One entry point: ``handle``."""
 
     def __init__(self, plan: PhysicalPlan, layout: Layout, controller: Controller,
-                 end_with_output: bool = True) -> None:
+                 end_with_output: bool = True, eventual: Eventual | None = None) -> None:
         self.plan = plan
         # A run ends with its output: the controller then ignores the sites' departures.
         # The simulator keeps going past it, so that recoveries it schedules late still run.
@@ -320,6 +332,17 @@ class Boundary:
             lambda i, rows: encode_source(ports, rows_schema, ports[i], rows)))
         self.ingress = Ingress(plan, layout)
         self.egress = Egress(plan, layout)
+        # --consistency eventual: the input's failure episodes (``control/eventual.py``)
+        self.episodes: InputEpisodes | None = None
+        if eventual is not None:
+            if plan.isn_span is not None:
+                raise PlanError("--consistency eventual needs the sources read by the driver: "
+                                "a file source read on the sites (site_read) has no records "
+                                "for it to send tentatively; read it on the driver or use "
+                                "--consistency strict")
+            self.episodes = InputEpisodes(eventual, self.sequencer, self.ingress,
+                                          self.egress,
+                                          pa.RecordBatch.from_pylist([], schema=rows_schema))
         self.dead: set[int] = set()  # slots whose process failed and is not replaced yet
         self.registered: dict[int, int] = {}  # slot -> the slot its process registered for
         self._collecting: dict[int, int] = {}  # slot -> the round its next heartbeat answers
@@ -333,6 +356,8 @@ class Boundary:
         self._split_at: float | None = None
         self._split_sn: int | None = None
         self.failed: str | None = None  # why the run cannot go on, once it cannot
+        self.hold = 0.0  # the longest a record waited in the sequencer for its stable release
+        self.clock = 0.0  # the input's clock (``Input.now``, ``Tick.wall``): its latest reading
         # the checkpoints taken (docs/design.md §9): the host sets keep and timeout
         self.checkpoints = Checkpoints(len(plan.stages), plan.partitions, fingerprint(plan))
 
@@ -461,6 +486,9 @@ class Boundary:
                         ev.fixed, ev.start_s, ev.adoptions_s, ev.executor_start_s)
                 case _:
                     out += self._controller(self.controller.handle(ev))
+                    if isinstance(ev, Tick) and self.episodes is not None:
+                        self.clock = ev.now if ev.wall is None else ev.wall
+                        out += self._judge(self.clock, None)
         return out
 
     def _registered(self, ev: Registered) -> list[BoundaryAction]:
@@ -509,6 +537,12 @@ class Boundary:
                     now=now)))]
             case Data():
                 return self._data(slot, msg)
+            case Tentative(rows=rows, epoch=epoch) if self.episodes is not None:
+                ep = self.episodes.episode
+                if epoch != ep.epoch or not self.episodes.open or rows is None:
+                    return []  # an episode that is over (or a claim alone)
+                return [Deliver(batch=rows.drop_columns([SRC]), progress=self.egress.progress,
+                                op="tentative")]
         return self._abort(f"the driver got an unexpected {type(msg).__name__} message "
                            f"from site {slot}")
 
@@ -521,12 +555,40 @@ class Boundary:
         if d is None:
             return out
         out.append(Deliver(batch=d.batch, progress=d.progress))
-        out += self._due(self.checkpoints.delivered(d.progress.sn))
+        if self.episodes is not None:
+            out += self._reconcile(d.progress, self.clock)
+        out += self._due(self.checkpoints.delivered(self._sunk()))
         if self.egress.ended:
             if self.end_with_output:
                 self.controller.handle(Finished())
             out.append(OutputEnded())
         return out
+
+    def _sunk(self) -> int:
+        """The SN every row at or below which the sinks have (a checkpoint's test): the
+        egress's progress, or the last row before an open episode's held corrections."""
+        sn = self.egress.progress.sn
+        return sn if self.egress.holding is None else min(sn, self.egress.holding)
+
+    def _reconcile(self, progress: Progress, now: float) -> list[BoundaryAction]:
+        """An episode whose stable output has passed its heal point ends: ``undo``, the
+        corrections held, ``rec_done``, and the sites drop its branches."""
+        assert self.episodes is not None
+        live = [s for s in sorted(self.controller.view.members) if s not in self.dead]
+        done = self.episodes.caught_up(now, live)
+        if done is None:
+            return []
+        rows, tell = done
+        none = pa.RecordBatch.from_pylist([], schema=self.plan.output_schema)
+        out: list[BoundaryAction] = [Deliver(batch=none, progress=progress, op="undo")]
+        if rows is not None:
+            out.append(Deliver(batch=rows, progress=progress, correction=True))
+        out.append(Deliver(batch=none, progress=progress, op="rec_done"))
+        return out + self._sends(tell)
+
+    def _judge(self, now: float, released: Released | None) -> list[BoundaryAction]:
+        assert self.episodes is not None
+        return list(self._sends(self.episodes.judge(now, released, self.dead)))
 
     def _heartbeat(self, ev: HeartbeatFrom) -> list[BoundaryAction]:
         out = self._controller(self.controller.handle(
@@ -555,7 +617,8 @@ class Boundary:
     def _admit(self, stream: int, batch: pa.RecordBatch | list[dict[str, Any]], now: float
                ) -> list[BoundaryAction]:
         good, rejected = validate(batch, self.plan.source_schemas[stream])
-        late = self.sequencer.offer(stream, good)
+        self.clock = max(self.clock, now)
+        late = self.sequencer.offer(stream, good, now)
         out: list[BoundaryAction] = []
         if rejected or late:
             out.append(Rejects(rejected=tuple(rejected + late)))
@@ -572,11 +635,19 @@ class Boundary:
 
     def _release(self, now: float) -> list[BoundaryAction]:
         """Number and send what the sequencer can release (in its merged order)."""
-        wm = self.sequencer.watermark()
-        released = self.sequencer.release()
-        if released is None:
-            return []
-        return self._sends(self.ingress.admit(released[0], now, wm))
+        seq = self.sequencer
+        wm = seq.watermark()
+        released = seq.release()
+        out: list[BoundaryAction] = []
+        done = None
+        if released is not None:
+            done = Released(released[0], released[1], seq.released_et, seq.released_at)
+            if done.arrived.size:
+                self.hold = max(self.hold, now - float(done.arrived.min()))
+            out += self._sends(self.ingress.admit(released[0], now, wm, arrived=done.arrived))
+        if self.episodes is not None:
+            out += self._judge(now, done)
+        return out
 
     # -- checkpoints (docs/design.md §9) -------------------------------------------------------
     def _take_checkpoint(self, ev: TakeCheckpoint) -> list[BoundaryAction]:
@@ -765,13 +836,13 @@ class Boundary:
 
 def boundary_for(plan: PhysicalPlan, replicas: int,
                  options: ControlOptions = ControlOptions(),  # noqa: B008 - frozen
-                 end_with_output: bool = True) -> Boundary:
+                 end_with_output: bool = True, eventual: Eventual | None = None) -> Boundary:
     """A boundary with a fresh controller over chained declustering of ``replicas`` copies,
-    run as ``options`` say."""
+    run as ``options`` say (``eventual``: ``--consistency eventual``)."""
     layout = Layout(plan.sites, plan.partitions, replicas)
     controller = Controller(plan.sites, ha=replicas > 1, layout=layout,
                             stages=len(plan.stages), options=options)
-    return Boundary(plan, layout, controller, end_with_output)
+    return Boundary(plan, layout, controller, end_with_output, eventual)
 
 
 __all__ = ["Answer", "Boundary", "BoundaryAction", "BoundaryEvent", "boundary_for"]

@@ -83,7 +83,12 @@ class Suspected:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
+    """The driver's clock. ``wall``: the same moment on the wall clock the input's arrival
+    times are read on (eventual consistency judges its delay bound by it); None: ``now``
+    is that clock too (the simulator's steps)."""
+
     now: float
+    wall: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -104,13 +104,23 @@ class Source(ABC):
 
 
 class Sink(ABC):
-    """Receives the egress output: exactly once, in SN order."""
+    """Receives the egress output: exactly once, in SN order.
+
+    With ``--consistency eventual``, a sink whose ``tentative`` is true gets every delivery
+    through ``write_ops`` instead of ``write``: stable rows, tentative rows and the
+    episodes' ``undo`` and ``rec_done``, each batch with a column ``_op``
+    (``io/tentative_output.py``). Every other sink gets the stable rows alone."""
+
+    tentative: bool = False
 
     def open(self, schema: pa.Schema) -> None:  # noqa: B027 (optional hook)
         """Called once before the first batch."""
 
     @abstractmethod
     def write(self, batch: pa.RecordBatch) -> None: ...
+
+    def write_ops(self, batch: pa.RecordBatch) -> None:  # noqa: B027 (optional hook)
+        """A sink with ``tentative``: a delivery of any kind, its rows marked in ``_op``."""
 
     def poll(self) -> None:  # noqa: B027 (optional hook)
         """Called about every ``POLL_S`` seconds between writes, whether or not rows arrive:

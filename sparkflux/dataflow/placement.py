@@ -331,6 +331,14 @@ class Layout:
         """``[P, C]``: the copies that are gone: on a failed site, or ``NOWHERE``."""
         return np.isin(self._site, [*dead_sites, NOWHERE])
 
+    def first_live(self, dead_sites: Iterable[int]) -> np.ndarray:
+        """``[P]``: the site of each partition's first copy on a live site, ``NOWHERE`` for a
+        partition with none (where tentative rows go: ``protocol/tentative.py``)."""
+        live = ~self.dead(dead_sites)
+        first = np.argmax(live, axis=1)
+        sites = self._site[np.arange(self.partitions), first]
+        return np.where(live.any(axis=1), sites, NOWHERE).astype(np.int32)
+
     def move(self, part: int, replica: int, site: int) -> None:
         """Re-place one copy (``NOWHERE``: retire it); the others must live elsewhere (never
         two on one site)."""

@@ -14,6 +14,11 @@ on fixed SN ranges as ``TableSink`` does, not on the ranges of the calls.
 driver's event loop, between deliveries: a slow function slows the output (and, through
 flow control, nothing else: admission never waits for the output); an exception stops the
 run with its traceback.
+
+``tentative=True`` (``--consistency eventual``): ``fn`` gets every delivery, each batch
+with a column ``_op`` (``insert``, ``tentative``, ``undo``, ``rec_done``;
+``io/tentative_output.py``); the ``undo`` and ``rec_done`` markers come as one row with
+every other column null, and a range of ``(-1, -1)``. Otherwise the stable rows alone.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparkflux.dataflow.api import Sink
+from sparkflux.io.tentative_output import OP
 from sparkflux.model.schema import SN, SNM, TIMING_COLUMNS
 
 
@@ -31,8 +37,9 @@ class ForeachBatchSink(Sink):
     """Calls ``fn(batch, first_sn, last_sn)`` for every output batch (see the module)."""
 
     def __init__(self, fn: Callable[[Any, int, int], None], *, spark: Any = None,
-                 sequence_columns: bool = True) -> None:
+                 sequence_columns: bool = True, tentative: bool = False) -> None:
         self.fn = fn
+        self.tentative = tentative
         self.spark = spark
         self.sequence_columns = sequence_columns
         self._keep: list[str] = []
@@ -46,7 +53,15 @@ class ForeachBatchSink(Sink):
             return
         sn = batch.column(SN)
         first, last = sn[0].as_py(), sn[-1].as_py()
-        rows = batch.select(self._keep)
+        self._call(batch.select(self._keep), first, last)
+
+    def write_ops(self, batch: pa.RecordBatch) -> None:
+        marker = batch.column(OP)[0].as_py() in ("undo", "rec_done")
+        first, last = (-1, -1) if marker else (batch.column(SN)[0].as_py(),
+                                                batch.column(SN)[-1].as_py())
+        self._call(batch.select([*self._keep, OP]), first, last)
+
+    def _call(self, rows: pa.RecordBatch, first: int, last: int) -> None:
         if self.spark is not None:
             self.fn(self.spark.createDataFrame(pa.Table.from_batches([rows])), first, last)
         else:
@@ -54,6 +69,7 @@ class ForeachBatchSink(Sink):
 
 
 def foreach_batch(fn: Callable[[Any, int, int], None], *, spark: Any = None,
-                  sequence_columns: bool = True) -> ForeachBatchSink:
+                  sequence_columns: bool = True, tentative: bool = False) -> ForeachBatchSink:
     """``stream.sink(foreach_batch(fn))``: see ``ForeachBatchSink``."""
-    return ForeachBatchSink(fn, spark=spark, sequence_columns=sequence_columns)
+    return ForeachBatchSink(fn, spark=spark, sequence_columns=sequence_columns,
+                            tentative=tentative)

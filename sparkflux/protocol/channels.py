@@ -44,6 +44,7 @@ from sparkflux.protocol.messages import (
     Keepalive,
     LoadPartition,
     PSync,
+    Reconciled,
     Rejoin,
     Retain,
     Retaining,
@@ -51,6 +52,7 @@ from sparkflux.protocol.messages import (
     SpillInput,
     State,
     StoredPartition,
+    Tentative,
 )
 
 
@@ -67,6 +69,8 @@ class Channel(Enum):
 ROUTES: dict[type, tuple[Channel, bool]] = {
     Data: (Channel.LINK, True),
     Cut: (Channel.LINK, True),  # a checkpoint's cut keeps its place among the rows
+    Tentative: (Channel.LINK, True),
+    Reconciled: (Channel.LINK, True),  # after the tentative rows of its episode
     Retaining: (Channel.LINK, True),
     PSync: (Channel.LINK, True),
     CuDone: (Channel.LINK, True),

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from sparkflux.dataflow.placement import Layout
 from sparkflux.dataflow.plan import PhysicalPlan
+from sparkflux.model.batch import split_at_sn
 from sparkflux.model.progress import NO_WATERMARK, Progress
 from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.messages import SRC, ConsumerSnapshot, Data, Outgoing, PSync
@@ -38,6 +39,10 @@ class Egress:
                                 wire_schema(plan.output_schema), name="the output (egress)")
         self.delivered = 0
         self.progress = Progress()
+        # An open failure episode (``consistency.py``): stable rows above ``holding`` are
+        # corrections, held here until the episode reconciles (then delivered whole).
+        self.holding: int | None = None
+        self.corrections: list[pa.RecordBatch] = []
 
     @property
     def ended(self) -> bool:
@@ -52,6 +57,10 @@ class Egress:
         rows, f_sn, f_wm = rel
         self.progress = Progress(int(f_sn[0]), int(f_wm[0]))
         out = rows.drop_columns([SRC])
+        if self.holding is not None and out.num_rows:
+            out, later = split_at_sn(out, self.holding)
+            if later.num_rows:
+                self.corrections.append(later)
         self.delivered += out.num_rows
         return Delivery(out, self.progress), acks
 

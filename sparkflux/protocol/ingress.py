@@ -22,6 +22,7 @@ from sparkflux.model.schema import PART, SN, SNM, T0
 from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin, Retaining
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import ingress_roles
+from sparkflux.protocol.tentative import tentative_sends
 
 # The ingress's steps are stateless (a stateful one needs an exchange before it): they get
 # no progress to react to.
@@ -44,7 +45,8 @@ class Ingress:
         self.watermark = NO_WATERMARK
         self.ended = False
 
-    def admit(self, batch: pa.RecordBatch, now: float, watermark: int) -> list[Outgoing]:
+    def admit(self, batch: pa.RecordBatch, now: float, watermark: int,
+              arrived: np.ndarray | None = None) -> list[Outgoing]:
         """Number, route and send a batch of records (``source_rows_schema``: each source's
         columns and ``_port``, its source), in the order the sequencer released them;
         ``watermark``: no later record has an event time below it.
@@ -70,7 +72,8 @@ class Ingress:
             first, taken = self.next_isn + ends - spans, int(ends[-1]) if n else 0
         system = {SN: pa.array(first),
                   SNM: pa.array(np.zeros(n, dtype=np.int64)),
-                  T0: pa.array(np.full(n, now, dtype=np.float64)),
+                  T0: pa.array(np.full(n, now, dtype=np.float64) if arrived is None
+                               else arrived.astype(np.float64)),
                   PART: pa.array(part)}
         schema = self.program.in_schema
         numbered = pa.RecordBatch.from_arrays(
@@ -80,6 +83,27 @@ class Ingress:
         self.records += n
         out, _ = self.program.run(numbered, _STATELESS, hold=False)
         return self._send(out)
+
+    def tentative(self, batch: pa.RecordBatch, arrived: np.ndarray, tsn: np.ndarray,
+                  sn: int, watermark: int, epoch: int, first_live: np.ndarray
+                  ) -> list[Outgoing]:
+        """Tentative rows of episode ``epoch`` (``protocol/consistency.py``): records in the
+        sequencer's order that have no stable SN yet, numbered ``tsn`` and stamped with their
+        arrival, routed as stable rows are, and sent to the first live copy of each
+        first-stage partition (``first_live``, per partition) without FH-Prod: nothing keeps
+        or resends them. Every such site gets the claim ``(sn, watermark)``, rows or not."""
+        n = batch.num_rows
+        system = {SN: pa.array(tsn), SNM: pa.array(np.zeros(n, dtype=np.int64)),
+                  T0: pa.array(arrived.astype(np.float64)),
+                  PART: pa.array(np.full(n, -1, dtype=np.int32))}
+        schema = self.program.in_schema
+        numbered = pa.RecordBatch.from_arrays(
+            [system[f.name] if f.name in system else batch.column(f.name) for f in schema],
+            schema=schema)
+        out, _ = self.program.run(numbered, _STATELESS, hold=False)
+        src = out.schema.get_field_index(SRC)
+        out = out.set_column(src, SRC, pa.array(np.zeros(out.num_rows, np.int32)))
+        return tentative_sends(out, first_live, 0, epoch, sn, watermark)
 
     def restore(self, next_isn: int, records: int, watermark: int) -> None:
         """A restart from a checkpoint cut at ``next_isn - 1``: numbering goes on after the

@@ -263,8 +263,33 @@ class Keepalive:
     unreachable (``protocol/site_boundary.py``); never given to the core."""
 
 
+@dataclass(frozen=True, slots=True)
+class Tentative:
+    """Tentative rows for ``stage`` (Borealis' tentative tuples; ``protocol/consistency.py``):
+    input the ingress released without a failed source's records, and whatever the stages
+    made of it, numbered apart from the stable SNs. They go to the first live copy of each
+    consumer partition only, best effort (no acknowledgement, no replay: the stable rows
+    replace them). ``stage`` = the number of stages: to the egress. ``sn``/``wm``: the
+    sender's claim, the tentative frontier its rows are complete up to."""
+
+    stage: int
+    epoch: int
+    rows: pa.RecordBatch | None
+    sn: int
+    wm: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """Driver -> every site: failure episode ``epoch`` is over (its stable rows have reached
+    the output): drop the tentative branches of that episode and any older one."""
+
+    epoch: int
+
+
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
-           | Rejoin | CuDone | Cut | StoredPartition | LoadPartition | SpillInput)
+           | Rejoin | CuDone | Cut | StoredPartition | LoadPartition | SpillInput | Tentative
+           | Reconciled)
 # Whatever a connection carries: a protocol message, a controller's message or a keepalive.
 Frame = Message | ControlMessage | Keepalive
 

@@ -25,6 +25,11 @@ each stream when the streams' event times advance together.
 
 A stream without an event-time column (only possible as the only stream) is released as it
 arrives.
+
+The sequencer also keeps when each held record arrived: how long the oldest has waited is
+what eventual consistency's delay bound is judged by (``consistency.py``), and a released
+record's arrival is the start of its latency. ``peek`` shows held records in a range of the
+merged order without releasing them: the tentative rows of a failure episode.
 """
 
 from __future__ import annotations
@@ -57,7 +62,14 @@ class Sequencer:
         self.ended = np.zeros(n, dtype=bool)
         self.held: list[list[pa.RecordBatch]] = [[] for _ in range(n)]
         self.held_rows = np.zeros(n, dtype=np.int64)
+        self.held_at: list[np.ndarray] = [_NO_TIMES for _ in range(n)]  # arrival, per row
+        self.held_et: list[np.ndarray] = [_NO_ETS for _ in range(n)]  # event time, per row
+        # when each stream last brought records (NaN until the first input of any stream)
+        self.heard_at = np.full(n, np.nan)
         self.align = align or (lambda _, b: b)
+        # the last release's event time and arrival per row (in its order)
+        self.released_et: np.ndarray = _NO_TIMES.astype(np.int64)
+        self.released_at: np.ndarray = _NO_TIMES
 
     # -- the streams' watermarks --------------------------------------------------------------
     def watermarks(self) -> np.ndarray:
@@ -81,17 +93,19 @@ class Sequencer:
         return int(open_[np.lexsort((open_, wm))[0]])
 
     # -- input ---------------------------------------------------------------------------------
-    def offer(self, stream: int, batch: pa.RecordBatch) -> list[Rejected]:
-        """Take a batch of stream ``stream`` (valid records, in the stream's order); returns
-        the late ones, rejected."""
+    def offer(self, stream: int, batch: pa.RecordBatch, now: float = 0.0) -> list[Rejected]:
+        """Take a batch of stream ``stream`` (valid records, in the stream's order) that
+        arrived at ``now``; returns the late ones, rejected."""
         spec = self.streams[stream]
         if self.ended[stream]:
             raise ValueError(f"source {spec.name!r}: input after its end")
         if batch.num_rows == 0:
             return []
+        if np.isnan(self.heard_at).all():  # the input starts: every stream's silence with it
+            self.heard_at[:] = now
+        self.heard_at[stream] = now
         if spec.event_time is None:
-            self.held[stream].append(batch)
-            self.held_rows[stream] += batch.num_rows
+            self._hold(stream, batch, now, _NO_ETS)
             return []
         et = batch.column(spec.event_time).cast(pa.int64()).to_numpy(zero_copy_only=False)
         # each record against the watermark of the records before it (its stream's running max)
@@ -110,9 +124,20 @@ class Sequencer:
             et = et[~late]
         if et.size:
             self.max_et[stream] = max(int(self.max_et[stream]), int(et.max()))
-            self.held[stream].append(batch)
-            self.held_rows[stream] += batch.num_rows
+            self._hold(stream, batch, now, et)
         return rejected
+
+    def _hold(self, stream: int, batch: pa.RecordBatch, now: float, et: np.ndarray) -> None:
+        self.held[stream].append(batch)
+        self.held_rows[stream] += batch.num_rows
+        self.held_at[stream] = np.r_[self.held_at[stream], np.full(batch.num_rows, now)]
+        if et.size:
+            self.held_et[stream] = np.r_[self.held_et[stream], et.astype(np.int64)]
+
+    def oldest(self) -> float | None:
+        """When the longest-held record arrived (None: nothing is held)."""
+        firsts = [float(a.min()) for a in self.held_at if a.size]
+        return min(firsts) if firsts else None
 
     def end(self, stream: int) -> None:
         self.ended[stream] = True
@@ -127,6 +152,11 @@ class Sequencer:
         self.held = [[h] if h is not None and h.num_rows else [] for h in held]
         self.held_rows = np.array([h.num_rows if h is not None else 0 for h in held],
                                   dtype=np.int64)
+        self.held_at = [np.zeros(int(n)) for n in self.held_rows]
+        self.held_et = [_NO_ETS if h is None or not h.num_rows or s.event_time is None
+                        else h.column(s.event_time).cast(pa.int64()).to_numpy(
+                            zero_copy_only=False)
+                        for h, s in zip(held, self.streams, strict=True)]
 
     # -- output --------------------------------------------------------------------------------
     def release(self) -> tuple[pa.RecordBatch, np.ndarray] | None:
@@ -134,30 +164,50 @@ class Sequencer:
         stream's rows through ``align`` first), with the stream of each row; None if none."""
         if self.streams[0].event_time is None:
             return self._release_all_unordered()
+        return self._take(NO_BOUND, self.bound(), remove=True)
+
+    def bound(self, without: frozenset[int] = frozenset()) -> tuple[int, int]:
+        """The lowest ``(wm_j, j)`` over the open streams (but ``without``): a record
+        ``(et, i)`` at or below it is certain, as far as those streams go. With no stream
+        left, the end of the order."""
         wm = self.watermarks()
-        open_ = np.flatnonzero(~self.ended)
-        # the lowest (wm_j, j) over the open streams: a record (et, i) at or below it is certain
+        open_ = np.array([j for j in np.flatnonzero(~self.ended) if j not in without],
+                         dtype=np.int64)
         if open_.size:
             k = open_[np.lexsort((open_, wm[open_]))[0]]
-            bound_et, bound_stream = int(wm[k]), int(k)
-        else:
-            bound_et, bound_stream = END_OF_STREAM, len(self.streams)
-        ets, streams, rows = [], [], []
-        for i, spec in enumerate(self.streams):
+            return int(wm[k]), int(k)
+        return END_OF_STREAM, len(self.streams)
+
+    def peek(self, low: tuple[int, int], high: tuple[int, int], arrived_by: float = np.inf
+             ) -> tuple[pa.RecordBatch, np.ndarray] | None:
+        """The held records ``(et, i)`` with ``low < (et, i) <= high`` that arrived by
+        ``arrived_by``, in the merged order, still held (``released_et``/``released_at``
+        describe them); None if none."""
+        return self._take(low, high, remove=False, arrived_by=arrived_by)
+
+    def _take(self, low: tuple[int, int], high: tuple[int, int], remove: bool,
+              arrived_by: float = np.inf) -> tuple[pa.RecordBatch, np.ndarray] | None:
+        ets, streams, rows, ats = [], [], [], []
+        for i in range(len(self.streams)):
             if not self.held_rows[i]:
                 continue
-            batch = concat(self.held[i]) if len(self.held[i]) > 1 else self.held[i][0]
-            et = batch.column(spec.event_time).cast(pa.int64()).to_numpy(zero_copy_only=False)
-            go = (et < bound_et) | ((et == bound_et) & (i <= bound_stream))
-            if not go.any():
-                self.held[i] = [batch]
+            et = self.held_et[i]
+            go = _within(et, i, low, high) & (self.held_at[i] <= arrived_by)
+            n = int(go.sum())
+            if not n:
                 continue
-            if go.all():
-                out, self.held[i] = batch, []
+            if go[:n].all():  # a prefix of the held records (the usual case): no copy
+                out, rest = _split(self.held[i], n)
             else:
-                out = batch.filter(pa.array(go))
-                self.held[i] = [batch.filter(pa.array(~go))]
-            self.held_rows[i] -= out.num_rows
+                batch = concat(self.held[i]) if len(self.held[i]) > 1 else self.held[i][0]
+                out, rest = batch.filter(pa.array(go)), [batch.filter(pa.array(~go))]
+            if remove:
+                self.held[i] = rest
+                self.held_rows[i] -= n
+            ats.append(self.held_at[i][go])
+            if remove:
+                self.held_at[i] = self.held_at[i][~go]
+                self.held_et[i] = et[~go]
             ets.append(et[go])
             streams.append(np.full(out.num_rows, i, dtype=np.int64))
             rows.append(self.align(i, out))
@@ -167,19 +217,56 @@ class Sequencer:
         pos = np.concatenate([np.arange(r.num_rows) for r in rows])
         order = merged_order(et_all, st_all, pos)
         both = rows[0] if len(rows) == 1 else concat(rows)
+        at_all = np.concatenate(ats)
         if (order == np.arange(order.size)).all():  # one stream, in event-time order already
+            self.released_et, self.released_at = et_all, at_all
             return both, st_all
+        self.released_et, self.released_at = et_all[order], at_all[order]
         return both.take(pa.array(order)), st_all[order]
 
     def _release_all_unordered(self) -> tuple[pa.RecordBatch, np.ndarray] | None:
         if not self.held_rows[0]:
             return None
         out = concat(self.held[0]) if len(self.held[0]) > 1 else self.held[0][0]
-        self.held[0], self.held_rows[0] = [], 0
+        self.released_at = self.held_at[0]
+        self.released_et = np.full(out.num_rows, NO_WATERMARK, dtype=np.int64)
+        self.held[0], self.held_rows[0], self.held_at[0] = [], 0, _NO_TIMES
+        self.held_et[0] = _NO_ETS
         return self.align(0, out), np.zeros(out.num_rows, dtype=np.int64)
 
     def held_total(self) -> int:
         return int(self.held_rows.sum())
+
+
+_NO_TIMES = np.zeros(0, dtype=np.float64)
+_NO_ETS = np.zeros(0, dtype=np.int64)
+
+
+def _split(pieces: list[pa.RecordBatch], n: int) -> tuple[pa.RecordBatch,
+                                                           list[pa.RecordBatch]]:
+    """The first ``n`` rows of ``pieces`` (one batch), and the pieces of the rest."""
+    taken: list[pa.RecordBatch] = []
+    k = 0
+    while n:
+        head = pieces[k]
+        if head.num_rows <= n:
+            taken.append(head)
+            n -= head.num_rows
+            k += 1
+        else:
+            taken.append(head.slice(0, n))
+            return (taken[0] if len(taken) == 1 else concat(taken),
+                    [head.slice(n), *pieces[k + 1:]])
+    return taken[0] if len(taken) == 1 else concat(taken), pieces[k:]
+NO_BOUND = (NO_WATERMARK - 1, 0)  # below every record of the merged order
+
+
+def _within(et: np.ndarray, i: int, low: tuple[int, int], high: tuple[int, int]) -> np.ndarray:
+    """``low < (et, i) <= high`` in the merged order, per record of stream ``i``."""
+    above = (et > low[0]) | ((et == low[0]) & (i > low[1]))
+    below = (et < high[0]) | ((et == high[0]) & (i <= high[1]))
+    out: np.ndarray = above & below
+    return out
 
 
 def merged_order(et: np.ndarray, stream: np.ndarray, pos: np.ndarray) -> np.ndarray:

@@ -51,6 +51,7 @@ from sparkflux.protocol.messages import (
     Outgoing,
     PartitionSnapshot,
     PSync,
+    Reconciled,
     Rejoin,
     Retain,
     Retaining,
@@ -58,9 +59,11 @@ from sparkflux.protocol.messages import (
     SpillInput,
     State,
     StoredPartition,
+    Tentative,
 )
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import consumer_roles, producer_roles
+from sparkflux.protocol.tentative import Branches, tentative_sends
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +143,8 @@ class SiteCore:
         self.memory = Memory()
         self._waiting_load: dict[Key, list[CatchUpAction]] = {}
         self._sizes: tuple[float, dict[Key, int]] | None = None  # (when, partition_bytes)
+        # Tentative processing of a failure episode (``tentative.py``), made at its first row
+        self._branches: Branches | None = None
 
     @classmethod
     def adopting(cls, plan: PhysicalPlan, layout: Layout, msg: cm.Adopt) -> SiteCore:
@@ -246,6 +251,12 @@ class SiteCore:
             return self.prods[msg.stage - 1].on_rejoin(msg, src)
         if isinstance(msg, Cut):
             return self._on_cut(msg)
+        if isinstance(msg, Tentative):
+            return self._tentative(msg, src)
+        if isinstance(msg, Reconciled):
+            if self._branches is not None:
+                self._branches.reconciled(msg.epoch)
+            return []
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
 
     # -- catch-up: the survivor's side (the machine is in ``catchup.py``) -------------------
@@ -499,6 +510,28 @@ class SiteCore:
                 if not cut:
                     break
         return out
+
+    # -- tentative rows of a failure episode (``consistency.py``, ``tentative.py``) ----------
+    def _tentative(self, msg: Tentative, src: int) -> list[Outgoing]:
+        """Tentative rows for a stage: processed in its branch for the partitions this site
+        holds as their first live copy (in memory), the branch's output on to the next
+        stage's first live copies, or to the egress."""
+        if self._branches is None:
+            self._branches = Branches()
+        s = msg.stage
+        first = self.layout.first_live(self.dead_sites)
+        mine = (first == self.site) & self.cons[s].installed
+        for k in (*self.memory.spilled, self.memory.loading):
+            if k is not None and k[0] == s:
+                mine[k[1]] = False
+        res = self._branches.run(msg, src, self.plan.stages[s].program, mine)
+        if res is None:
+            return []
+        out, sn, wm = res
+        if s + 1 == len(self.plan.stages):
+            return [Outgoing(DRIVER, Tentative(s + 1, msg.epoch, out if out.num_rows else None,
+                                               sn, wm))]
+        return tentative_sends(out, first, s + 1, msg.epoch, sn, wm)
 
     # -- checkpoints: each partition cuts itself at the input SN its cut names ---------------
     def _on_cut(self, msg: Cut) -> list[Outgoing]:

@@ -33,6 +33,7 @@ from sparkflux.dataflow.api import POLL_S
 from sparkflux.dataflow.placement import DRIVER as DRIVER_ID
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.io.sinks import DeadLetters, NullSink, Sink
+from sparkflux.io.tentative_output import TentativeOutput, op_schema
 from sparkflux.model.digest import Digest
 from sparkflux.model.rows_digest import RowsDigest
 from sparkflux.protocol import control_messages as cm
@@ -85,6 +86,11 @@ class Host:
         self.sinks = opened if opened is not None else sinks_of(plan, sink)
         self._sinks_open = opened is not None
         self.sink = self.sinks[0]
+        # --consistency eventual: every sink with ``tentative`` gets every kind of delivery,
+        # and so does --tentative-output's
+        self.eventual = cfg.eventual is not None
+        self.tentative_out = (TentativeOutput(cfg.tentative_output)
+                              if cfg.tentative_output else None)
         self.digests = [Digest() for _ in plan.sinks]
         self.dead_letters = dead_letters
         self.replicas = cfg.replicas  # 1 with --ha none
@@ -95,7 +101,7 @@ class Host:
             heartbeat_timeout=cfg.heartbeat_timeout, recovery=cfg.recovery,
             balance=cfg.balance,
             policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s,
-                                mode=cfg.policy)))
+                                mode=cfg.policy)), eventual=cfg.eventual)
         self.core.handle(StartTimes(fixed=cfg.standby_wait))  # nothing measured yet
         self.digest = self.digests[0]  # the output digest: the first sink's
         # the same rows, order and numbering aside (each sink's)
@@ -256,7 +262,7 @@ class Host:
         self.finished = asyncio.Event()
         server = await start_server(self.door.accept, self.cfg.bind_host, self.security)
         self.port = server.sockets[0].getsockname()[1]
-        if not self._sinks_open and not self._open_sinks():
+        if not self._sinks_open and not self._open_sinks() or not self._open_tentative():
             server.close()
             self.dead_letters.close()
             return
@@ -296,6 +302,8 @@ class Host:
                     log.exception("closing source %s failed", type(src).__name__)
             for out in self.sinks:
                 out.close()
+            if self.tentative_out is not None:
+                self.tentative_out.close()
             self.dead_letters.close()
             if self.checkpointing.store is not None:
                 self.checkpointing.store.close()  # the writes under way finish, none is torn
@@ -308,6 +316,20 @@ class Host:
             open_sinks(self.plan, self.sinks)
         except RunFailed as e:
             self.failure = str(e)
+            return False
+        return True
+
+    def _open_tentative(self) -> bool:
+        """``--tentative-output``'s directory, opened like a sink (a failure ends the run)."""
+        if self.tentative_out is None:
+            return True
+        try:
+            self.tentative_out.open(op_schema(self.plan.output_schema))
+        except Exception as e:  # noqa: BLE001 - named to the user as the run's failure
+            self.failure = (f"--tentative-output {self.tentative_out.path}: could not open: "
+                            f"{type(e).__name__}: {e}")
+            for out in self.sinks:
+                out.close()
             return False
         return True
 

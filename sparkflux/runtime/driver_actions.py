@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from sparkflux.control.boundary import (
     AdoptProcess,
     BoundaryAction,
@@ -35,6 +37,7 @@ from sparkflux.control.events import (
     StartIngress,
     StopSite,
 )
+from sparkflux.io.tentative_output import Op, with_op
 from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import Outgoing
@@ -220,22 +223,53 @@ class Actions:
 
     def _deliver(self, d: Deliver) -> None:
         """The egress's output to each sink it belongs to, with its digests and counts (a
-        sink that fails stops the run)."""
+        sink that fails stops the run). Tentative rows and an episode's markers go to the
+        sinks that take them (``Sink.tentative``) alone."""
         host = self.host
         now = time.time()
+        if d.op != "insert":
+            if d.op == "tentative":
+                host.metrics.tentative(d.batch, now)
+            else:
+                host.metrics.marker(d.op, now)
+            self._ops(d.batch if d.op == "tentative" else None, d.op)
+            return
         if d.batch.num_rows:
             for k, rows in host.plan.by_sink(d.batch):
                 try:
-                    host.sinks[k].write(rows)
+                    if not (host.eventual and host.sinks[k].tentative):  # (``_ops`` does)
+                        host.sinks[k].write(rows)
                 except Exception as e:  # noqa: BLE001 - a sink that fails stops the run
                     host.abort(sink_failure(host.plan, k, host.sinks[k], "failed to write", e))
                     return
                 host.digests[k].update(rows)
                 host.rows_digests[k].update(rows)
                 host.sink_rows[k] += rows.num_rows
-            host.metrics.delivered(d.batch, now)
+            host.metrics.delivered(d.batch, now, d.correction)
             host.stats.results_out = host.egress.delivered
+            if host.eventual:
+                self._ops(d.batch, "insert")
         host.completed.append((now, d.progress.sn))
+
+    def _ops(self, batch: pa.RecordBatch | None, op: Op) -> None:
+        """A delivery of ``--consistency eventual`` to the sinks that take every kind
+        (``io/tentative_output.py``): rows marked ``op``, or the marker row of an ``undo`` or
+        a ``rec_done``."""
+        host = self.host
+        for k, sink in enumerate(host.sinks):
+            if not sink.tentative:
+                continue
+            schema = host.plan.sink_schema(k)
+            parts = [None] if batch is None else [r for j, r in host.plan.by_sink(batch)
+                                                  if j == k]
+            for rows in parts:
+                try:
+                    sink.write_ops(with_op(rows, op, schema))
+                except Exception as e:  # noqa: BLE001 - a sink that fails stops the run
+                    host.abort(sink_failure(host.plan, k, sink, "failed to write", e))
+                    return
+        if host.tentative_out is not None:
+            host.tentative_out.write_ops(with_op(batch, op, host.plan.output_schema))
 
     def _move(self, a: Move) -> None:
         """A move starts: its start time for the metrics, the phase for the display, and the

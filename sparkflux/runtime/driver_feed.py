@@ -73,7 +73,8 @@ class Feed:
         host._mono_start = time.monotonic()
         host.cpu_start = time.process_time()
         host.faults.arm()
-        source = self._source = SourceFeed(host.plan, skip=self.resumed)
+        source = self._source = SourceFeed(host.plan, skip=self.resumed,
+                                           read_ahead=host.eventual)
         if host.restored is not None:
             r = host.restored
             host.progress.note("restored", None, f"restored checkpoint {r.checkpoint}: the "

@@ -34,7 +34,7 @@ class Watch:
         while True:
             await asyncio.sleep(TICK_S)
             now = time.monotonic()
-            host.actions.carry_out(host.core.handle(Tick(now=now)))
+            host.actions.carry_out(host.core.handle(Tick(now=now, wall=time.time())))
             if host.input_state != "starting" and not host.over():
                 self._watch(now)
 

@@ -1,13 +1,15 @@
 """Run metrics measured at the egress: throughput, latency, output gaps, the timeline.
 
-Latency of an output row = egress delivery time - ``_t0`` (when ingress accepted the input the
-row descends from); both clocks are the driver's. The timeline keeps, per delivery, the time,
+Latency of an output row = egress delivery time - ``_t0`` (when the input the row descends
+from reached the driver, before the sequencer held it for its place in the merged order);
+both clocks are the driver's. The timeline keeps, per delivery, the time,
 the rows and their summed latency, so the plot can bin it (250 ms bins, thesis Fig. 3.16).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,11 +27,41 @@ class EgressMetrics:
     latency_sums: list[float] = field(default_factory=list)
     _latencies: list[np.ndarray] = field(default_factory=list)
     _lat_times: list[float] = field(default_factory=list)
+    # --consistency eventual (``protocol/consistency.py``)
+    eventual: bool = False
+    tentative_rows: int = 0
+    corrections: int = 0
+    max_processing_delay: float = 0.0
+    undos: list[float] = field(default_factory=list)
+    tentative_times: list[float] = field(default_factory=list)
+    rec_dones: list[float] = field(default_factory=list)
 
-    def delivered(self, batch: pa.RecordBatch, now: float) -> None:
+    def tentative(self, batch: pa.RecordBatch, now: float) -> None:
+        """Tentative rows delivered (``--consistency eventual``): their latency is what the
+        availability bound is about."""
+        self.eventual = True
+        if batch.num_rows:
+            lat = now - batch.column(T0).to_numpy()
+            self.tentative_times.append(now)
+            self.tentative_rows += batch.num_rows
+            self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
+
+    def marker(self, op: str, now: float) -> None:
+        """An episode's ``undo`` or ``rec_done``."""
+        self.eventual = True
+        if op == "undo":
+            self.undos.append(now)
+        else:
+            self.rec_dones.append(now)
+
+    def delivered(self, batch: pa.RecordBatch, now: float, correction: bool = False) -> None:
         if batch.num_rows == 0:
             return
         lat = now - batch.column(T0).to_numpy()
+        if correction:  # stable rows replacing tentative ones: not a first delivery
+            self.corrections += batch.num_rows
+        else:
+            self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
         self._latencies.append(lat.astype(np.float32))
         self._lat_times.append(now)
         self.rows += batch.num_rows
@@ -73,13 +105,26 @@ class EgressMetrics:
         edges = np.r_[max(at - 1.0, sel[0]), sel, min(at + window, t[-1])]
         return float(np.diff(edges).max())
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, Any]:
         lat = self.latencies()
-        return {
+        out: dict[str, Any] = {
             "latency_p50_s": round(float(np.percentile(lat, 50)), 6) if lat.size else 0.0,
             "latency_p99_s": round(float(np.percentile(lat, 99)), 6) if lat.size else 0.0,
             "max_output_gap_s": round(self.max_gap(), 6),
         }
+        if self.eventual:
+            # the availability bound's measure: the longest a row took to reach the output
+            # the first time (tentative rows, and stable ones that are not corrections)
+            out["max_processing_delay_s"] = round(self.max_processing_delay, 6)
+            # the longest the output stood still, tentative rows counted as output
+            both = sorted(self.times + self.tentative_times)
+            out["max_gap_with_tentative_s"] = round(
+                max((b - a for a, b in zip(both, both[1:], strict=False)), default=0.0), 6)
+            out["tentative_rows"] = self.tentative_rows
+            out["corrections"] = self.corrections
+            out["episodes"] = [{"undo": u, "rec_done": r}
+                               for u, r in zip(self.undos, self.rec_dones, strict=False)]
+        return out
 
     def binned(self, width: float = 0.25) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(bin start relative to ``start``, output rows/s, mean latency s) per bin."""

@@ -39,11 +39,15 @@ class SourceFeed:
     that what the merge holds stays small. Which source is read when never changes the
     merged order (the sequencer's rule), only how much it holds. So when that source has
     nothing yet the feed waits for it rather than read ahead from the others: the merge could
-    not release their records anyway."""
+    not release their records anyway. Unless ``read_ahead`` (``--consistency eventual``):
+    then the merge may release them without the silent source, tentatively, and the feed
+    reads the next source that has something."""
 
-    def __init__(self, plan: PhysicalPlan, skip: list[int] | None = None) -> None:
+    def __init__(self, plan: PhysicalPlan, skip: list[int] | None = None,
+                 read_ahead: bool = False) -> None:
         """``skip``: a restart's position of each source (records it had handed over at the
         checkpoint's cut): it resumes after them (``Source.batches_from``)."""
+        self.read_ahead = read_ahead
         self._sources = plan.sources
         skip = skip or [0] * len(plan.sources)
         self._iters: list[Iterator[pa.RecordBatch | list[dict[str, Any]] | None]] = [
@@ -97,19 +101,21 @@ class SourceFeed:
         live = [i for i, o in enumerate(self._open) if o]
         if not live:
             return None
-        i = min(live, key=lambda j: (self._wm[j], j))
-        if self._cut_until[i] and self.cut_off(i):
-            return WAIT  # its records are held outside: the strict merge waits for them
-        try:
-            item = next(self._iters[i])
-        except StopIteration:
-            self._open[i] = False
-            return i, None
-        if item is None:
-            return WAIT
-        if len(self._iters) > 1:
-            self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
-        return i, item
+        order = sorted(live, key=lambda j: (self._wm[j], j))
+        for i in order if self.read_ahead else order[:1]:
+            if self._cut_until[i] and self.cut_off(i):
+                continue  # its records are held outside: the strict merge waits for them
+            try:
+                item = next(self._iters[i])
+            except StopIteration:
+                self._open[i] = False
+                return i, None
+            if item is None:
+                continue
+            if len(self._iters) > 1:
+                self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
+            return i, item
+        return WAIT
 
 
 def _max_time(item: pa.RecordBatch | list[dict[str, Any]], spec: StreamSpec) -> int:

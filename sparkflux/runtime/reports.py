@@ -47,6 +47,7 @@ def result_metrics(host: Host) -> dict[str, Any]:
                       for k, spec in enumerate(host.plan.sinks)}}
            if len(host.plan.sinks) > 1 else {}),
         **m.summary(),
+        **({"consistency": consistency_report(host)} if host.core.episodes is not None else {}),
         "ingress_dropped": host.stats.dropped,
         # flow control: the most admitted records unacknowledged by a first-stage replica
         # when the ingress admitted a batch (bounded by --window), and the watchdog's reports
@@ -155,6 +156,21 @@ def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
         "duration_s": round(c["end"] - c["start"], 4),
         "output_gap_s": round(float(np.diff(edges).max()), 4),
     }
+
+def consistency_report(host: Host) -> dict[str, Any]:
+    """``--consistency eventual``: the bound, the mode, the seconds the input spent in each
+    state of the machine (``protocol/consistency.py``), each state change (seconds after
+    the output started), and the records sent tentatively."""
+    eps = host.core.episodes
+    assert eps is not None
+    ep, start = eps.episode, host.metrics.start or 0.0
+    return {"max_delay_s": ep.config.max_delay, "mode": ep.config.mode,
+            "episodes": ep.epoch,
+            "seconds": {k: round(v, 3) for k, v in ep.time_in(time.time()).items()},
+            "states": [{"at_s": round(t - start, 3), "state": st} for t, st in ep.history],
+            "tentative_input": eps.tentative_rows,
+            "tentative_wait_max_s": round(eps.max_wait, 3)}
+
 
 def failure_report(host: Host, f: dict[str, Any]) -> dict[str, Any]:
     """What one failure cost: detection delay, output gap and latency around it."""

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from sparkflux.protocol.consistency import Eventual
 from sparkflux.runtime.fault_specs import (
     Cut,
     CutSource,
@@ -63,6 +64,8 @@ class RunConfig:
     cuts: tuple[Cut, ...] = ()  # --cut and --isolate: packets dropped (netcut.py)
     partitions_cut: tuple[Partition, ...] = ()  # --partition: packets dropped (netcut.py)
     source_cuts: tuple[CutSource, ...] = ()  # --cut-source: a source's records held
+    eventual: Eventual | None = None  # --consistency eventual (None: strict)
+    tentative_output: str | None = Opts.tentative_output  # --tentative-output
     rescales: tuple[RescaleAt, ...] = ()  # --rescale, in the order given
     squeezes: tuple[Squeeze, ...] = ()  # --squeeze
     site_memory: float | None = Opts.site_memory  # --site-memory (MB; None: derived or none)
@@ -105,7 +108,8 @@ class RunConfig:
             heartbeat_timeout=o.heartbeat_timeout, link_timeout=o.link_timeout,
             start_timeout=o.start_timeout, progress_interval=o.progress_interval,
             ui_port=o.ui_port, kills=o.kill, hangs=o.hang, cuts=o.cut + o.isolate,
-            partitions_cut=o.partition, source_cuts=o.cut_source,
+            partitions_cut=o.partition, source_cuts=o.cut_source, eventual=o.eventual,
+            tentative_output=o.tentative_output,
             rescales=o.rescale, squeezes=o.squeeze, site_memory=o.site_memory,
             policy=o.policy,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,

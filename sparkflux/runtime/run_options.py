@@ -16,6 +16,7 @@ from typing import Any
 
 from sparkflux.control.controller import HEARTBEAT_TIMEOUT_S
 from sparkflux.model.errors import PlanError
+from sparkflux.protocol.consistency import MODES, Eventual
 from sparkflux.protocol.site_boundary import LINK_TIMEOUT_S
 from sparkflux.runtime.fault_specs import (
     Cut,
@@ -138,6 +139,24 @@ class RunOptions:
         (), "hold the records of the source NAME outside the dataflow from WHEN (as --kill's) "
             "for DURATION seconds, then read them as they come: a network cut between a "
             "data source and the ingress", metavar="NAME@WHEN+DURATION")
+    consistency: str = option(
+        "strict", "strict: every input waits for every other (a cut source stalls the output "
+                  "until it is back); eventual: after --max-delay the run goes on without a "
+                  "silent source, its results marked tentative, and corrects them when the "
+                  "source is back (the stable output is exactly the strict one)",
+        choices=("strict", "eventual"))
+    max_delay: float = option(
+        2.0, "with --consistency eventual: the longest a record waits for a silent source "
+             "before it is processed without it (tentatively)", metavar="SECONDS")
+    tentative_mode: str = option(
+        "process", "with --consistency eventual: process (tentative rows as soon as a source "
+                   "is found silent, and while the backlog is corrected), delay (each held as "
+                   "long as --max-delay allows) or suspend (none while the backlog is "
+                   "corrected)", choices=MODES)
+    tentative_output: str | None = option(
+        None, "with --consistency eventual: write the whole output stream a live consumer "
+              "saw there (Parquet, a column _op: insert, tentative, undo, rec_done)",
+        metavar="PATH")
     hang: tuple[Hang, ...] = option(
         (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
             "let it go on (SIGCONT): a hung site, found by its heartbeat",
@@ -271,9 +290,17 @@ class RunOptions:
             raise PlanError(f"--ui-port {self.ui_port!r}: give a port number (0: any free "
                             f"port, -1: no dashboard)")
         restart_option(self.restart, self.checkpoint)
+        consistency_options(self.consistency, self.max_delay, self.tentative_mode,
+                            self.tentative_output)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalised while constructed (frozen after)
+
+    @property
+    def eventual(self) -> Eventual | None:
+        """``--consistency eventual``'s settings, or None (strict)."""
+        return consistency_options(self.consistency, self.max_delay, self.tentative_mode,
+                                   self.tentative_output)
 
     @property
     def replica_count(self) -> int:
@@ -301,6 +328,24 @@ def replicas_option(ha: str, replicas: int | None, sites: int) -> int:
         raise PlanError(f"--replicas {replicas} keeps {replicas} copies of every partition on "
                         f"different sites: use --sites >= {replicas}")
     return replicas
+
+
+def consistency_options(consistency: str, max_delay: float, mode: str,
+                        tentative_output: str | None) -> Eventual | None:
+    """``--consistency`` and what goes with it: the eventual mode's settings, or None."""
+    if consistency not in ("strict", "eventual"):
+        raise PlanError(f"--consistency {consistency!r}: use 'strict' or 'eventual'")
+    if mode not in MODES:
+        raise PlanError(f"--tentative-mode {mode!r}: use {', '.join(MODES)}")
+    if isinstance(max_delay, bool) or not isinstance(max_delay, int | float) \
+            or not max_delay > 0:
+        raise PlanError(f"--max-delay {max_delay!r}: give a positive number of seconds")
+    if consistency == "strict":
+        if tentative_output is not None:
+            raise PlanError("--tentative-output writes the tentative rows and corrections of "
+                            "--consistency eventual: add --consistency eventual")
+        return None
+    return Eventual(float(max_delay), mode)
 
 
 def restart_option(restart: int, checkpoint: str | None) -> int:

@@ -76,6 +76,7 @@ from sparkflux.model.digest import digest_of
 from sparkflux.model.validate import validate
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel, ordered_with_data
+from sparkflux.protocol.consistency import Eventual
 from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
@@ -165,6 +166,9 @@ class FailurePlan:
     squeezes: tuple[tuple[int, int, int], ...] = ()
     memory_every: int = 5
     io_delay: tuple[int, int] = (1, 30)
+    # (source, step, steps): the source's records are held outside the dataflow that long
+    # (``--cut-source``), then delivered late, in their order, before its later ones
+    source_cuts: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,15 @@ class SimResult:
     spills: int = 0  # partitions written to a spill store (``protocol/memory.py``)
     move_reasons: list[str] = field(default_factory=list)  # per move: why it was made
     input_spills: int = 0  # batches of a spilled partition's input written beside it
+    # --consistency eventual: per delivery that was not stable rows, (step, op, rows): the
+    # tentative rows (their ``_t0`` is their arrival step) and each ``undo`` / ``rec_done``
+    tentative: list[tuple[int, str, pa.RecordBatch | None]] = field(default_factory=list)
+    corrections: int = 0  # stable rows delivered as an episode's corrections
+    hold: float = 0.0  # the longest a record waited in the sequencer before its stable release
+    tentative_wait: float = 0.0  # the longest a record sent tentatively had waited for it
+    # per tick, the held records past the availability bound (``InputEpisodes.overdue``)
+    overdue: int = 0
+    early: int = 0  # stable rows above an open episode's base delivered before its undo
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -221,7 +234,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
              clock: SimClock | None = None, dial_delay: tuple[int, int] | None = None,
              checkpoint_every: int = 0, driver_crash: int | None = None,
              restore: tuple[dict[str, Any], list[Any]] | None = None,
-             store: dict[str, Any] | None = None) -> SimResult:
+             store: dict[str, Any] | None = None,
+             eventual: Eventual | None = None) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
@@ -247,8 +261,12 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     step ``driver_crash`` the driver dies, and every site with it (fail-stop): the run stops
     there. ``restore``: a manifest and its held records from ``store`` to start from (the
     first view's sites install their parts; ``batches``: the input after the cut's source
-    positions, as the sources resume)."""
-    if clock is None and (failures.hangs or failures.cuts or failures.partitions):
+    positions, as the sources resume).
+
+    ``eventual``: ``--consistency eventual`` (its delay bound in steps); the output kept is
+    the stable rows, the rest of the deliveries go to ``SimResult.tentative``."""
+    if clock is None and (failures.hangs or failures.cuts or failures.partitions
+                          or failures.source_cuts or eventual is not None):
         clock = SimClock()
     rng = np.random.default_rng(seed)
     # admission holds the next batch back while more than ``window`` batches' records are
@@ -301,7 +319,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     core = boundary_for(plan, replicas, ControlOptions(
         heartbeat_timeout=float(clock.heartbeat_timeout) if clock else 1e9,
         recovery=recovery, balance=balance, policy=policy,
-        link_settle=float(clock.settle if clock else 0)), end_with_output=False)
+        link_settle=float(clock.settle if clock else 0)), end_with_output=False,
+        eventual=eventual)
     store = store if store is not None else {}
     handed = [0] * len(plan.streams)  # records each source handed over (its position)
     if restore is not None:
@@ -343,6 +362,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     recovered: list[int] = []
     next_batch = 0
     step = 0
+    deferred: list[tuple[int, Any]] = []  # a cut source's records, held outside (in order)
+    tentative: list[tuple[int, str, pa.RecordBatch | None]] = []
+    corrections = [0]
+    early = [0]  # stable rows above an open episode's base delivered before its undo
+    overdue = 0  # held records past the availability bound, summed over the ticks
+
+    def source_cut(stream: int) -> bool:
+        return any(j == stream and at <= step < at + n for j, at, n in failures.source_cuts)
     crashed_now: set[int] = set()  # slots whose current process is dead
     dials: list[tuple[int, int, tuple[int, int], int, tuple[int, int]]] = []  # (due, ...)
     # with the clock, a crashed site's links reset at its peers: (due, peer, slot, process)
@@ -439,10 +466,17 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     net.send(DRIVER, site, message, DATA)
                 case Tell(site=site, message=message):
                     net.send(DRIVER, site, message, CONTROL)
-                case Deliver(batch=batch):
+                case Deliver(batch=batch, op="insert", correction=correction):
                     if batch.num_rows:
                         for k, rows in plan.by_sink(batch):
                             out[k].append(rows)
+                        corrections[0] += batch.num_rows if correction else 0
+                        ep = core.episodes
+                        if ep is not None and ep.open and not correction:
+                            early[0] += int(np.sum(batch.column("_sn").to_numpy()
+                                                   > ep.episode.base))
+                case Deliver(batch=batch, op=op):
+                    tentative.append((step, op, batch if batch.num_rows else None))
                 case FailSites(dead=dead, retired=retired):
                     for k in dead:
                         if k in retired:  # stopped (``StopSite``): it leaves, no crash
@@ -619,6 +653,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     site_do(s, sites[s].handle(LinkCheck(silent=silent)))
             if (clock and step % clock.tick_every == 0) or (balance and step % 50 == 0):
                 carry_out(core.handle(Tick(now=float(step))))
+                if core.episodes is not None and clock:
+                    overdue += core.episodes.overdue(float(step), float(clock.tick_every))
             for k, nbytes in squeeze_at.pop(step, []):
                 net.send(DRIVER, k, cm.Squeeze(budget=nbytes), CONTROL)
             if failures.budget is not None or failures.squeezes:
@@ -656,21 +692,32 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
             # Admit the next input batch when the core does not hold it back (the runtime's
             # rule, ``Boundary.held_back``; links here hold any amount: no pool), with some
             # probability.
-            can_admit = (next_batch < len(batches)
+            can_admit = ((next_batch < len(batches) or bool(deferred))
                          and not core.held_back(window * unit, pool_full=False))
             if can_admit and rng.random() < 0.3:
-                stream, b = _item(batches[next_batch])
-                carry_out(core.handle(Input(batch=b, now=0.0, stream=stream)))
+                back = next((i for i, (j, _) in enumerate(deferred) if not source_cut(j)), None)
+                if back is not None:  # a healed source's held records come first
+                    stream, b = deferred.pop(back)
+                elif next_batch < len(batches):
+                    stream, b = _item(batches[next_batch])
+                    next_batch += 1
+                    if source_cut(stream) or any(j == stream for j, _ in deferred):
+                        deferred.append((stream, b))
+                        continue
+                else:
+                    continue
+                # (arrival times only matter to eventual consistency; 0 keeps _t0 fixed)
+                carry_out(core.handle(Input(batch=b, now=float(step) if eventual else 0.0,
+                                            stream=stream)))
                 handed[stream] += b.num_rows if isinstance(b, pa.RecordBatch) else len(b)
-                next_batch += 1
                 continue
-            if next_batch == len(batches) and not core.ingress.ended:
+            if next_batch == len(batches) and not deferred and not core.ingress.ended:
                 carry_out(core.handle(InputEnd()))
                 continue
             item = net.pop()
             if item is None:
-                if pending_detect or dials or resets or (can_admit
-                                                         and next_batch < len(batches)):
+                if pending_detect or dials or resets or deferred or (
+                        can_admit and next_batch < len(batches)):
                     continue  # a detection or an admission is still to come
                 if hung or cut or split or any(at > step for at in hang_at) \
                         or any(at > step for at in (*cut_at, *split_at)) \
@@ -741,7 +788,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      checkpoints, [r.as_dict() for r in controller.rescales],
                      {s: sorted(controller.layout.hosted(s)) for s in controller.view.members
                       if s not in controller.dead} if controller.layout else {}, spills[0],
-                     [m.reason for m in controller.moves], spills[1])
+                     [m.reason for m in controller.moves], spills[1], tentative,
+                     corrections[0], core.hold,
+                     core.episodes.max_wait if core.episodes is not None else 0.0, overdue,
+                     early[0])
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

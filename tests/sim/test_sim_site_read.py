@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -94,9 +95,10 @@ def test_the_readers_get_many_chunks_each(inbox: Path) -> None:
     ingress_admit = Ingress.admit
     parts: list[int] = []
 
-    def spy(self: Ingress, batch: pa.RecordBatch, now: float, watermark: int) -> list:
+    def spy(self: Ingress, batch: pa.RecordBatch, now: float, watermark: int,
+            arrived: Any = None) -> list:
         before = self.records
-        out = ingress_admit(self, batch, now, watermark)
+        out = ingress_admit(self, batch, now, watermark, arrived)
         parts.extend((before + k) % plan.partitions for k in range(batch.num_rows))
         return out
 

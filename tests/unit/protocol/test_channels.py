@@ -24,16 +24,19 @@ from sparkflux.protocol.messages import (
     Installed,
     Keepalive,
     PSync,
+    Reconciled,
     Rejoin,
     Retain,
     Retaining,
     Reverse,
     State,
+    Tentative,
 )
 
 
 def test_exactly_data_retaining_psync_cu_done_and_a_cut_wait_behind_data() -> None:
-    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone, Cut}
+    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone, Cut, Tentative,
+                                      Reconciled}
     assert all(ROUTES[t][0] is Channel.LINK for t in ORDERED_WITH_DATA)
 
 

@@ -26,6 +26,7 @@ from sparkflux.protocol.messages import (
     Keepalive,
     PartitionSnapshot,
     PSync,
+    Reconciled,
     Rejoin,
     Retain,
     Retaining,
@@ -33,6 +34,7 @@ from sparkflux.protocol.messages import (
     State,
     StoredPartition,
     Streams,
+    Tentative,
 )
 from sparkflux.runtime import codec
 from sparkflux.runtime.codec import PARTS, REGISTRY, EncodeError
@@ -136,6 +138,9 @@ EXAMPLES: list[Any] = [
     cm.Move(q=3, r=1, dst=2, epoch=8, survivor=2),
     cm.Slow(factor=0.5),
     cm.Squeeze(budget=64 << 20),
+    Tentative(2, 3, BATCH, 1 << 52, 40),
+    Tentative(1, 3, None, 1 << 52, -1),
+    Reconciled(3),
     cm.Kill(),
     cm.Stop(reason="run finished", excluded=True),
 ]

@@ -1,0 +1,208 @@
+"""The driver's part of eventual consistency (``protocol/consistency.py``), sans I/O.
+
+``InputEpisodes`` judges the input after every release of the sequencer and on every tick:
+whether a source has gone silent while records wait for it (the delay bound), what goes on
+tentatively and to whom, when the stable release has caught up with the tentative one (the
+heal point), and, from the egress's side, when the stable output has passed that point, so
+the egress can deliver the episode's ``undo``, its corrections and ``rec_done``. The
+``Boundary`` carries out what it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.model.batch import concat
+from sparkflux.protocol.consistency import (
+    HEAL,
+    OPEN,
+    RECONCILE,
+    SEND,
+    Episode,
+    Ev,
+    Eventual,
+    State,
+    silent,
+)
+from sparkflux.protocol.egress import Egress
+from sparkflux.protocol.ingress import Ingress
+from sparkflux.protocol.messages import Outgoing, Reconciled
+from sparkflux.protocol.sequencer import Sequencer, merged_order
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What the sequencer just released stably: rows (aligned, merged order), each row's
+    stream, event time and arrival."""
+
+    rows: pa.RecordBatch
+    streams: np.ndarray
+    et: np.ndarray
+    arrived: np.ndarray
+
+
+class InputEpisodes:
+    """The failure episodes of a run's input, and the tentative rows they send."""
+
+    def __init__(self, config: Eventual, sequencer: Sequencer, ingress: Ingress,
+                 egress: Egress, empty_rows: pa.RecordBatch) -> None:
+        """``empty_rows``: no records, in the schema the sequencer releases them in."""
+        if config.max_delay <= 0:
+            raise ValueError(f"the delay bound must be positive (got {config.max_delay})")
+        self.episode = Episode(config)
+        self.seq, self.ingress, self.egress = sequencer, ingress, egress
+        self.empty_rows = empty_rows
+        self.tentative_rows = 0  # rows sent tentatively (input)
+        self.max_wait = 0.0  # the longest a record sent tentatively had waited at the driver
+
+    @property
+    def open(self) -> bool:
+        return self.episode.state is not State.STABLE
+
+    def judge(self, now: float, released: Released | None, dead: set[int]) -> list[Outgoing]:
+        """After a release (or on a tick): the machine's event, and the tentative rows due."""
+        ep, seq = self.episode, self.seq
+        if ep.since is None:  # the machine's clock starts with the first judgment
+            ep.since = now
+        x = ep.config.max_delay
+        quiet = silent(seq.heard_at, seq.ended, now, x)
+        oldest = seq.oldest()
+        waited = oldest is not None and now - oldest >= x
+        if ep.state is State.UPSTREAM_FAILURE:
+            healed = not quiet and seq.bound() >= ep.sent_to
+            event = Ev.HEALED if healed else Ev.BLOCKED
+        elif waited and quiet:
+            event = Ev.BLOCKED
+        elif ep.state is State.STABILIZATION:
+            event = Ev.HEALED
+        else:
+            return []
+        out: list[Outgoing] = []
+        for action in ep.on(event, now):
+            if action == OPEN:
+                ep.epoch += 1
+                ep.base = self.ingress.next_isn - 1
+                ep.heal = None
+                ep.failed = frozenset()
+                ep.sent_to = seq.bound()
+                self.egress.holding = ep.base
+            elif action == HEAL:
+                ep.heal = self.ingress.next_isn - 1
+                ep.failed = frozenset()
+            elif action == SEND and ep.sends():
+                # a source found silent stays out of the tentative bound until the episode
+                # heals: while it catches up, the others' new records go on tentatively
+                if ep.state is State.UPSTREAM_FAILURE:
+                    ep.failed = ep.failed | quiet
+                out += self._send(now, released, dead)
+        return out
+
+    def overdue(self, now: float, slack: float) -> int:
+        """The held records that break the availability bound: certain among the sources
+        that speak (at or below their bound), neither sent tentatively nor stably released,
+        and waiting longer than the delay bound plus ``slack`` (how late a judgment may come).
+        Zero after every judgment: the simulator checks it on every tick."""
+        seq, ep = self.seq, self.episode
+        out_ = self._excluded(now) if self.open else silent(
+            seq.heard_at, seq.ended, now, ep.config.max_delay)
+        open_ = {int(j) for j in np.flatnonzero(~seq.ended)}
+        if not out_ or open_ <= out_:  # none left out, or none speaking: nothing is due
+            return 0
+        peeked = seq.peek(max(ep.sent_to, seq.bound()) if self.open else seq.bound(),
+                          seq.bound(out_))
+        if peeked is None:
+            return 0
+        return int((now - seq.released_at > ep.config.max_delay + slack).sum())
+
+    def _excluded(self, now: float) -> frozenset[int]:
+        """The sources the tentative bound leaves out: the silent ones, and those of the
+        episode's failed ones still behind what went tentatively (catching up: their
+        backlog is corrections, and the others' new records must not wait for it)."""
+        ep, seq = self.episode, self.seq
+        wm = seq.watermarks()
+        behind = {j for j in ep.failed if (int(wm[j]), j) < ep.sent_to}
+        return silent(seq.heard_at, seq.ended, now, ep.config.max_delay) | behind
+
+    def caught_up(self, now: float, live: list[int]) -> tuple[pa.RecordBatch | None,
+                                                             list[Outgoing]] | None:
+        """After the egress delivered: if the stable output has passed the heal point (or
+        ended), the episode reconciles: its held corrections, and ``Reconciled`` for the
+        sites ``live``. None while it has not."""
+        ep = self.episode
+        if ep.state is not State.STABILIZATION or ep.heal is None:
+            return None
+        if self.egress.progress.sn < ep.heal and not self.egress.ended:
+            return None
+        assert RECONCILE in ep.on(Ev.CAUGHT_UP, now)
+        held = self.egress.corrections
+        self.egress.corrections, self.egress.holding = [], None
+        rows = concat(held) if held else None
+        if rows is not None:
+            self.egress.delivered += rows.num_rows
+        return rows, [Outgoing(s, Reconciled(ep.epoch)) for s in live]
+
+    def _send(self, now: float, released: Released | None, dead: set[int]) -> list[Outgoing]:
+        """The records in ``(sent_to, T]`` in SUnion's order, tentatively: ``T`` the bound of
+        the sources still speaking; in ``delay`` mode, only up to the last record that has
+        waited the delay bound."""
+        ep, seq = self.episode, self.seq
+        out_ = self._excluded(now)
+        speaking = ~seq.ended
+        speaking[list(out_)] = False
+        # with every open source left out, nothing more is certain: the bound stays
+        live_bound = seq.bound(out_) if speaking.any() else ep.sent_to
+        top = max(ep.sent_to, live_bound)
+        low = ep.sent_to
+        parts: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray, np.ndarray]] = []
+        if released is not None:
+            go = _above(released.et, released.streams, low) & ~_above(
+                released.et, released.streams, top)
+            if go.any():
+                mask = pa.array(go)
+                parts.append((released.rows.filter(mask), released.streams[go],
+                              released.et[go], released.arrived[go]))
+        peeked = seq.peek(low, top) if top > low else None
+        if peeked is not None:
+            parts.append((peeked[0], peeked[1], seq.released_et, seq.released_at))
+        if parts:
+            rows = concat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+            st = np.concatenate([p[1] for p in parts])
+            et = np.concatenate([p[2] for p in parts])
+            at = np.concatenate([p[3] for p in parts])
+            order = merged_order(et, st, np.arange(et.size))
+            rows, st, et, at = rows.take(pa.array(order)), st[order], et[order], at[order]
+            if ep.config.mode == "delay" and ep.state is State.UPSTREAM_FAILURE:
+                aged = np.flatnonzero(at <= now - ep.config.max_delay)
+                if not aged.size:
+                    return []  # nothing has waited the bound yet
+                # up to the last record that has waited the bound (with every record of its
+                # place in the order): none waits longer, some go a little earlier
+                k = int(aged[-1])
+                k = int(np.flatnonzero((et == et[k]) & (st == st[k]))[-1])
+                top = (int(et[k]), int(st[k]))
+                rows, st, et, at = rows.slice(0, k + 1), st[:k + 1], et[:k + 1], at[:k + 1]
+        else:
+            rows = None
+        if top <= low and (rows is None or not rows.num_rows):
+            return []
+        ep.sent_to = top
+        n = 0 if rows is None else rows.num_rows
+        self.tentative_rows += n
+        if n:
+            self.max_wait = max(self.max_wait, now - float(at.min()))
+        tsn = ep.number(n)
+        if rows is None:
+            rows, at = self.empty_rows, np.zeros(0)
+        first_live = self.ingress.layout.first_live(dead)
+        return self.ingress.tentative(rows, at, tsn, ep.next_tsn - 1, top[0], ep.epoch,
+                                      first_live)
+
+
+def _above(et: np.ndarray, st: np.ndarray, bound: tuple[int, int]) -> np.ndarray:
+    """``(et, stream) > bound`` in the merged order, per record."""
+    out: np.ndarray = (et > bound[0]) | ((et == bound[0]) & (st > bound[1]))
+    return out
+

@@ -1,0 +1,113 @@
+"""A site's tentative branches (Borealis' tentative processing, ``consistency.py``).
+
+While a failure episode is open, tentative rows reach the first live copy of each partition
+of a stage. The first one that reaches a partition *forks* it: its operators' stable state
+is copied into a branch of the stage's program (one per stage per site: a copy of the
+program with every partition dropped), and every tentative row of the episode is processed
+there. The stable state is never touched by a tentative row: it is the paper's checkpoint
+at the last stable bucket, and the stable rows that replay the backlog continue from it
+(the paper's redo) without any rollback. The branch's output goes on, tentative, to the
+first live copy of each next-stage partition, or to the egress. ``Reconciled`` drops the
+episode's branches.
+
+A branch runs on the frontier its senders claim (the lowest claim of every sender heard in
+the episode): it does not wait for a sender it has not heard from, which is the point of
+processing tentatively. Rows for a partition this site does not hold as its first live copy
+(a view that moved on), or holds on disk, are left out: tentative rows are best effort.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflux.dataflow.placement import NOWHERE
+from sparkflux.dataflow.program import StageProgram
+from sparkflux.model.batch import sort_by_sn
+from sparkflux.model.progress import Frontier, Progress
+from sparkflux.model.schema import PART, SRC
+from sparkflux.protocol.messages import Outgoing, Tentative
+
+
+class Branches:
+    """The tentative branches of one site: per stage, a program with the forked partitions."""
+
+    def __init__(self) -> None:
+        self.epoch = 0  # the episode the branches belong to
+        self.closed = 0  # every episode up to this one is reconciled
+        self.programs: dict[int, StageProgram] = {}
+        self.forked: dict[int, set[int]] = {}
+        self.claims: dict[int, dict[int, tuple[int, int]]] = {}  # stage -> sender -> claim
+        self.rows_in = 0  # tentative rows processed here (a statistic)
+
+    def reconciled(self, epoch: int) -> None:
+        """Episode ``epoch`` is over: its branches go."""
+        self.closed = max(self.closed, epoch)
+        if self.epoch <= self.closed:
+            self.programs.clear()
+            self.forked.clear()
+            self.claims.clear()
+
+    def run(self, msg: Tentative, src: int, stable: StageProgram, mine: np.ndarray
+            ) -> tuple[pa.RecordBatch, int, int] | None:
+        """Process ``msg``'s rows in stage ``msg.stage``'s branch, for the partitions in
+        ``mine`` (held here as the first live copy, in memory); returns the branch's output
+        rows (routed) and its claim over those partitions, or None for an episode that is
+        over."""
+        if msg.epoch <= self.closed:
+            return None
+        if msg.epoch != self.epoch:
+            self.reconciled(self.epoch)
+            self.epoch = msg.epoch
+        s = msg.stage
+        prog = self.programs.get(s)
+        if prog is None:  # the stage's program with no partition in it
+            prog = self.programs[s] = copy.deepcopy(stable)
+            for op in prog.operators:
+                for q in range(mine.size):
+                    op.drop_partition(q)
+        forked = self.forked.setdefault(s, set())
+        for q in (int(x) for x in np.flatnonzero(mine)):
+            if q not in forked:  # fork: the stable state as the branch's start
+                for mine_op, op in zip(prog.operators, stable.operators, strict=True):
+                    mine_op.install_partition_state(q, copy.deepcopy(
+                        op.get_partition_state(q)))
+                forked.add(q)
+        claims = self.claims.setdefault(s, {})
+        claims[src] = (msg.sn, msg.wm)
+        sn = min(c[0] for c in claims.values())
+        wm = min(c[1] for c in claims.values())
+        rows = msg.rows
+        if rows is not None and rows.num_rows:
+            keep = mine[rows.column(PART).to_numpy()]
+            rows = rows.filter(pa.array(keep)) if not keep.all() else rows
+        if rows is None or not rows.num_rows:
+            rows = _empty_input(prog)
+        else:
+            rows = sort_by_sn(rows.drop_columns([SRC]))
+            self.rows_in += rows.num_rows
+        out, front = prog.run(rows, Frontier.every(Progress(sn, wm), mine.size))
+        held = np.flatnonzero(mine)
+        if not held.size:
+            return out, sn, wm
+        return out, int(front.sn[held].min()), int(front.wm[held].min())
+
+
+def _empty_input(prog: StageProgram) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=prog.in_schema)
+
+
+def tentative_sends(rows: pa.RecordBatch, first_live: np.ndarray, stage: int, epoch: int,
+                    sn: int, wm: int) -> list[Outgoing]:
+    """``Tentative`` messages for ``stage``: each row (``_part``: its partition there) to its
+    partition's first live copy, every site holding one told the claim ``(sn, wm)``."""
+    part = rows.column(PART).to_numpy() if rows.num_rows else np.zeros(0, np.int32)
+    dest = first_live[part] if part.size else part
+    out: list[Outgoing] = []
+    for site in sorted({int(x) for x in first_live if x != NOWHERE}):
+        mine = dest == site
+        batch = rows.filter(pa.array(mine)) if mine.any() else None
+        out.append(Outgoing(site, Tentative(stage, epoch, batch, sn, wm)))
+    return out

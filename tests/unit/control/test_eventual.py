@@ -1,0 +1,113 @@
+"""The driver's part of eventual consistency (``control/eventual.py``), driven through the
+``Boundary`` with exact actions: ``tiny_union_plan`` (views and clicks, 8 partitions on 4
+sites, two copies each), a delay bound of 1 s.
+
+Views speak at 0 s and then fall silent; clicks go on. On the tick at 1.2 s views have been
+silent for the bound and clicks' records have waited it: the episode opens at the last
+stable SN, the clicks' records that are certain among the sources still speaking go
+tentatively (numbered from ``TENTATIVE_BASE``) to the first copy of each partition, every
+site holding one told the claim, and the records stay held for their stable release. Views
+come back: the stable release passes everything sent tentatively (stabilization; the heal
+point is the last stable SN). The egress hands tentative rows on while the episode is open,
+holds the stable rows above its base, and once the stable output passes the heal point
+delivers ``undo``, the held rows and ``rec_done``, and tells every site ``Reconciled``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sparkflux.control.boundary import Boundary, Deliver, FromSite, Input, boundary_for
+from sparkflux.control.events import SiteAddress, Tick, View
+from sparkflux.dataflow.placement import Layout
+from sparkflux.model.schema import SN, SNM, SRC, T0
+from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual, State
+from sparkflux.protocol.messages import Data, Outgoing, Reconciled, Tentative
+from sparkflux.sim.workload import tiny_union_plan, tiny_union_records
+
+VIEWS, CLICKS = 0, 1
+
+
+@pytest.fixture
+def records() -> tuple[pa.Table, pa.Table]:
+    return tiny_union_records()
+
+
+def tentative(actions: list) -> list[Outgoing]:
+    return [a for a in actions if isinstance(a, Outgoing) and isinstance(a.message, Tentative)]
+
+
+def opened(records: tuple[pa.Table, pa.Table]) -> tuple[Boundary, list]:
+    views, clicks = records
+    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0))
+    b.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS),
+             Input(batch=clicks.slice(0, 10).to_batches()[0], now=0.0, stream=CLICKS),
+             Input(batch=clicks.slice(10, 10).to_batches()[0], now=0.5, stream=CLICKS))
+    return b, b.handle(Tick(now=1.2))
+
+
+def test_a_silent_source_opens_an_episode_and_the_others_go_on_tentatively(
+        records: tuple[pa.Table, pa.Table]) -> None:
+    b, out = opened(records)
+    held = b.sequencer.held_total()
+    ep = b.episodes.episode if b.episodes else None
+    assert ep is not None and ep.state is State.UPSTREAM_FAILURE and ep.epoch == 1
+    assert ep.base == b.ingress.next_isn - 1 and b.egress.holding == ep.base
+    assert ep.failed == frozenset({VIEWS})
+    sends = tentative(out)
+    layout = Layout(4, 8, 2)
+    assert [o.site for o in sends] == sorted({layout.site_of(q, 0) for q in range(8)})
+    msgs = [o.message for o in sends]
+    assert {(m.stage, m.epoch, m.sn, m.wm) for m in msgs} == {
+        (0, 1, TENTATIVE_BASE + 1, ep.sent_to[0])}
+    rows = pa.Table.from_batches([m.rows for m in msgs if m.rows is not None])
+    assert sorted(rows.column(SN).to_pylist()) == [TENTATIVE_BASE, TENTATIVE_BASE + 1]
+    assert set(rows.column(T0).to_pylist()) <= {0.0, 0.5}  # each record's arrival
+    # every row to the first copy of its partition
+    for o in sends:
+        if o.message.rows is not None:
+            parts = o.message.rows.column("_part").to_numpy()
+            assert all(layout.site_of(int(q), 0) == o.site for q in parts)
+    assert b.sequencer.held_total() == held  # still held for the stable release
+    assert tentative(b.handle(Tick(now=1.3))) == []  # nothing new: nothing sent
+
+
+def test_the_source_back_heals_and_the_egress_reconciles(records: tuple[pa.Table, pa.Table]
+                                                         ) -> None:
+    views, clicks = records
+    b, _ = opened(records)
+    assert b.episodes is not None
+    ep = b.episodes.episode
+    base = ep.base
+    out = b.handle(Input(batch=views.slice(10, 40).to_batches()[0], now=1.4, stream=VIEWS))
+    assert ep.state is State.STABILIZATION
+    assert ep.heal == b.ingress.next_isn - 1 > base
+    assert any(isinstance(a, Outgoing) and isinstance(a.message, Data) for a in out)
+    # tentative rows from a last-stage site reach the sink while the episode is open
+    schema = b.plan.output_schema.append(pa.field(SRC, pa.int32(), nullable=False))
+    row = {f.name: 0 for f in schema}
+    row.update({SN: TENTATIVE_BASE, SNM: 0, T0: 1.0})
+    rows = pa.RecordBatch.from_pylist([row], schema=schema)
+    n = len(b.plan.stages)
+    got = b.handle(FromSite(slot=0, message=Tentative(n, 1, rows, TENTATIVE_BASE, 0), now=1.6))
+    assert [(d.op, d.batch.num_rows) for d in got if isinstance(d, Deliver)] == [
+        ("tentative", 1)]
+    assert b.handle(FromSite(slot=0, message=Tentative(n, 0, rows, 0, 0), now=1.6)) == []
+    # the stable output passes the heal point: undo, the corrections, rec_done, Reconciled
+    b.egress.corrections.append(pa.RecordBatch.from_pylist(
+        [{**row, SN: base + 1}], schema=schema).drop_columns([SRC]))
+    b.egress.progress = type(b.egress.progress)(ep.heal, 0)
+    b.controller.view = View(number=1, members={s: SiteAddress(site=s, attempt=0, host="h", port=1,
+                                                   pid=1)
+                                 for s in range(4)})
+    b.dead = {3}
+    done = b._reconcile(b.egress.progress, 2.0)
+    assert [(d.op, d.correction, d.batch.num_rows) for d in done if isinstance(d, Deliver)] == [
+        ("undo", False, 0), ("insert", True, 1), ("rec_done", False, 0)]
+    tells = [a for a in done if isinstance(a, Outgoing)]
+    assert [(a.site, a.message) for a in tells] == [(s, Reconciled(1)) for s in (0, 1, 2)]
+    assert ep.state is State.STABLE and b.egress.holding is None
+    assert b.handle(FromSite(slot=0, message=Tentative(n, 1, rows, 0, 0), now=2.1)) == []
+    assert np.isclose(ep.time_in(2.0)["stabilization"], 0.6)

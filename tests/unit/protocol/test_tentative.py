@@ -1,0 +1,77 @@
+"""A site's tentative branches (``protocol/tentative.py``), driven exactly: the ingress's
+tentative rows for ``tiny_union_plan`` (one stage: windows per page, to the egress) reach the
+site holding the first copy of their partitions; the site forks those partitions into a
+branch, closes the windows the tentative watermark passes there, and sends the result to
+the egress marked with its episode; the stable state is untouched; ``Reconciled`` drops the
+branch, and a later row of that episode is ignored."""
+
+from __future__ import annotations
+
+import copy
+
+import pyarrow as pa
+
+from sparkflux.control.boundary import Input, boundary_for
+from sparkflux.control.events import Tick
+from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
+from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual
+from sparkflux.protocol.messages import Outgoing, Reconciled, Tentative
+from sparkflux.protocol.site import Received, SiteCore
+from sparkflux.protocol.tentative import tentative_sends
+from sparkflux.sim.workload import tiny_union_plan, tiny_union_records
+
+
+def ingress_tentative() -> list[Outgoing]:
+    """The tentative rows of an episode where views fell silent and clicks went on."""
+    views, clicks = tiny_union_records()
+    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0))
+    b.handle(Input(batch=views.slice(0, 5).to_batches()[0], now=0.0, stream=0),
+             Input(batch=clicks.slice(0, 150).to_batches()[0], now=0.5, stream=1),
+             Input(batch=clicks.slice(150).to_batches()[0], now=1.2, stream=1))
+    return [o for o in b.handle(Tick(now=1.6))
+            if isinstance(o, Outgoing) and isinstance(o.message, Tentative)]
+
+
+def test_a_site_forks_its_partitions_and_sends_the_branch_output_to_the_egress() -> None:
+    sends = ingress_tentative()
+    assert sends, "the episode sent nothing"
+    to0 = next(o.message for o in sends if o.site == 0)
+    assert to0.rows is not None and to0.rows.num_rows
+    plan = tiny_union_plan()
+    core = SiteCore(0, plan, Layout(plan.sites, plan.partitions, 2))
+    program = plan.stages[0].program
+    before = [copy.deepcopy(op.get_partition_state(q)) for op in program.operators
+              for q in range(plan.partitions)]
+    out = core.handle(Received([(DRIVER, to0)]))
+    after = [op.get_partition_state(q) for op in program.operators
+             for q in range(plan.partitions)]
+    assert repr(before) == repr(after)  # no tentative row reached the stable state
+    assert len(out) == 1 and out[0].site == DRIVER
+    msg = out[0].message
+    assert isinstance(msg, Tentative) and (msg.stage, msg.epoch) == (1, 1)
+    assert msg.rows is not None and msg.rows.num_rows  # windows the claim closed
+    assert (msg.rows.column("_sn").to_numpy() >= TENTATIVE_BASE).all()
+    assert msg.wm <= to0.wm
+    branches = core._branches
+    assert branches is not None
+    # forked: the partitions site 0 holds as their first copy (0 and 4 of 8 on 4 sites)
+    assert branches.forked == {0: {0, 4}}
+    assert branches.rows_in == to0.rows.num_rows
+    core.handle(Received([(DRIVER, Reconciled(1))]))
+    assert not branches.programs and not branches.forked
+    assert core.handle(Received([(DRIVER, to0)])) == []  # the episode is over
+
+
+def test_rows_go_to_the_first_live_copy_and_every_such_site_hears_the_claim() -> None:
+    layout = Layout(4, 8, 2)
+    first = layout.first_live({1})  # site 1 dead: its first copies' next copy is on site 2
+    assert first.tolist() == [0, 2, 2, 3, 0, 2, 2, 3]
+    schema = pa.schema([pa.field("_part", pa.int32()), pa.field("x", pa.int64())])
+    rows = pa.RecordBatch.from_arrays([pa.array([1, 3, 5], pa.int32()),
+                                       pa.array([10, 30, 50])], schema=schema)
+    out = tentative_sends(rows, first, 2, 7, 99, 5)
+    assert [(o.site, None if o.message.rows is None else o.message.rows.column("x").to_pylist())
+            for o in out] == [(0, None), (2, [10, 50]), (3, [30])]
+    assert {(o.message.stage, o.message.epoch, o.message.sn, o.message.wm)
+            for o in out} == {(2, 7, 99, 5)}
+    assert (layout.first_live(range(4)) == NOWHERE).all()  # no live copy: nowhere
