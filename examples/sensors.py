@@ -93,7 +93,7 @@ def options(args: argparse.Namespace) -> SensorsOptions:
 def build(o: SensorsOptions) -> Dataflow:
     df = Dataflow(f"sensors_{o.stages}")
     a, b, c = (df.source(Readings(o, k), name=name) for k, name in enumerate(STREAMS))
-    stream = a.union(b).union(c)
+    stream = a.union(b, c)
     key = "sensor"
     for i in range(1, o.stages + 1):
         stream = stream.exchange(by=[key]).apply(

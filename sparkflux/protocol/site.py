@@ -529,9 +529,10 @@ class SiteCore:
             return []
         out, sn, wm = res
         if s + 1 == len(self.plan.stages):
-            return [Outgoing(DRIVER, Tentative(s + 1, msg.epoch, out if out.num_rows else None,
-                                               sn, wm))]
-        return tentative_sends(out, first, s + 1, msg.epoch, sn, wm)
+            if not out.num_rows:
+                return []  # the egress needs rows only
+            return [Outgoing(DRIVER, Tentative(s + 1, msg.epoch, out, sn, wm))]
+        return self._branches.news(tentative_sends(out, first, s + 1, msg.epoch, sn, wm))
 
     # -- checkpoints: each partition cuts itself at the input SN its cut names ---------------
     def _on_cut(self, msg: Cut) -> list[Outgoing]:

@@ -41,6 +41,9 @@ class Branches:
         self.forked: dict[int, set[int]] = {}
         self.claims: dict[int, dict[int, tuple[int, int]]] = {}  # stage -> sender -> claim
         self.rows_in = 0  # tentative rows processed here (a statistic)
+        # (stage, site) -> the claim last sent there: a claim alone goes only when it moved,
+        # or every copy's claims would multiply along a chain (N sites, N^k messages)
+        self.told: dict[tuple[int, int], tuple[int, int]] = {}
 
     def reconciled(self, epoch: int) -> None:
         """Episode ``epoch`` is over: its branches go."""
@@ -49,6 +52,7 @@ class Branches:
             self.programs.clear()
             self.forked.clear()
             self.claims.clear()
+            self.told.clear()
 
     def run(self, msg: Tentative, src: int, stable: StageProgram, mine: np.ndarray
             ) -> tuple[pa.RecordBatch, int, int] | None:
@@ -93,6 +97,20 @@ class Branches:
         if not held.size:
             return out, sn, wm
         return out, int(front.sn[held].min()), int(front.wm[held].min())
+
+
+    def news(self, sends: list[Outgoing]) -> list[Outgoing]:
+        """``sends`` without the claims alone that tell their site nothing new."""
+        out = []
+        for o in sends:
+            m = o.message
+            assert isinstance(m, Tentative)
+            key, claim = (m.stage, o.site), (m.sn, m.wm)
+            if m.rows is None and self.told.get(key) == claim:
+                continue
+            self.told[key] = claim
+            out.append(o)
+        return out
 
 
 def _empty_input(prog: StageProgram) -> pa.RecordBatch:

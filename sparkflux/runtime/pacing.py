@@ -41,7 +41,9 @@ class SourceFeed:
     nothing yet the feed waits for it rather than read ahead from the others: the merge could
     not release their records anyway. Unless ``read_ahead`` (``--consistency eventual``):
     then the merge may release them without the silent source, tentatively, and the feed
-    reads the next source that has something."""
+    reads the next source that has something; and while a source is cut off
+    (``--cut-source``) the others' records keep arriving, held by the merge in strict
+    mode, as a network cut of one source would leave them."""
 
     def __init__(self, plan: PhysicalPlan, skip: list[int] | None = None,
                  read_ahead: bool = False) -> None:
@@ -102,7 +104,10 @@ class SourceFeed:
         if not live:
             return None
         order = sorted(live, key=lambda j: (self._wm[j], j))
-        for i in order if self.read_ahead else order[:1]:
+        # a cut source's peers keep arriving (``--cut-source`` is a network cut, not a
+        # pause of the world): the merge holds their records, or sends them tentatively
+        ahead = self.read_ahead or any(self.cut_off(j) for j in live)
+        for i in order if ahead else order[:1]:
             if self._cut_until[i] and self.cut_off(i):
                 continue  # its records are held outside: the strict merge waits for them
             try:
