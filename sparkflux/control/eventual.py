@@ -87,7 +87,7 @@ class InputEpisodes:
                 ep.base = self.ingress.next_isn - 1
                 ep.heal = None
                 ep.failed = frozenset()
-                ep.sent_to = seq.bound()
+                ep.sent_to = ep.certain = seq.bound()
                 self.egress.holding = ep.base
             elif action == HEAL:
                 ep.heal = self.ingress.next_isn - 1
@@ -154,7 +154,10 @@ class InputEpisodes:
         speaking[list(out_)] = False
         # with every open source left out, nothing more is certain: the bound stays
         live_bound = seq.bound(out_) if speaking.any() else ep.sent_to
-        top = max(ep.sent_to, live_bound)
+        # what was once certain stays so (a record ``delay`` holds back until it has waited
+        # X goes then, even if every source has gone quiet meanwhile)
+        ep.certain = max(ep.certain, live_bound)
+        top = max(ep.sent_to, ep.certain)
         low = ep.sent_to
         parts: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray, np.ndarray]] = []
         if released is not None:

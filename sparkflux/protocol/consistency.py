@@ -104,6 +104,7 @@ class Episode:
     heal: int | None = None  # the last stable SN of the backlog (STABILIZATION on)
     failed: frozenset[int] = frozenset()  # the silent sources
     sent_to: tuple[int, int] = (0, 0)  # the merged order's (et, stream) sent tentatively
+    certain: tuple[int, int] = (0, 0)  # the highest bound the speaking sources have made
     next_tsn: int = TENTATIVE_BASE
     since: float | None = None  # when the current state began (None: before the first event)
     seconds: dict[str, float] = field(default_factory=lambda: {s.value: 0.0 for s in State})
