@@ -58,12 +58,18 @@ class SourceFeed:
         self._streams = plan.streams
         self._wm = [NO_WATERMARK] * len(self._iters)
         self._open = [True] * len(self._iters)
-        # ``--cut-source``: per source, until when (monotonic) its records are held outside
+        # ``--cut-source``: per source, until when (monotonic) its records are held outside,
+        # and what it produced meanwhile (delivered first after the heal)
         self._cut_until = [0.0] * len(self._iters)
+        self._held: list[list[Any]] = [[] for _ in self._iters]
+        self.from_backlog = False  # the last item came from a healed cut's backlog
 
     def cut(self, source: int, seconds: float) -> None:
         """Hold source ``source``'s records outside the dataflow for ``seconds`` from now
-        (``--cut-source``): it is read as if it had nothing yet, then as it comes."""
+        (``--cut-source``, a network cut between the source and the ingress): the source
+        goes on producing in its turn, its records held on the far side of the cut, and
+        after the heal they all come at once (a burst, outside any pacing:
+        ``from_backlog``), then the source as it comes."""
         self._cut_until[source] = time.monotonic() + seconds
 
     def cut_off(self, source: int) -> float:
@@ -100,6 +106,11 @@ class SourceFeed:
         return self._sources[i].waiting_for()
 
     def next(self) -> Item | None | object:
+        self.from_backlog = False
+        for i, held in enumerate(self._held):
+            if held and not self.cut_off(i):  # the heal: the backlog comes first, at once
+                self.from_backlog = True
+                return i, held.pop(0)
         live = [i for i, o in enumerate(self._open) if o]
         if not live:
             return None
@@ -109,7 +120,9 @@ class SourceFeed:
         ahead = self.read_ahead or any(self.cut_off(j) for j in live)
         for i in order if ahead else order[:1]:
             if self._cut_until[i] and self.cut_off(i):
-                continue  # its records are held outside: the strict merge waits for them
+                # produced in its turn, held on the far side of the cut
+                self._hold_back(i)
+                continue
             try:
                 item = next(self._iters[i])
             except StopIteration:
@@ -121,6 +134,21 @@ class SourceFeed:
                 self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
             return i, item
         return WAIT
+
+
+    def _hold_back(self, i: int) -> None:
+        """Source ``i`` is cut off: its next batch (if it has one now) is produced and held
+        outside until the heal; its end too."""
+        try:
+            item = next(self._iters[i])
+        except StopIteration:
+            self._open[i] = False
+            self._held[i].append(None)
+            return
+        if item is not None:
+            self._held[i].append(item)
+            if len(self._iters) > 1:
+                self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
 
 
 def _max_time(item: pa.RecordBatch | list[dict[str, Any]], spec: StreamSpec) -> int:
@@ -216,6 +244,11 @@ class PacedBuffer:
                 stream, payload = item
                 if payload is None:  # a source's end: it takes no room and is never dropped
                     self.buffer.append(item)
+                    continue
+                if self.source.from_backlog:  # a healed cut's burst: paced when produced
+                    self.buffer.append(item)
+                    self.held += len(payload) if isinstance(payload, list) \
+                        else payload.num_rows
                     continue
                 n = len(payload) if isinstance(payload, list) else payload.num_rows
                 if n > due:

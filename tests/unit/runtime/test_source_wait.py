@@ -79,3 +79,22 @@ def test_a_cut_source_is_a_wait_that_names_the_cut_and_its_records_come_after() 
     assert "source 'clicks' is cut off (--cut-source)" in (f.waiting_for() or "")
     f.cut(0, 0.0)  # healed: nothing of it was lost
     assert f.next()[1].to_pydict() == {"x": [1]} and f.next()[1].to_pydict() == {"x": [2]}
+
+
+def test_a_cut_sources_peers_keep_coming_and_its_backlog_comes_at_once_after_the_heal() -> None:
+    """While source 1 is cut the feed goes on reading in event-time turn: source 1's batches
+    are produced in their turn and held on the far side of the cut, source 0's come; after
+    the heal source 1's held batches come first, marked ``from_backlog`` (the paced buffer
+    does not pace them again), then reading goes on in turn."""
+    f = feed(Scripted([batch(1), batch(2), batch(3)]), Scripted([batch(10), batch(20)]))
+    for spec in f._streams:
+        spec.event_time = "x"  # type: ignore[misc]
+    f.cut(1, 60.0)
+    got = [f.next() for _ in range(3)]  # source 1's turn comes once: batch 10 held
+    assert [(i, b.to_pydict()["x"]) for i, b in got] == [(0, [1]), (0, [2]), (0, [3])]
+    f.cut(1, 0.0)
+    i, b = f.next()
+    assert (i, b.to_pydict()["x"], f.from_backlog) == (1, [10], True)
+    assert f.next() == (0, None) and not f.from_backlog
+    i, b = f.next()
+    assert (i, b.to_pydict()["x"], f.from_backlog) == (1, [20], False)
