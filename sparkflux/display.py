@@ -28,7 +28,7 @@ _MARK = {"failure": "[bold red]✗[/]", "take-over": "[yellow]→[/]", "adoption
          "catch-up": "[cyan]↻[/]", "caught-up": "[green]✓[/]", "move": "[magenta]⇄[/]",
          "moved": "[magenta]⇄[/]", "stall": "[bold yellow]![/]", "input-ended": "[dim]■[/]",
          "checkpoint": "[dim]◆[/]", "restored": "[green]◆[/]", "rescale": "[bold magenta]⤢[/]",
-         "retired": "[dim]−[/]"}
+         "retired": "[dim]−[/]", "tentative": "[yellow]~[/]", "corrected": "[green]~[/]"}
 _ROLE = {"live": "green", "catching up": "cyan", "failed": "bold red", "standby": "dim",
          "starting": "cyan"}
 

@@ -54,6 +54,7 @@ class Actions:
     def __init__(self, host: Host) -> None:
         self.host = host
         self._catch_up_started: dict[tuple[int, int], float] = {}  # (stage, q) -> wall time
+        self._tentative_noted = False  # the open episode's first tentative rows were noted
         self._catching_sites: set[int] = set()  # sites being caught up (noted once each)
 
     def carry_out(self, actions: list[BoundaryAction]) -> None:
@@ -229,9 +230,14 @@ class Actions:
         now = time.time()
         if d.op != "insert":
             if d.op == "tentative":
+                self._note_episode()
                 host.metrics.tentative(d.batch, now)
             else:
                 host.metrics.marker(d.op, now)
+                if d.op == "rec_done":
+                    host.progress.note("corrected", None, "the cut source is back: the "
+                                       "tentative results are replaced by the stable ones")
+                    self._tentative_noted = False
             self._ops(d.batch if d.op == "tentative" else None, d.op)
             return
         if d.batch.num_rows:
@@ -250,6 +256,18 @@ class Actions:
             if host.eventual:
                 self._ops(d.batch, "insert")
         host.completed.append((now, d.progress.sn))
+
+    def _note_episode(self) -> None:
+        """The first tentative rows of an episode: the live view says so, once."""
+        if self._tentative_noted:
+            return
+        self._tentative_noted = True
+        eps = self.host.core.episodes
+        names = [self.host.plan.streams[j].name for j in sorted(eps.episode.failed)] \
+            if eps is not None else []
+        self.host.progress.note("tentative", None, "tentative results: "
+                                + (f"source {', '.join(map(repr, names))} silent" if names
+                                   else "a source is silent"))
 
     def _ops(self, batch: pa.RecordBatch | None, op: Op) -> None:
         """A delivery of ``--consistency eventual`` to the sinks that take every kind

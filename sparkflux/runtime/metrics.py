@@ -34,6 +34,7 @@ class EgressMetrics:
     max_processing_delay: float = 0.0
     undos: list[float] = field(default_factory=list)
     tentative_times: list[float] = field(default_factory=list)
+    tentative_counts: list[int] = field(default_factory=list)
     rec_dones: list[float] = field(default_factory=list)
 
     def tentative(self, batch: pa.RecordBatch, now: float) -> None:
@@ -43,6 +44,7 @@ class EgressMetrics:
         if batch.num_rows:
             lat = now - batch.column(T0).to_numpy()
             self.tentative_times.append(now)
+            self.tentative_counts.append(batch.num_rows)
             self.tentative_rows += batch.num_rows
             self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
 

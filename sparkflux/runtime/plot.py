@@ -5,6 +5,8 @@ Top: input (admitted at the ingress) and output (delivered by the egress) tuples
 the controller detected (take-over) an orange dashed one; each recovery, when there is one, a
 green line; each ``--slow`` a brown dotted one; each ``--squeeze`` a pink dashed one; each
 partition move a marker along the top (a memory move, docs/memory.md, a marker of its own).
+With ``--consistency eventual``, the tentative output is a dashed line of its own, and the
+input's upstream failures and stabilizations are shaded (orange, green).
 A user sees at a glance what a failure cost.
 """
 
@@ -38,6 +40,13 @@ def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[
         ax1.step(np.arange(nb) * width, in_rate / 1000, where="post", color="0.55",
                  label="input (ingress)")
     ax1.step(t_out, out_rate / 1000, where="post", color="tab:blue", label="output (egress)")
+    if metrics.tentative_times:
+        t_t = np.asarray(metrics.tentative_times) - start
+        nb = max(int(np.ceil(max(t_t.max(), width) / width)), 1)
+        idx = np.minimum((t_t / width).astype(int), nb - 1)
+        rate = np.bincount(idx, weights=metrics.tentative_counts, minlength=nb) / width
+        ax1.step(np.arange(nb) * width, rate / 1000, where="post", color="tab:blue",
+                 linestyle="--", linewidth=0.9, label="tentative output")
     ax1.set_ylabel("thousand tuples / s")
     ax2.step(t_out, latency * 1000, where="post", color="tab:purple")
     ax2.set_ylabel("mean latency (ms)")
@@ -47,6 +56,12 @@ def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[
               "squeeze": ("tab:pink", "--")}
     top = ax1.get_ylim()[1]
     for label, ts in events.items():
+        if label in SPANS:  # (start, end) pairs, shaded
+            for i in range(0, len(ts) - 1, 2):
+                for ax in (ax1, ax2):
+                    ax.axvspan(ts[i] - start, ts[i + 1] - start, color=SPANS[label],
+                               alpha=0.15, label=label if (ax is ax1 and i == 0) else None)
+            continue
         if label in ("move", "memory move"):  # many, short: a marker each along the top
             mark, color, y = ("v", "tab:olive", 0.97) if label == "move" else (
                 "^", "tab:cyan", 0.92)
@@ -68,14 +83,32 @@ def plot_timeline(path: str | Path, metrics: EgressMetrics, ingress: tuple[list[
     plt.close(fig)
 
 
+SPANS = {"upstream failure": "tab:orange", "stabilization": "tab:green"}
+
+
 def timeline_events(kills: list[dict[str, Any]], failures: list[dict[str, Any]],
                     recoveries: list[dict[str, Any]] | None = None,
                     moves: list[float] | None = None,
                     slows: list[dict[str, Any]] | None = None,
                     squeezes: list[dict[str, Any]] | None = None,
-                    memory_moves: list[float] | None = None) -> dict[str, list[float]]:
-    """The run's events by label, as ``plot_timeline`` draws them (wall times)."""
+                    memory_moves: list[float] | None = None,
+                    states: list[tuple[float, str]] | None = None,
+                    end: float | None = None) -> dict[str, list[float]]:
+    """The run's events by label, as ``plot_timeline`` draws them (wall times). ``states``:
+    the input's consistency state changes (``protocol/consistency.py``), drawn as spans of
+    upstream failure and stabilization, the last one open until ``end``."""
     out = {"kill": [k["time"] for k in kills], "take-over": [f["time"] for f in failures]}
+    if states:
+        for label, state in (("upstream failure", "upstream-failure"),
+                             ("stabilization", "stabilization")):
+            spans: list[float] = []
+            for k, (t, st) in enumerate(states):
+                if st == state:
+                    after = states[k + 1][0] if k + 1 < len(states) else end
+                    if after is not None:
+                        spans += [t, after]
+            if spans:
+                out[label] = spans
     if squeezes:
         out["squeeze"] = [q["time"] for q in squeezes]
     if memory_moves:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 EventKind = Literal["failure", "take-over", "adoption", "catch-up", "caught-up", "move",
                     "moved", "stall", "input-ended", "checkpoint", "restored", "rescale",
-                    "retired"]
+                    "retired", "tentative", "corrected"]
 SiteRole = Literal["live", "catching up", "failed", "standby", "starting"]
 
 

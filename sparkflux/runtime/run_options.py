@@ -136,9 +136,9 @@ class RunOptions:
             "DURATION seconds (iptables on the loopback interface, a same-machine test tool; "
             "every process lives): a network partition", metavar="A,B/C,D@WHEN+DURATION")
     cut_source: tuple[CutSource, ...] = option(
-        (), "hold the records of the source NAME outside the dataflow from WHEN (as --kill's) "
-            "for DURATION seconds, then read them as they come: a network cut between a "
-            "data source and the ingress", metavar="NAME@WHEN+DURATION")
+        (), "a network cut between the source NAME and the ingress from WHEN (as --kill's) "
+            "for DURATION seconds: its records are held on the far side while the other "
+            "sources' keep arriving, then come at once", metavar="NAME@WHEN+DURATION")
     consistency: str = option(
         "strict", "strict: every input waits for every other (a cut source stalls the output "
                   "until it is back); eventual: after --max-delay the run goes on without a "

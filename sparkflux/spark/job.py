@@ -284,7 +284,10 @@ def supervise(run: Launched) -> RunResult:
                          moves=[t for e, t in host.move_started.items() if e not in memory],
                          slows=host.faults.slowed, squeezes=host.faults.squeezed,
                          memory_moves=[host.move_started[e] for e in memory
-                                       if e in host.move_started]))
+                                       if e in host.move_started],
+                         states=host.core.episodes.episode.history
+                         if host.core.episodes is not None else None,
+                         end=host.metrics.end))
 
 
 def run(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLetters,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.plot import plot_timeline, timeline_events
 
@@ -26,4 +28,22 @@ def test_the_picture_is_drawn(tmp_path: Path) -> None:
     plot_timeline(png, m, ([100.5, 101.0], [10, 20]),
                   timeline_events([], [], squeezes=[{"time": 100.7}], memory_moves=[100.8]),
                   "a squeeze")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_consistency_states_become_shaded_spans_and_tentative_output_a_line(
+        tmp_path: Path) -> None:
+    """The input's state changes: each upstream failure and stabilization a (start, end)
+    pair, the last one open until the run's end; drawn with the tentative output."""
+    states = [(1.0, "upstream-failure"), (4.0, "stabilization"), (4.5, "stable"),
+              (6.0, "upstream-failure")]
+    events = timeline_events([], [], states=states, end=9.0)
+    assert events["upstream failure"] == [1.0, 4.0, 6.0, 9.0]
+    assert events["stabilization"] == [4.0, 4.5]
+    m = EgressMetrics()
+    m.start = 0.0
+    m.tentative(pa.RecordBatch.from_pydict({"_t0": [0.5, 0.6]}), 1.5)
+    assert m.tentative_counts == [2] and m.max_processing_delay == 1.0
+    png = tmp_path / "e.png"
+    plot_timeline(png, m, ([0.5, 1.0], [10, 20]), events, "a cut source")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
