@@ -96,7 +96,7 @@ class SourceFeed:
 
     def waiting_for(self) -> str | None:
         """What the source the feed waits on says it waits for (``Source.waiting_for``)."""
-        live = [i for i, o in enumerate(self._open) if o]
+        live = [i for i, o in enumerate(self._open) if o or self._held[i]]
         if not live:
             return None
         i = min(live, key=lambda j: (self._wm[j], j))
@@ -112,8 +112,8 @@ class SourceFeed:
                 self.from_backlog = True
                 return i, held.pop(0)
         live = [i for i, o in enumerate(self._open) if o]
-        if not live:
-            return None
+        if not live:  # (records still held behind a cut come after it)
+            return WAIT if any(self._held) else None
         order = sorted(live, key=lambda j: (self._wm[j], j))
         # a cut source's peers keep arriving (``--cut-source`` is a network cut, not a
         # pause of the world): the merge holds their records, or sends them tentatively

@@ -98,3 +98,22 @@ def test_a_cut_sources_peers_keep_coming_and_its_backlog_comes_at_once_after_the
     assert f.next() == (0, None) and not f.from_backlog
     i, b = f.next()
     assert (i, b.to_pydict()["x"], f.from_backlog) == (1, [20], False)
+
+
+def test_a_source_that_ends_behind_a_cut_is_delivered_whole_after_the_heal() -> None:
+    """Every source has ended while records of the cut one are still held: the feed waits
+    (naming the cut), never ends the input early, and after the heal gives them all and the
+    source's end, then the end of the input."""
+    f = feed(Scripted([batch(1)]), Scripted([batch(10), batch(20)]))
+    for spec in f._streams:
+        spec.event_time = "x"  # type: ignore[misc]
+        spec.name = "s"  # type: ignore[misc]
+    f.cut(1, 60.0)
+    seen = [f.next() for _ in range(4)]
+    assert seen[0][0] == 0 and (0, None) in seen and WAIT in seen
+    assert f.next() is WAIT and "cut off (--cut-source)" in (f.waiting_for() or "")
+    f.cut(1, 0.0)
+    rest = [f.next() for _ in range(4)]
+    assert [(i, None if b is None else b.to_pydict()["x"]) for i, b in rest[:3]] == [
+        (1, [10]), (1, [20]), (1, None)]
+    assert rest[3] is None
