@@ -177,6 +177,16 @@ def hunt(records: Any, bases: Any, first: int) -> tuple[int, FailurePlan, Eventu
     return None
 
 
+def caught_then_clean(monkeypatch: pytest.MonkeyPatch, records: Any, bases: Any) -> None:
+    """The mutant in place is caught by a seed, and that seed passes without it."""
+    caught = hunt(records, bases, 0)
+    assert caught is not None, f"the mutation survived {MUTATION_SEEDS} seeds"
+    monkeypatch.undo()
+    seed, failures, eventual = caught
+    run_seed("union", records, seed, base_for(bases, "union", records, seed), failures,
+             eventual)
+
+
 def test_mutation_tentative_rows_in_the_stable_state(monkeypatch: pytest.MonkeyPatch,
                                                      records: Any, bases: Any) -> None:
     """A branch that is the stable program itself (no fork): tentative rows reach the
@@ -189,12 +199,7 @@ def test_mutation_tentative_rows_in_the_stable_state(monkeypatch: pytest.MonkeyP
         return real(self, msg, src, stable, mine)
 
     monkeypatch.setattr(tentative_mod.Branches, "run", no_fork)
-    caught = hunt(records, bases, 0)
-    assert caught is not None, f"the mutation survived {MUTATION_SEEDS} seeds"
-    monkeypatch.undo()
-    seed, failures, eventual = caught
-    run_seed("union", records, seed, base_for(bases, "union", records, seed), failures,
-             eventual)
+    caught_then_clean(monkeypatch, records, bases)
 
 
 def test_mutation_tentative_rows_take_stable_numbers(monkeypatch: pytest.MonkeyPatch,
@@ -210,12 +215,7 @@ def test_mutation_tentative_rows_take_stable_numbers(monkeypatch: pytest.MonkeyP
         return out
 
     monkeypatch.setattr(eventual_mod.InputEpisodes, "_send", send)
-    caught = hunt(records, bases, 0)
-    assert caught is not None, f"the mutation survived {MUTATION_SEEDS} seeds"
-    monkeypatch.undo()
-    seed, failures, eventual = caught
-    run_seed("union", records, seed, base_for(bases, "union", records, seed), failures,
-             eventual)
+    caught_then_clean(monkeypatch, records, bases)
 
 
 def test_mutation_corrections_are_not_held(monkeypatch: pytest.MonkeyPatch, records: Any,
@@ -230,9 +230,4 @@ def test_mutation_corrections_are_not_held(monkeypatch: pytest.MonkeyPatch, reco
         return out
 
     monkeypatch.setattr(eventual_mod.InputEpisodes, "judge", judge)
-    caught = hunt(records, bases, 0)
-    assert caught is not None, f"the mutation survived {MUTATION_SEEDS} seeds"
-    monkeypatch.undo()
-    seed, failures, eventual = caught
-    run_seed("union", records, seed, base_for(bases, "union", records, seed), failures,
-             eventual)
+    caught_then_clean(monkeypatch, records, bases)
