@@ -29,8 +29,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 EVENTS = 300_000
 RATE = 50_000.0  # 6 s of input
 KILL_AT = "input+150000"  # a kill comes once 150,000 records are admitted (3 s in)
-# The Python worker's kill comes 1 s in: Spark's retry of the task, on a loaded machine, can
-# take longer than the 3 s of input left after KILL_AT, and the test asserts the adoption.
+# The Python worker's kill comes early in a run paced at half the rate: Spark's retry of the
+# task, on a loaded machine, can take longer than the 3 s of input left after KILL_AT, and the
+# test asserts the adoption.
 KILL_PYTHON_AT = "input+50000"
 RUN_TIMEOUT = 150.0
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ ([\w.]+): (.*)$")
@@ -64,16 +65,16 @@ class ClusterRun:
 
 
 def run_on_cluster(cluster: Any, tmp_path: Path, *extra: str, check: bool = True,
-                   paced: bool = True, on_line: Callable[[str], None] | None = None
-                   ) -> ClusterRun:
+                   paced: bool = True, rate: float = RATE,
+                   on_line: Callable[[str], None] | None = None) -> ClusterRun:
     """``sparkflux run examples/netmon.py`` on the cluster, as a user runs it (its own driver
-    process, the cluster's driver configuration). ``paced``: its generator at ``RATE``;
+    process, the cluster's driver configuration). ``paced``: its generator at ``rate``;
     ``on_line``: called with each line of its standard error as it comes."""
     cluster.ensure_workers()  # a test before may have killed one
     metrics = tmp_path / "metrics.json"
     cmd = [sys.executable, "-m", "sparkflux.cli", "run", str(ROOT / "examples" / "netmon.py"),
            "--events", str(EVENTS), "--sites", "4", "--partitions", "16", "--ha", "flux",
-           *(["--rate", str(RATE)] if paced else []), "--master", cluster.master_url,
+           *(["--rate", str(rate)] if paced else []), "--master", cluster.master_url,
            "--metrics", str(metrics), *extra]  # a later --sites in ``extra`` wins
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, env=cluster.driver_env(), cwd=tmp_path, text=True,
@@ -143,7 +144,8 @@ def test_a_killed_python_worker(standalone: Any, tmp_path: Path,
     which adopts the slot and is caught up. (Every test here compares the whole output with
     the reference, the part before its fault included: a failure-free run on the cluster
     is no test of its own.)"""
-    run = run_on_cluster(standalone, tmp_path, "--kill", f"python:1@{KILL_PYTHON_AT}")
+    run = run_on_cluster(standalone, tmp_path, "--kill", f"python:1@{KILL_PYTHON_AT}",
+                         rate=RATE / 2)  # 10 s of input left for Spark's retry and the adoption
     check_exact(run.metrics, expected)
     f = kill_figures(run, "python")
     assert f["sites"] == [1] and run.metrics["kills"] == 1

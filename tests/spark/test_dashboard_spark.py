@@ -19,8 +19,9 @@ import sparkflux
 
 pytestmark = pytest.mark.spark
 
-EVENTS = 900_000
-RATE = 60_000
+EVENTS = 1_500_000
+RATE = 60_000  # 25 s of input: the page is rendered and scraped while the run goes on, after a
+# catch-up that takes long on a loaded machine
 KILL = "1@input+150000"
 
 
@@ -51,7 +52,8 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_progress_prometheus_and_the_dashboard_tell_a_kill(netmon: Any, spark: Any) -> None:
     flow = netmon.build(netmon.NetmonOptions(events=EVENTS))
     query = sparkflux.start(flow, spark=spark, sites=4, partitions=16, ha="flux", rate=RATE,
-                            kill=[KILL], balance=False, ui_port=0, announce=None)
+                            kill=[KILL], balance=False, ui_port=0, announce=None,
+                            standby_wait=60)  # the standby adopts site 1, however loaded
     board = query._run.host.dashboard
     assert board is not None
     try:
@@ -59,8 +61,8 @@ def test_progress_prometheus_and_the_dashboard_tell_a_kill(netmon: Any, spark: A
         while not any(e.kind == "caught-up" for e in query.events):
             assert time.monotonic() < deadline, query.events
             assert not query.await_termination(0.2), "ended before the catch-up"
-        page = rendered(board.url)
         series = scrape(f"{board.url}/metrics")
+        page = rendered(board.url)
         progress = query.last_progress
     finally:
         query.await_termination(120)

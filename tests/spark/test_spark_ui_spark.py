@@ -26,13 +26,15 @@ def jobs(spark: Any) -> list[dict[str, Any]]:
 def test_the_site_job_is_listed_under_the_dataflows_name(netmon: Any, spark: Any) -> None:
     assert spark.sparkContext.uiWebUrl, "the UI is off in a session sparkflux makes"
     flow = netmon.build(netmon.NetmonOptions(events=300_000))
+    before = {j["jobId"] for j in jobs(spark)}  # an earlier test's runs, in the same session
     query = sparkflux.start(flow, spark=spark, sites=4, partitions=16, rate=50_000,
                             announce=None)
     try:
         deadline = time.monotonic() + 60
         mine: list[dict[str, Any]] = []
         while not mine and time.monotonic() < deadline:
-            mine = [j for j in jobs(spark) if j.get("description", "").startswith(
+            mine = [j for j in jobs(spark) if j["jobId"] not in before and j.get(
+                "description", "").startswith(
                 "sparkflux netmon: 4 sites, 16 mini-partitions per stage")]
             if not mine:
                 assert query.await_termination(0.2) is False, "ended before it was listed"
