@@ -97,10 +97,12 @@ def test_progress_prometheus_and_the_dashboard_tell_a_kill(netmon: Any, spark: A
     assert progress is not None and progress.sources[0].name == "packets"
     final = query.recent_progress[-1]
     m = query.metrics
-    assert final.total_input_rows == m["input_tuples"] == EVENTS
+    # (a loaded machine's admission may fall behind the push source: what the ingress buffer
+    # could not hold is dropped and counted, never admitted)
+    assert final.total_input_rows == m["input_tuples"] == EVENTS - m["ingress_dropped"]
     assert final.total_output_rows == m["output_tuples"]
     assert sum(p.output_rows for p in query.recent_progress) == m["output_tuples"]
-    assert sum(p.input_rows for p in query.recent_progress) == EVENTS
+    assert sum(p.input_rows for p in query.recent_progress) == m["input_tuples"]
     for stage in range(2):  # each stage's watermark only grows
         marks = [p.stages[stage].watermark for p in query.recent_progress
                  if p.stages[stage].watermark is not None]
