@@ -326,6 +326,7 @@ class Boundary:
         # The simulator keeps going past it, so that recoveries it schedules late still run.
         self.end_with_output = end_with_output
         self.controller = controller
+        controller.eventual = eventual is not None
         # each source's records as the ingress numbers them (its columns, and its port)
         ports, rows_schema = plan.ingress.in_ports, source_rows_schema(plan.ingress.in_ports)
         self.sequencer = Sequencer(list(plan.streams), align=(
@@ -489,6 +490,11 @@ class Boundary:
                     if isinstance(ev, Tick) and self.episodes is not None:
                         self.clock = ev.now if ev.wall is None else ev.wall
                         out += self._judge(self.clock, None)
+                        due = self.episodes.merge_due(self.clock)
+                        if due is not None:
+                            out.append(Deliver(batch=due.drop_columns([SRC]),
+                                               progress=self.egress.progress,
+                                               op="tentative"))
         return out
 
     def _registered(self, ev: Registered) -> list[BoundaryAction]:
@@ -539,6 +545,8 @@ class Boundary:
                 return self._data(slot, msg)
             case Tentative(rows=rows, epoch=epoch) if self.episodes is not None:
                 ep = self.episodes.episode
+                if epoch == ep.epoch + 1 and not self.episodes.open and rows is not None:
+                    self.episodes.open_merge(self.clock)  # a site's merge opened it
                 if epoch != ep.epoch or not self.episodes.open or rows is None:
                     return []  # an episode that is over (or a claim alone)
                 return [Deliver(batch=rows.drop_columns([SRC]), progress=self.egress.progress,

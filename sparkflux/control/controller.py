@@ -222,6 +222,8 @@ class Controller(Balancing, Rescaling):
         # A network partition the judge would resolve only by losing a partition's every
         # live copy: (why, when it was last judged so); the run waits for the links to heal
         self.split: tuple[str, float] | None = None
+        # --consistency eventual: the merges that wait for a split go on tentatively
+        self.eventual = False
         self._registered_as: dict[int, int] = {}  # slot -> its process's registered slot
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
@@ -352,8 +354,12 @@ class Controller(Balancing, Rescaling):
                 f"{'s' if len(only) > 1 else ''} {', '.join(map(str, only[:8]))}"
                 f"{', ...' if len(only) > 8 else ''}"
                 for site, why in self.links.kept if (only := self._only_copies(site)))
-            text = (f"a network partition: {text}; strict consistency waits for the links "
-                    f"to heal rather than lose that state")
+            text = (f"a network partition: {text}; "
+                    + ("the stable output waits for the links to heal rather than lose "
+                       "that state, and the merges that wait go on tentatively"
+                       if self.eventual else
+                       "strict consistency waits for the links to heal rather than lose "
+                       "that state (--consistency eventual answers tentatively meanwhile)"))
             if self.split is None:
                 log.warning("%s", text)
             self.split = (text, now)

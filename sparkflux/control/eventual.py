@@ -29,6 +29,7 @@ from sparkflux.protocol.consistency import (
 )
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
+from sparkflux.protocol.merge_waits import MergeWaits
 from sparkflux.protocol.messages import Outgoing, Reconciled
 from sparkflux.protocol.sequencer import Sequencer, merged_order
 
@@ -57,6 +58,13 @@ class InputEpisodes:
         self.empty_rows = empty_rows
         self.tentative_rows = 0  # rows sent tentatively (input)
         self.max_wait = 0.0  # the longest a record sent tentatively had waited at the driver
+        # whether the open episode is the input's (a silent source: the ingress sends
+        # tentatively) or only a merge's (a site's or the egress's merge released by the
+        # delay bound, ``merge_waits.py``: the input is whole, the ingress sends nothing)
+        self.input_failed = False
+        # the egress's own merge under the delay bound (the last stage's partitions)
+        self.waits = MergeWaits(egress.cons, config.max_delay)
+        self.merge_rows = 0  # rows the egress's merge delivered tentatively
 
     @property
     def open(self) -> bool:
@@ -70,11 +78,16 @@ class InputEpisodes:
         x = ep.config.max_delay
         quiet = silent(seq.heard_at, seq.ended, now, x)
         oldest = seq.oldest()
-        waited = oldest is not None and now - oldest >= x
+        blocked = oldest is not None and now - oldest >= x and bool(quiet)
+        if blocked and self.open:
+            self.input_failed = True  # a merge's episode: now the input's too
         if ep.state is State.UPSTREAM_FAILURE:
-            healed = not quiet and seq.bound() >= ep.sent_to
+            if self.input_failed:
+                healed = not quiet and seq.bound() >= ep.sent_to
+            else:  # a merge's episode heals when the stable output moves on
+                healed = self.egress.progress.sn > ep.base
             event = Ev.HEALED if healed else Ev.BLOCKED
-        elif waited and quiet:
+        elif blocked:
             event = Ev.BLOCKED
         elif ep.state is State.STABILIZATION:
             event = Ev.HEALED
@@ -83,6 +96,7 @@ class InputEpisodes:
         out: list[Outgoing] = []
         for action in ep.on(event, now):
             if action == OPEN:
+                self.input_failed = True
                 ep.epoch += 1
                 ep.base = self.ingress.next_isn - 1
                 ep.heal = None
@@ -92,13 +106,44 @@ class InputEpisodes:
             elif action == HEAL:
                 ep.heal = self.ingress.next_isn - 1
                 ep.failed = frozenset()
-            elif action == SEND and ep.sends():
+            elif action == SEND and ep.sends() and self.input_failed:
                 # a source found silent stays out of the tentative bound until the episode
                 # heals: while it catches up, the others' new records go on tentatively
                 if ep.state is State.UPSTREAM_FAILURE:
                     ep.failed = ep.failed | quiet
                 out += self._send(now, released, dead)
         return out
+
+    def open_merge(self, now: float) -> None:
+        """A merge released rows by the delay bound (a site's, whose first tentative rows
+        reached the egress, or the egress's own): the episode opens if none is open, at
+        the stable output's progress (every stable row after it is a correction). The
+        input is whole, so the ingress sends nothing tentatively for it."""
+        if self.open:
+            return
+        ep = self.episode
+        assert OPEN in ep.on(Ev.BLOCKED, now)
+        self.input_failed = False
+        ep.epoch += 1
+        ep.base = self.egress.progress.sn
+        ep.heal = None
+        ep.failed = frozenset()
+        ep.sent_to = ep.certain = self.seq.bound()
+        self.egress.holding = ep.base
+
+    def merge_due(self, now: float) -> pa.RecordBatch | None:
+        """The egress's merge on the clock's tick: the last stage's rows it has held for
+        the delay bound go out tentatively (opening an episode); None if none."""
+        due = self.waits.look(now)
+        go = due | self.waits.forked
+        if not go.any():
+            return None
+        self.open_merge(now)
+        fed = self.waits.feed(go, now)
+        if fed is None or fed[0] is None or not fed[0].num_rows:
+            return None
+        self.merge_rows += fed[0].num_rows
+        return fed[0]
 
     def overdue(self, now: float, slack: float) -> int:
         """The held records that break the availability bound: certain among the sources
@@ -132,11 +177,18 @@ class InputEpisodes:
         ended), the episode reconciles: its held corrections, and ``Reconciled`` for the
         sites ``live``. None while it has not."""
         ep = self.episode
+        if ep.state is State.UPSTREAM_FAILURE and not self.input_failed \
+                and self.egress.progress.sn > ep.base:
+            # a merge's episode heals as soon as the stable output moves on (or ends)
+            assert HEAL in ep.on(Ev.HEALED, now)
+            ep.heal = self.ingress.next_isn - 1
         if ep.state is not State.STABILIZATION or ep.heal is None:
             return None
         if self.egress.progress.sn < ep.heal and not self.egress.ended:
             return None
         assert RECONCILE in ep.on(Ev.CAUGHT_UP, now)
+        self.input_failed = False
+        self.waits.reconciled()
         held = self.egress.corrections
         self.egress.corrections, self.egress.holding = [], None
         rows = concat(held) if held else None

@@ -72,6 +72,9 @@ class PhysicalPlan:
     # the column of the ingress's records that says how many input sequence numbers each
     # takes (a chunk of a source read on the sites, ``site_read.py``); None: one each
     isn_span: str | None = None
+    # --consistency eventual's delay bound X (seconds): every merge on the sites releases
+    # what it has held for X tentatively (``protocol/merge_waits.py``); None: strict
+    max_delay: float | None = None
 
     @property
     def output_schema(self) -> pa.Schema:

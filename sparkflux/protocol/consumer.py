@@ -290,6 +290,32 @@ class ConsumerSet:
         np.minimum.at(low, inv, b.column(SN).to_numpy())
         return uq, low
 
+    # -- what the merge holds (eventual consistency's delay bound, ``merge_waits.py``) ------
+    def holding(self) -> np.ndarray:
+        """Per consumer partition: whether rows wait above its frontier."""
+        out = np.zeros(self.parts.size, dtype=bool)
+        for b in self.pending:
+            uq, _ = self._lowest_of(b)
+            out[uq] = True
+        return out
+
+    def peek(self, low: np.ndarray, high: np.ndarray) -> pa.RecordBatch | None:
+        """The held rows of each partition ``i`` with ``low[i] < SN <= high[i]``, in SN order,
+        still held (the stable release takes them in its turn); None if none."""
+        parts: list[pa.RecordBatch] = []
+        for b in self.pending:
+            qi = self.index[b.column(PART).to_numpy()]
+            sn = b.column(SN).to_numpy()
+            go = (sn > low[qi]) & (sn <= high[qi])
+            if go.all():
+                parts.append(b)
+            elif go.any():
+                parts.append(b.filter(pa.array(go)))
+        if not parts:
+            return None
+        out = concat(parts, self.schema)
+        return sort_rows(out) if out.num_rows > 1 else out
+
     # -- take-over -------------------------------------------------------------------------------
     def on_fail(self, dead: np.ndarray) -> list[Outgoing]:
         """``dead[p, r]``: producer replicas that failed. Returns the ``reverse`` messages."""

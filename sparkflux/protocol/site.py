@@ -36,6 +36,7 @@ from sparkflux.protocol.catchup import (
 from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.memory import Key, Load, Memory, Spill
+from sparkflux.protocol.merge_waits import MergeWaits
 from sparkflux.protocol.messages import (
     SPILL,
     SRC,
@@ -63,7 +64,7 @@ from sparkflux.protocol.messages import (
 )
 from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import consumer_roles, producer_roles
-from sparkflux.protocol.tentative import Branches, tentative_sends
+from sparkflux.protocol.tentative import MERGE, Branches, tentative_sends
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,9 @@ class SiteCore:
         self._sizes: tuple[float, dict[Key, int]] | None = None  # (when, partition_bytes)
         # Tentative processing of a failure episode (``tentative.py``), made at its first row
         self._branches: Branches | None = None
+        # --consistency eventual: each stage's merge under the delay bound (``merge_waits.py``)
+        self.waits = [MergeWaits(c, plan.max_delay) for c in self.cons] \
+            if plan.max_delay is not None else []
 
     @classmethod
     def adopting(cls, plan: PhysicalPlan, layout: Layout, msg: cm.Adopt) -> SiteCore:
@@ -254,8 +258,11 @@ class SiteCore:
         if isinstance(msg, Tentative):
             return self._tentative(msg, src)
         if isinstance(msg, Reconciled):
-            if self._branches is not None:
-                self._branches.reconciled(msg.epoch)
+            if self._branches is None:  # the count of episodes over, for the next one
+                self._branches = Branches()
+            self._branches.reconciled(msg.epoch)
+            for w in self.waits:
+                w.reconciled()
             return []
         raise ProtocolError(f"site {self.site}: unknown message {type(msg).__name__}")
 
@@ -527,12 +534,48 @@ class SiteCore:
         res = self._branches.run(msg, src, self.plan.stages[s].program, mine)
         if res is None:
             return []
-        out, sn, wm = res
+        return self._branch_out(s, msg.epoch, *res, first)
+
+    def clock(self, now: float) -> list[Outgoing]:
+        """The host's clock (``--consistency eventual``): every stage's merge that has held
+        rows for the delay bound releases them tentatively (``merge_waits.py``) into the
+        stage's branch, for the partitions this site holds as their first live copy; the
+        episode is the one after the last reconciled (``Reconciled``), or the open one."""
+        if not self.waits or self.stopped:
+            return []
+        if self._branches is None:
+            self._branches = Branches()
+        b = self._branches
+        epoch = b.epoch if b.epoch > b.closed else b.closed + 1
+        first = self.layout.first_live(self.dead_sites)
+        out: list[Outgoing] = []
+        for s, w in enumerate(self.waits):
+            due = w.look(now)
+            mine = (first[:due.size] == self.site) & self.cons[s].installed
+            for k in (*self.memory.spilled, self.memory.loading):
+                if k is not None and k[0] == s:
+                    mine[k[1]] = False
+            go = (due | w.forked) & mine
+            fed = w.feed(go, now)
+            if fed is None:
+                continue
+            rows, sn, wm = fed
+            res = b.feed(s, epoch, rows, sn, wm, MERGE, self.plan.stages[s].program, mine,
+                         go)
+            if res is None:
+                continue
+            out += self._branch_out(s, epoch, *res, first)
+        return self._local(out)
+
+    def _branch_out(self, s: int, epoch: int, rows: pa.RecordBatch, sn: int, wm: int,
+                    first: np.ndarray) -> list[Outgoing]:
+        """A stage's branch output: to the next stage's first live copies, or the egress."""
+        assert self._branches is not None
         if s + 1 == len(self.plan.stages):
-            if not out.num_rows:
+            if not rows.num_rows:
                 return []  # the egress needs rows only
-            return [Outgoing(DRIVER, Tentative(s + 1, msg.epoch, out, sn, wm))]
-        return self._branches.news(tentative_sends(out, first, s + 1, msg.epoch, sn, wm))
+            return [Outgoing(DRIVER, Tentative(s + 1, epoch, rows, sn, wm))]
+        return self._branches.news(tentative_sends(rows, first, s + 1, epoch, sn, wm))
 
     # -- checkpoints: each partition cuts itself at the input SN its cut names ---------------
     def _on_cut(self, msg: Cut) -> list[Outgoing]:

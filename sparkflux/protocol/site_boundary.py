@@ -259,7 +259,9 @@ class LinkCheck:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryCheck:
     """The host's periodic look at its memory (with each heartbeat): the memory policy
-    decides what to spill and load (``protocol/memory.py``)."""
+    decides what to spill and load (``protocol/memory.py``); with ``--consistency
+    eventual`` the merges that held rows for the delay bound release them tentatively
+    (``SiteCore.clock``)."""
 
     now: float
 
@@ -660,7 +662,7 @@ class SiteBoundary:
 
     def _memory(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, MemoryCheck) and self.core is not None
-        return self._sends(self.core.memory_tick(ev.now))
+        return self._sends(self.core.memory_tick(ev.now) + self.core.clock(ev.now))
 
     def _spilled(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, Spilled) and self.core is not None

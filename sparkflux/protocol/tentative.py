@@ -30,6 +30,8 @@ from sparkflux.model.progress import Frontier, Progress
 from sparkflux.model.schema import PART, SRC
 from sparkflux.protocol.messages import Outgoing, Tentative
 
+MERGE = -2  # the sender of rows a site's own merge releases by the delay bound
+
 
 class Branches:
     """The tentative branches of one site: per stage, a program with the forked partitions."""
@@ -60,12 +62,21 @@ class Branches:
         ``mine`` (held here as the first live copy, in memory); returns the branch's output
         rows (routed) and its claim over those partitions, or None for an episode that is
         over."""
-        if msg.epoch <= self.closed:
+        return self.feed(msg.stage, msg.epoch, msg.rows, msg.sn, msg.wm, src, stable, mine,
+                         mine)
+
+    def feed(self, s: int, epoch: int, rows: pa.RecordBatch | None, sn: int, wm: int,
+             sender: int, stable: StageProgram, mine: np.ndarray, fork: np.ndarray
+             ) -> tuple[pa.RecordBatch, int, int] | None:
+        """Rows for stage ``s``'s branch of episode ``epoch`` from ``sender`` (a site, the
+        driver, or ``MERGE``: this site's own merge, released by the delay bound), with
+        the sender's claim ``(sn, wm)``; the partitions ``fork`` (of ``mine``) are forked
+        from the stable state first if they are not yet."""
+        if epoch <= self.closed:
             return None
-        if msg.epoch != self.epoch:
+        if epoch != self.epoch:
             self.reconciled(self.epoch)
-            self.epoch = msg.epoch
-        s = msg.stage
+            self.epoch = epoch
         prog = self.programs.get(s)
         if prog is None:  # the stage's program with no partition in it
             prog = self.programs[s] = copy.deepcopy(stable)
@@ -73,19 +84,21 @@ class Branches:
                 for q in range(mine.size):
                     op.drop_partition(q)
         forked = self.forked.setdefault(s, set())
-        for q in (int(x) for x in np.flatnonzero(mine)):
+        for q in (int(x) for x in np.flatnonzero(fork & mine)):
             if q not in forked:  # fork: the stable state as the branch's start
                 for mine_op, op in zip(prog.operators, stable.operators, strict=True):
                     mine_op.install_partition_state(q, copy.deepcopy(
                         op.get_partition_state(q)))
                 forked.add(q)
         claims = self.claims.setdefault(s, {})
-        claims[src] = (msg.sn, msg.wm)
+        claims[sender] = (sn, wm)
         sn = min(c[0] for c in claims.values())
         wm = min(c[1] for c in claims.values())
-        rows = msg.rows
+        in_branch = np.zeros(mine.size, dtype=bool)
+        in_branch[list(forked)] = True
+        in_branch &= mine
         if rows is not None and rows.num_rows:
-            keep = mine[rows.column(PART).to_numpy()]
+            keep = in_branch[rows.column(PART).to_numpy()]
             rows = rows.filter(pa.array(keep)) if not keep.all() else rows
         if rows is None or not rows.num_rows:
             rows = _empty_input(prog)
@@ -93,11 +106,10 @@ class Branches:
             rows = sort_by_sn(rows.drop_columns([SRC]))
             self.rows_in += rows.num_rows
         out, front = prog.run(rows, Frontier.every(Progress(sn, wm), mine.size))
-        held = np.flatnonzero(mine)
+        held = np.flatnonzero(in_branch)
         if not held.size:
             return out, sn, wm
         return out, int(front.sn[held].min()), int(front.wm[held].min())
-
 
     def news(self, sends: list[Outgoing]) -> list[Outgoing]:
         """``sends`` without the claims alone that tell their site nothing new."""

@@ -55,6 +55,7 @@ class Actions:
         self.host = host
         self._catch_up_started: dict[tuple[int, int], float] = {}  # (stage, q) -> wall time
         self._tentative_noted = False  # the open episode's first tentative rows were noted
+        self._episode_cause = "the cut source"  # what the open episode waited for
         self._catching_sites: set[int] = set()  # sites being caught up (noted once each)
 
     def carry_out(self, actions: list[BoundaryAction]) -> None:
@@ -235,8 +236,9 @@ class Actions:
             else:
                 host.metrics.marker(d.op, now)
                 if d.op == "rec_done":
-                    host.progress.note("corrected", None, "the cut source is back: the "
-                                       "tentative results are replaced by the stable ones")
+                    host.progress.note("corrected", None, f"{self._episode_cause} is back: "
+                                       "the tentative results are replaced by the stable "
+                                       "ones")
                     self._tentative_noted = False
             self._ops(d.batch if d.op == "tentative" else None, d.op)
             return
@@ -263,6 +265,13 @@ class Actions:
             return
         self._tentative_noted = True
         eps = self.host.core.episodes
+        if eps is not None and not eps.input_failed:  # a merge waits, the input is whole
+            self._episode_cause = "the silent upstream partition"
+            self.host.progress.note(
+                "tentative", None, "tentative results: a merge has waited the delay bound for "
+                "an upstream partition it cannot hear (a network partition between sites)")
+            return
+        self._episode_cause = "the cut source"
         names = [self.host.plan.streams[j].name for j in sorted(eps.episode.failed)] \
             if eps is not None else []
         self.host.progress.note("tentative", None, "tentative results: "

@@ -223,6 +223,8 @@ class SimResult:
     # per tick, the held records past the availability bound (``InputEpisodes.overdue``)
     overdue: int = 0
     early: int = 0  # stable rows above an open episode's base delivered before its undo
+    delivered_at: list[int] = field(default_factory=list)  # steps of stable rows delivered
+    last_input: int = 0  # the step the last input batch was admitted
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -235,7 +237,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
              checkpoint_every: int = 0, driver_crash: int | None = None,
              restore: tuple[dict[str, Any], list[Any]] | None = None,
              store: dict[str, Any] | None = None,
-             eventual: Eventual | None = None) -> SimResult:
+             eventual: Eventual | None = None, pace: int = 0) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
@@ -264,7 +266,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     positions, as the sources resume).
 
     ``eventual``: ``--consistency eventual`` (its delay bound in steps); the output kept is
-    the stable rows, the rest of the deliveries go to ``SimResult.tentative``."""
+    the stable rows, the rest of the deliveries go to ``SimResult.tentative``.
+
+    ``pace``: at most one input batch every that many steps (a paced source, as the
+    runtime's ``--rate``), so that the input flows through a failure; 0: as fast as the
+    window admits."""
     if clock is None and (failures.hangs or failures.cuts or failures.partitions
                           or failures.source_cuts or eventual is not None):
         clock = SimClock()
@@ -276,6 +282,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     unit = (len(_item(batches[0])[1]) if batches else 1) if plan.isn_span is None \
         else next((n for n in (_isns(plan, b) for b in batches) if n), 1)
     site_plan = plan.for_sites()
+    if eventual is not None:  # every merge on the sites under the delay bound too
+        site_plan = replace(site_plan, max_delay=eventual.max_delay)
     layout = Layout(plan.sites, plan.partitions, replicas)
     net = Network(rng) if fifo else Network(rng, overtakes=_overtakes)
     hung: dict[int, tuple[int, int]] = {}  # slot -> (hung since, wakes at)
@@ -366,6 +374,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     tentative: list[tuple[int, str, pa.RecordBatch | None]] = []
     corrections = [0]
     early = [0]  # stable rows above an open episode's base delivered before its undo
+    delivered_at: list[int] = []
+    last_admit = -pace
     overdue = 0  # held records past the availability bound, summed over the ticks
 
     def source_cut(stream: int) -> bool:
@@ -471,6 +481,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                         for k, rows in plan.by_sink(batch):
                             out[k].append(rows)
                         corrections[0] += batch.num_rows if correction else 0
+                        if not correction:
+                            delivered_at.append(step)
                         ep = core.episodes
                         if ep is not None and ep.open and not correction:
                             early[0] += int(np.sum(batch.column("_sn").to_numpy()
@@ -671,6 +683,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     for k in sorted(sites):
                         if k not in crashed_now and k not in hung:
                             site_do(k, sites[k].handle(MemoryCheck(now=float(step))))
+            elif eventual is not None and clock and step % clock.tick_every == 0:
+                for k in sorted(sites):  # the merges' delay bound (``SiteCore.clock``)
+                    if k not in crashed_now and k not in hung and sites[k].core is not None:
+                        site_do(k, sites[k].handle(MemoryCheck(now=float(step))))
             if rescale_at and rescale_at[0][0] <= step and controller.rescaling is None:
                 carry_out(core.handle(Rescale(sites=rescale_at.pop(0)[1], now=float(step))))
             for _ in range(standby_at.pop(step, 0)):
@@ -692,9 +708,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
             # Admit the next input batch when the core does not hold it back (the runtime's
             # rule, ``Boundary.held_back``; links here hold any amount: no pool), with some
             # probability.
-            can_admit = ((next_batch < len(batches) or bool(deferred))
-                         and not core.held_back(window * unit, pool_full=False))
+            room = ((next_batch < len(batches) or bool(deferred))
+                    and not core.held_back(window * unit, pool_full=False))
+            can_admit = room and step >= last_admit + pace
             if can_admit and rng.random() < 0.3:
+                last_admit = step
                 back = next((i for i, (j, _) in enumerate(deferred) if not source_cut(j)), None)
                 if back is not None:  # a healed source's held records come first
                     stream, b = deferred.pop(back)
@@ -717,7 +735,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
             item = net.pop()
             if item is None:
                 if pending_detect or dials or resets or deferred or (
-                        can_admit and next_batch < len(batches)):
+                        room and next_batch < len(batches)):
                     continue  # a detection or an admission is still to come
                 if hung or cut or split or any(at > step for at in hang_at) \
                         or any(at > step for at in (*cut_at, *split_at)) \
@@ -791,7 +809,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      [m.reason for m in controller.moves], spills[1], tentative,
                      corrections[0], core.hold,
                      core.episodes.max_wait if core.episodes is not None else 0.0, overdue,
-                     early[0])
+                     early[0], delivered_at, last_admit)
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

@@ -176,6 +176,8 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
     host.executor_start_s = facts(spark.sparkContext).executor_start_s
     host.launched_at = time.time()
     settings = SiteSettings.of(cfg, (advertise, host.port), site_bind)
+    if cfg.eventual is not None:  # the sites' merges hold rows for the delay bound at most
+        plan = replace(plan, max_delay=cfg.eventual.max_delay)
     job = launch_sites(spark, plan, settings, tasks)
     watcher = threading.Thread(target=_watch_job, args=(job, host), daemon=True)
     watcher.start()
