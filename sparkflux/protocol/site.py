@@ -540,7 +540,10 @@ class SiteCore:
         """The host's clock (``--consistency eventual``): every stage's merge that has held
         rows for the delay bound releases them tentatively (``merge_waits.py``) into the
         stage's branch, for the partitions this site holds as their first live copy; the
-        episode is the one after the last reconciled (``Reconciled``), or the open one."""
+        episode is the one after the last reconciled (``Reconciled``), or the open one. An
+        episode of the input (tentative rows numbered apart reached this site) gets nothing
+        from the merges: the ingress sends every record tentatively already, and what a
+        merge holds then is the backlog of the stable redo."""
         if not self.waits or self.stopped:
             return []
         if self._branches is None:
@@ -551,6 +554,8 @@ class SiteCore:
         out: list[Outgoing] = []
         for s, w in enumerate(self.waits):
             due = w.look(now)
+            if b.from_input and b.epoch > b.closed:
+                continue  # the input's episode: every record comes tentatively already
             mine = (first[:due.size] == self.site) & self.cons[s].installed
             for k in (*self.memory.spilled, self.memory.loading):
                 if k is not None and k[0] == s:

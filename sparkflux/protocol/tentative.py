@@ -28,6 +28,7 @@ from sparkflux.dataflow.program import StageProgram
 from sparkflux.model.batch import sort_by_sn
 from sparkflux.model.progress import Frontier, Progress
 from sparkflux.model.schema import PART, SRC
+from sparkflux.protocol.consistency import TENTATIVE_BASE
 from sparkflux.protocol.messages import Outgoing, Tentative
 
 MERGE = -2  # the sender of rows a site's own merge releases by the delay bound
@@ -43,6 +44,9 @@ class Branches:
         self.forked: dict[int, set[int]] = {}
         self.claims: dict[int, dict[int, tuple[int, int]]] = {}  # stage -> sender -> claim
         self.rows_in = 0  # tentative rows processed here (a statistic)
+        # the episode is the input's: its tentative rows are numbered apart (the ingress
+        # sends every record tentatively, so the merges add nothing: ``SiteCore.clock``)
+        self.from_input = False
         # (stage, site) -> the claim last sent there: a claim alone goes only when it moved,
         # or every copy's claims would multiply along a chain (N sites, N^k messages)
         self.told: dict[tuple[int, int], tuple[int, int]] = {}
@@ -55,6 +59,7 @@ class Branches:
             self.forked.clear()
             self.claims.clear()
             self.told.clear()
+            self.from_input = False
 
     def run(self, msg: Tentative, src: int, stable: StageProgram, mine: np.ndarray
             ) -> tuple[pa.RecordBatch, int, int] | None:
@@ -92,6 +97,7 @@ class Branches:
                 forked.add(q)
         claims = self.claims.setdefault(s, {})
         claims[sender] = (sn, wm)
+        self.from_input |= sn >= TENTATIVE_BASE
         sn = min(c[0] for c in claims.values())
         wm = min(c[1] for c in claims.values())
         in_branch = np.zeros(mine.size, dtype=bool)

@@ -75,3 +75,19 @@ def test_rows_go_to_the_first_live_copy_and_every_such_site_hears_the_claim() ->
     assert {(o.message.stage, o.message.epoch, o.message.sn, o.message.wm)
             for o in out} == {(2, 7, 99, 5)}
     assert (layout.first_live(range(4)) == NOWHERE).all()  # no live copy: nowhere
+
+
+def test_an_input_episode_leaves_the_merges_out_and_a_reconciled_one_is_counted() -> None:
+    """Tentative rows numbered apart mark the episode as the input's: the site's merges add
+    nothing to it (``SiteCore.clock``); ``Reconciled`` ends it, and a site that had no
+    branch yet counts it too (its next episode is the one after)."""
+    plan = tiny_union_plan()
+    to0 = next(o.message for o in ingress_tentative() if o.site == 0)
+    core = SiteCore(0, plan, Layout(plan.sites, plan.partitions, 2))
+    core.handle(Received([(DRIVER, to0)]))
+    assert core._branches is not None and core._branches.from_input
+    core.handle(Received([(DRIVER, Reconciled(1))]))
+    assert not core._branches.from_input and core._branches.closed == 1
+    other = SiteCore(1, plan, Layout(plan.sites, plan.partitions, 2))
+    other.handle(Received([(DRIVER, Reconciled(3))]))
+    assert other._branches is not None and other._branches.closed == 3
