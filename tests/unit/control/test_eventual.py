@@ -111,3 +111,43 @@ def test_the_source_back_heals_and_the_egress_reconciles(records: tuple[pa.Table
     assert ep.state is State.STABLE and b.egress.holding is None
     assert b.handle(FromSite(slot=0, message=Tentative(n, 1, rows, 0, 0), now=2.1)) == []
     assert np.isclose(ep.time_in(2.0)["stabilization"], 0.6)
+
+
+def test_a_sites_merge_opens_an_episode_that_heals_when_the_stable_output_moves(
+        records: tuple[pa.Table, pa.Table]) -> None:
+    """Both sources speak (no input episode); a last-stage site's merge released rows by the
+    delay bound (``merge_waits.py``): its first tentative rows, of the episode after the last
+    reconciled, open the episode at the stable output's progress. The ingress sends nothing
+    for it. The stable output moving on heals it (the heal point: the last SN handed out),
+    and once the output passes that point the egress reconciles as for a cut source."""
+    views, clicks = records
+    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0))
+    b.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS),
+             Input(batch=clicks.slice(0, 10).to_batches()[0], now=0.0, stream=CLICKS))
+    assert b.episodes is not None
+    ep = b.episodes.episode
+    schema = b.plan.output_schema.append(pa.field(SRC, pa.int32(), nullable=False))
+    row = {f.name: 0 for f in schema}
+    row.update({SN: 7, SNM: 0, T0: 0.0})
+    rows = pa.RecordBatch.from_pylist([row], schema=schema)
+    n = len(b.plan.stages)
+    assert b.handle(FromSite(slot=1, message=Tentative(n, 2, rows, 7, 0), now=0.5)) == []
+    got = b.handle(FromSite(slot=1, message=Tentative(n, 1, rows, 7, 0), now=0.5))
+    assert [(d.op, d.batch.num_rows) for d in got if isinstance(d, Deliver)] == [
+        ("tentative", 1)]
+    assert ep.state is State.UPSTREAM_FAILURE and ep.epoch == 1
+    assert not b.episodes.input_failed
+    assert ep.base == b.egress.progress.sn and b.egress.holding == ep.base
+    assert tentative(b.handle(Tick(now=0.8))) == []  # the input is whole: nothing from it
+    assert ep.state is State.UPSTREAM_FAILURE
+    b.controller.view = View(number=1, members={s: SiteAddress(site=s, attempt=0, host="h",
+                                                               port=1, pid=1)
+                                                for s in range(4)})
+    b.egress.progress = type(b.egress.progress)(ep.base + 5, 0)  # the stable output moved
+    done = b._reconcile(b.egress.progress, 0.9)
+    assert ep.heal == b.ingress.next_isn - 1
+    assert [(d.op, d.batch.num_rows) for d in done if isinstance(d, Deliver)] == [
+        ("undo", 0), ("rec_done", 0)]
+    assert [(a.site, a.message) for a in done if isinstance(a, Outgoing)] == [
+        (s, Reconciled(1)) for s in range(4)]
+    assert ep.state is State.STABLE and b.egress.holding is None
