@@ -47,11 +47,11 @@ case "${1:-test}" in
     # Types (seconds): mypy, strict on model/, protocol/ and control/ (pyproject.toml).
     .venv/bin/mypy sparkflux
     # Two phases: the simulator and unit tests on two workers (a worker that runs out takes
-    # tests queued for the other), then the Spark tests apart from them (their sites, standbys
-    # and catch-ups must not starve), a test file at a time per worker, so the standalone
-    # cluster's tests share one cluster (docs/testing.md).
+    # tests queued for the other), then the Spark tests apart from them, one at a time: a
+    # test's sites, standbys and catch-ups have the machine's cores to themselves, as their
+    # timeouts assume (docs/testing.md).
     .venv/bin/python -m pytest -q -n 2 --dist worksteal -m "not spark"
-    exec .venv/bin/python -m pytest -q -m spark -n 2 --dist loadfile ;;
+    exec .venv/bin/python -m pytest -q -m spark ;;
   setup) ;;
   *) echo "usage: scripts/dev.sh demo|test|setup" >&2; exit 2 ;;
 esac
