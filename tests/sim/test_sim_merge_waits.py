@@ -32,6 +32,7 @@ from sparkflux.protocol import tentative as tentative_mod
 from sparkflux.protocol.consistency import Eventual
 from sparkflux.sim.run import FailurePlan, SimClock, SimResult, Violation, check
 from sparkflux.sim.workload import tiny_plan
+from tests.sim.test_sim_tentative import episodes_well_formed
 from tests.support.seeds import hunt_order, seeds
 
 pytestmark = pytest.mark.usefixtures("quiet_log")
@@ -73,15 +74,7 @@ def run_seed(batches: list, seed: int, failures: FailurePlan, eventual: Eventual
                     eventual=eventual, pace=PACE)
     except Violation as e:
         raise Violation(f"{where}: {e}") from None
-    ops = [op for _, op, _ in res.tentative]
-    for i, op in enumerate(ops):
-        if op == "undo" and (i + 1 == len(ops) or ops[i + 1] != "rec_done"):
-            raise Violation(f"{where}: an undo without its rec_done right after: {ops}")
-    if ops and ops[-1] != "rec_done":
-        raise Violation(f"{where}: the run ended inside an episode: {ops[-5:]}")
-    if res.early:
-        raise Violation(f"{where}: {res.early} stable rows of an open episode went before "
-                        f"its undo")
+    episodes_well_formed(res, where)
     return res
 
 

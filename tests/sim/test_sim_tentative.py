@@ -86,6 +86,17 @@ def run_seed(plan_name: str, records: Any, seed: int, base: SimResult,
         raise Violation(f"{where}: the stable output differs from the failure-free run "
                         f"({[t.num_rows for t in res.outputs]} rows vs "
                         f"{[t.num_rows for t in base.outputs]})")
+    episodes_well_formed(res, where)
+    if res.overdue:
+        raise Violation(f"{where}: {res.overdue} times a held record waited past the delay "
+                        f"bound (the longest sent tentatively waited {res.tentative_wait})")
+    return res
+
+
+def episodes_well_formed(res: SimResult, where: str) -> None:
+    """The deliveries that are not stable rows: each ``undo`` right before its ``rec_done``,
+    the run not ended inside an episode, and no stable row of an open episode (above its
+    base) delivered before its ``undo``."""
     ops = [op for _, op, _ in res.tentative]
     for i, op in enumerate(ops):
         if op == "undo" and (i + 1 == len(ops) or ops[i + 1] != "rec_done"):
@@ -97,10 +108,6 @@ def run_seed(plan_name: str, records: Any, seed: int, base: SimResult,
     if res.early:
         raise Violation(f"{where}: {res.early} stable rows above an open episode's base were "
                         f"delivered before its undo")
-    if res.overdue:
-        raise Violation(f"{where}: {res.overdue} times a held record waited past the delay "
-                        f"bound (the longest sent tentatively waited {res.tentative_wait})")
-    return res
 
 
 @pytest.fixture(scope="module")
