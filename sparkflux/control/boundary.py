@@ -280,6 +280,9 @@ class Deliver:
     progress: Progress
     op: Literal["insert", "tentative", "undo", "rec_done"] = "insert"
     correction: bool = False
+    # a correction's SN ranges whose input was never sent tentatively (``suspend``): for
+    # those rows this is the first output, which the availability bound is about
+    first: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -586,11 +589,11 @@ class Boundary:
         done = self.episodes.caught_up(now, live)
         if done is None:
             return []
-        rows, tell = done
+        rows, tell, first = done
         none = pa.RecordBatch.from_pylist([], schema=self.plan.output_schema)
         out: list[BoundaryAction] = [Deliver(batch=none, progress=progress, op="undo")]
         if rows is not None:
-            out.append(Deliver(batch=rows, progress=progress, correction=True))
+            out.append(Deliver(batch=rows, progress=progress, correction=True, first=first))
         out.append(Deliver(batch=none, progress=progress, op="rec_done"))
         return out + self._sends(tell)
 

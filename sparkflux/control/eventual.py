@@ -65,6 +65,11 @@ class InputEpisodes:
         # the egress's own merge under the delay bound (the last stage's partitions)
         self.waits = MergeWaits(egress.cons, config.max_delay)
         self.merge_rows = 0  # rows the egress's merge delivered tentatively
+        # the stable SNs of input never sent tentatively while an episode was open (in
+        # ``suspend`` mode, what came during stabilization): their corrections are the first
+        # output made of them, so the availability bound counts them (closed ranges)
+        self.unsent: list[tuple[int, int]] = []
+        self._unsent_from: int | None = None
 
     @property
     def open(self) -> bool:
@@ -112,7 +117,24 @@ class InputEpisodes:
                 if ep.state is State.UPSTREAM_FAILURE:
                     ep.failed = ep.failed | quiet
                 out += self._send(now, released, dead)
+        self._track_unsent(released)
         return out
+
+    def _track_unsent(self, released: Released | None) -> None:
+        """Keep ``unsent`` up to date after a judgment: a range opens after the heal point
+        when the state sends nothing new (``suspend``) and closes before this release's
+        records when sending starts again (a new failure in the same episode)."""
+        ep = self.episode
+        if self._unsent_from is None:
+            if ep.state is State.STABILIZATION and not ep.sends() and self.input_failed \
+                    and ep.heal is not None:
+                self._unsent_from = ep.heal + 1
+        elif ep.sends():
+            n = 0 if released is None else released.rows.num_rows
+            hi = self.ingress.next_isn - 1 - n
+            if hi >= self._unsent_from:
+                self.unsent.append((self._unsent_from, hi))
+            self._unsent_from = None
 
     def open_merge(self, now: float) -> None:
         """A merge released rows by the delay bound (a site's, whose first tentative rows
@@ -171,11 +193,12 @@ class InputEpisodes:
         behind = {j for j in ep.failed if (int(wm[j]), j) < ep.sent_to}
         return silent(seq.heard_at, seq.ended, now, ep.config.max_delay) | behind
 
-    def caught_up(self, now: float, live: list[int]) -> tuple[pa.RecordBatch | None,
-                                                             list[Outgoing]] | None:
+    def caught_up(self, now: float, live: list[int]) -> tuple[
+            pa.RecordBatch | None, list[Outgoing], tuple[tuple[int, int], ...]] | None:
         """After the egress delivered: if the stable output has passed the heal point (or
-        ended), the episode reconciles: its held corrections, and ``Reconciled`` for the
-        sites ``live``. None while it has not."""
+        ended), the episode reconciles: its held corrections, ``Reconciled`` for the sites
+        ``live``, and the SN ranges of the corrections that are the first output made of
+        their input (``unsent``). None while it has not."""
         ep = self.episode
         if ep.state is State.UPSTREAM_FAILURE and not self.input_failed \
                 and self.egress.progress.sn > ep.base:
@@ -188,13 +211,17 @@ class InputEpisodes:
             return None
         assert RECONCILE in ep.on(Ev.CAUGHT_UP, now)
         self.input_failed = False
+        if self._unsent_from is not None:
+            self.unsent.append((self._unsent_from, np.iinfo(np.int64).max))
+            self._unsent_from = None
+        first, self.unsent = tuple(self.unsent), []
         self.waits.reconciled()
         held = self.egress.corrections
         self.egress.corrections, self.egress.holding = [], None
         rows = concat(held) if held else None
         if rows is not None:
             self.egress.delivered += rows.num_rows
-        return rows, [Outgoing(s, Reconciled(ep.epoch)) for s in live]
+        return rows, [Outgoing(s, Reconciled(ep.epoch)) for s in live], first
 
     def _send(self, now: float, released: Released | None, dead: set[int]) -> list[Outgoing]:
         """The records in ``(sent_to, T]`` in SUnion's order, tentatively: ``T`` the bound of

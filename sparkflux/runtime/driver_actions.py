@@ -253,7 +253,7 @@ class Actions:
                 host.digests[k].update(rows)
                 host.rows_digests[k].update(rows)
                 host.sink_rows[k] += rows.num_rows
-            host.metrics.delivered(d.batch, now, d.correction)
+            host.metrics.delivered(d.batch, now, d.correction, d.first)
             host.stats.results_out = host.egress.delivered
             if host.eventual:
                 self._ops(d.batch, "insert")

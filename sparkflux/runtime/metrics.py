@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.model.schema import T0
+from sparkflux.model.schema import SN, T0
 
 
 @dataclass
@@ -56,12 +56,24 @@ class EgressMetrics:
         else:
             self.rec_dones.append(now)
 
-    def delivered(self, batch: pa.RecordBatch, now: float, correction: bool = False) -> None:
+    def delivered(self, batch: pa.RecordBatch, now: float, correction: bool = False,
+                  first: tuple[tuple[int, int], ...] = ()) -> None:
+        """Stable rows delivered; ``correction``: an episode's, replacing tentative rows,
+        except those whose SN lies in a range of ``first`` (their input was never sent
+        tentatively: this is the first output made of it)."""
         if batch.num_rows == 0:
             return
         lat = now - batch.column(T0).to_numpy()
         if correction:  # stable rows replacing tentative ones: not a first delivery
             self.corrections += batch.num_rows
+            if first:
+                sn = batch.column(SN).to_numpy()
+                new = np.zeros(sn.size, dtype=bool)
+                for lo, hi in first:
+                    new |= (sn >= lo) & (sn <= hi)
+                if new.any():
+                    self.max_processing_delay = max(self.max_processing_delay,
+                                                    float(lat[new].max()))
         else:
             self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
         self._latencies.append(lat.astype(np.float32))

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 DROPS_QUIET_S = 1.0  # a run of drops ends after this long without one
 
 WAIT = object()  # nothing to admit yet: the feed waits idly and asks again
+_ENDED = object()  # a source's iterator is exhausted
+SLICE_S = 0.01  # the push source hands each source's records over in about this much input
 
 
 Item = tuple[int, "pa.RecordBatch | list[dict[str, Any]] | None"]  # (source, batch); None: it ended
@@ -43,7 +45,14 @@ class SourceFeed:
     then the merge may release them without the silent source, tentatively, and the feed
     reads the next source that has something; and while a source is cut off
     (``--cut-source``) the others' records keep arriving, held by the merge in strict
-    mode, as a network cut of one source would leave them."""
+    mode, as a network cut of one source would leave them.
+
+    ``slice_rows`` (the push source sets it to about 10 ms of its rate): a source's batch
+    is handed over in slices of at most that many records, each judged by its own largest
+    event time, so several sources interleave in event time as live streams do. Without
+    it a large batch of one source would come at once, and at a low rate the others would
+    seem silent while it lasts (a delay bound shorter than that would take them for
+    failed)."""
 
     def __init__(self, plan: PhysicalPlan, skip: list[int] | None = None,
                  read_ahead: bool = False) -> None:
@@ -63,6 +72,8 @@ class SourceFeed:
         self._cut_until = [0.0] * len(self._iters)
         self._held: list[list[Any]] = [[] for _ in self._iters]
         self.from_backlog = False  # the last item came from a healed cut's backlog
+        self.slice_rows: int | None = None
+        self._rest: list[Any] = [None] * len(self._iters)  # a batch's slices still to come
 
     def cut(self, source: int, seconds: float) -> None:
         """Hold source ``source``'s records outside the dataflow for ``seconds`` from now
@@ -123,9 +134,8 @@ class SourceFeed:
                 # produced in its turn, held on the far side of the cut
                 self._hold_back(i)
                 continue
-            try:
-                item = next(self._iters[i])
-            except StopIteration:
+            item = self._read(i)
+            if item is _ENDED:
                 self._open[i] = False
                 return i, None
             if item is None:
@@ -136,12 +146,26 @@ class SourceFeed:
         return WAIT
 
 
+    def _read(self, i: int) -> Any:
+        """Source ``i``'s next slice: the rest of its last batch first; ``_ENDED`` at its
+        end."""
+        item, self._rest[i] = self._rest[i], None
+        if item is None:
+            try:
+                item = next(self._iters[i])
+            except StopIteration:
+                return _ENDED
+        if item is not None and self.slice_rows is not None and len(self._iters) > 1:
+            n = len(item) if isinstance(item, list) else item.num_rows
+            if n > self.slice_rows:
+                item, self._rest[i] = split(item, self.slice_rows)
+        return item
+
     def _hold_back(self, i: int) -> None:
         """Source ``i`` is cut off: its next batch (if it has one now) is produced and held
         outside until the heal; its end too."""
-        try:
-            item = next(self._iters[i])
-        except StopIteration:
+        item = self._read(i)
+        if item is _ENDED:
             self._open[i] = False
             self._held[i].append(None)
             return
@@ -181,6 +205,7 @@ class PacedBuffer:
     def __init__(self, source: SourceFeed, rate: float, capacity: int, stats: LiveStats,
                  flush_rows: int = 8192, flush_s: float = 0.02) -> None:
         self.source = source
+        source.slice_rows = max(64, int(rate * SLICE_S))
         self.rate = rate
         self.capacity = capacity
         self.stats = stats

@@ -23,7 +23,7 @@ from sparkflux.control.boundary import Boundary, Deliver, FromSite, Input, bound
 from sparkflux.control.events import SiteAddress, Tick, View
 from sparkflux.dataflow.placement import Layout
 from sparkflux.model.schema import SN, SNM, SRC, T0
-from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual, State
+from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual, Mode, State
 from sparkflux.protocol.messages import Data, Outgoing, Reconciled, Tentative
 from sparkflux.sim.workload import tiny_union_plan, tiny_union_records
 
@@ -39,9 +39,10 @@ def tentative(actions: list) -> list[Outgoing]:
     return [a for a in actions if isinstance(a, Outgoing) and isinstance(a.message, Tentative)]
 
 
-def opened(records: tuple[pa.Table, pa.Table]) -> tuple[Boundary, list]:
+def opened(records: tuple[pa.Table, pa.Table], mode: Mode = "process"
+           ) -> tuple[Boundary, list]:
     views, clicks = records
-    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0))
+    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0, mode))
     b.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS),
              Input(batch=clicks.slice(0, 10).to_batches()[0], now=0.0, stream=CLICKS),
              Input(batch=clicks.slice(10, 10).to_batches()[0], now=0.5, stream=CLICKS))
@@ -151,3 +152,33 @@ def test_a_sites_merge_opens_an_episode_that_heals_when_the_stable_output_moves(
     assert [(a.site, a.message) for a in done if isinstance(a, Outgoing)] == [
         (s, Reconciled(1)) for s in range(4)]
     assert ep.state is State.STABLE and b.egress.holding is None
+
+
+@pytest.mark.parametrize("mode", ["process", "suspend"])
+def test_input_that_came_while_suspended_is_first_output_by_its_correction(
+        records: tuple[pa.Table, pa.Table], mode: Mode) -> None:
+    """``suspend`` sends nothing new during stabilization: the clicks that come then go out
+    only stably, held as corrections, so the reconciliation's delivery names their SNs as
+    a first output (the availability bound counts them); ``process`` sends them
+    tentatively, and every correction replaces a tentative row."""
+    views, clicks = records
+    b, _ = opened(records, mode)
+    assert b.episodes is not None
+    ep = b.episodes.episode
+    b.handle(Input(batch=views.slice(10, 40).to_batches()[0], now=1.4, stream=VIEWS))
+    assert ep.state is State.STABILIZATION and ep.heal is not None
+    heal = ep.heal
+    out = b.handle(Input(batch=clicks.slice(20, 10).to_batches()[0], now=1.5, stream=CLICKS),
+                   Input(batch=views.slice(50, 10).to_batches()[0], now=1.5, stream=VIEWS))
+    assert b.ingress.next_isn - 1 > heal  # new input released stably
+    assert bool(tentative(out)) == (mode == "process")
+    b.egress.progress = type(b.egress.progress)(b.ingress.next_isn - 1, 0)
+    b.controller.view = View(number=1, members={s: SiteAddress(site=s, attempt=0, host="h",
+                                                                port=1, pid=1)
+                                                 for s in range(4)})
+    b.egress.corrections.append(pa.RecordBatch.from_pylist(
+        [{f.name: 0 for f in b.plan.output_schema} | {SN: heal + 1, T0: 1.5}],
+        schema=b.plan.output_schema))
+    done = [d for d in b._reconcile(b.egress.progress, 2.0) if isinstance(d, Deliver)]
+    (fix,) = [d for d in done if d.correction]
+    assert fix.first == (((heal + 1, np.iinfo(np.int64).max),) if mode == "suspend" else ())

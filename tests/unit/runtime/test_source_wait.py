@@ -117,3 +117,65 @@ def test_a_source_that_ends_behind_a_cut_is_delivered_whole_after_the_heal() -> 
     assert [(i, None if b is None else b.to_pydict()["x"]) for i, b in rest[:3]] == [
         (1, [10]), (1, [20]), (1, None)]
     assert rest[3] is None
+
+
+class Timed(Source):
+    """One batch of event times ``times`` (column ``x``)."""
+
+    schema = SCHEMA
+
+    def __init__(self, times: list[int], batches: int = 1) -> None:
+        self.times, self.n = times, batches
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        step = len(self.times) // self.n
+        for k in range(0, len(self.times), step):
+            yield batch(*self.times[k:k + step])
+
+
+def timed_feed(*sources: Source) -> SourceFeed:
+    streams = [SimpleNamespace(event_time="x", lateness=0) for _ in sources]
+    return SourceFeed(SimpleNamespace(sources=sources, streams=streams))  # type: ignore[arg-type]
+
+
+def drain(f: SourceFeed) -> list[tuple[int, list[int]]]:
+    out = []
+    while (item := f.next()) is not None:
+        assert item is not WAIT
+        i, b = item
+        out.append((i, [] if b is None else b.column("x").to_pylist()))
+    return out
+
+
+def test_slices_interleave_the_sources_in_event_time_and_hand_over_every_record() -> None:
+    """A push source hands each source's batch over in slices, each judged by its own
+    largest event time: two sources of one large batch each interleave, slice by slice,
+    as two live streams would, instead of one whole batch after the other."""
+    a, b = list(range(0, 40, 2)), list(range(1, 40, 2))  # 20 each, alternating in time
+    whole = drain(timed_feed(Timed(a), Timed(b)))
+    assert [i for i, _ in whole] == [0, 1, 0, 1]  # each batch at once, then the ends
+    f = timed_feed(Timed(a, batches=2), Timed(b))
+    f.slice_rows = 4
+    sliced = drain(f)
+    got = [(i, x) for i, x in sliced if x]
+    assert all(len(x) <= 4 for _, x in got)
+    # a's 2 batches of 10 in slices of 4, 4, 2; b's one of 20 in slices of 4; the lower
+    # event time goes first, so neither gets a whole batch ahead of the other
+    assert [i for i, _ in got] == [0, 1] * 5 + [0]
+    assert [v for i, x in got if i == 0 for v in x] == a  # nothing lost, nothing reordered
+    assert [v for i, x in got if i == 1 for v in x] == b
+    assert sorted(i for i, x in sliced if not x) == [0, 1]  # each source's end, once
+
+
+def test_slicing_holds_a_cut_sources_slices_back_until_the_heal() -> None:
+    """A cut-off source's slices are held outside like its batches, and come after the
+    heal in their order."""
+    a, b = list(range(0, 16, 2)), list(range(1, 16, 2))
+    f = timed_feed(Timed(a), Timed(b))
+    f.slice_rows = 3
+    f.cut(1, 3600.0)
+    first = [f.next() for _ in range(6)]
+    assert {i for i, *_ in (x for x in first if isinstance(x, tuple))} == {0}
+    f._cut_until[1] = 0.0  # the heal
+    rest = drain(f)
+    assert [v for i, x in rest if i == 1 for v in x] == b
