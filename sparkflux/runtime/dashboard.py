@@ -32,6 +32,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sparkflux.protocol.consistency import State
+
 if TYPE_CHECKING:
     from sparkflux.runtime.driver import Host
 
@@ -71,11 +73,29 @@ class PrometheusSeries(Collector):
                                    "dead letters", labels=["query"])
         dead.add_metric([q], host.stats.dead_letters)
         yield dead
+        if host.eventual:
+            tent = CounterMetricFamily("sparkflux_tentative_rows", "tentative rows delivered "
+                                       "(--consistency eventual)", labels=["query"])
+            tent.add_metric([q], host.metrics.tentative_rows)
+            yield tent
+            fixes = CounterMetricFamily("sparkflux_corrections", "stable rows delivered in "
+                                        "place of tentative ones", labels=["query"])
+            fixes.add_metric([q], host.metrics.corrections)
+            yield fixes
+            eps = host.core.episodes
+            if eps is not None:
+                now = eps.episode.state.value
+                state = GaugeMetricFamily("sparkflux_consistency_state", "1 for the input's "
+                                          "consistency state now (stable, upstream-failure, "
+                                          "stabilization)", labels=["query", "state"])
+                for st in State:
+                    state.add_metric([q, st.value], 1.0 if st.value == now else 0.0)
+                yield state
         events = CounterMetricFamily("sparkflux_events", "failures, take-overs, adoptions, "
                                      "catch-ups, moves, stalls and checkpoints so far",
                                      labels=["query", "kind"])
         for kind in ("failure", "take-over", "adoption", "catch-up", "caught-up", "moved",
-                     "stall", "checkpoint"):
+                     "stall", "checkpoint", "tentative", "corrected"):
             events.add_metric([q, kind], kinds.get(kind, 0))
         yield events
         if p is None:
@@ -158,12 +178,14 @@ def progress_json(host: Host) -> dict[str, Any]:
         recent = [p.to_dict() for p in plog.recent]
         events = [{"at_s": e.at_s, "kind": e.kind, "site": e.site, "detail": e.detail}
                   for e in plog.events]
+        consistency = plog.consistency
     cfg = host.cfg
     return {"name": host.plan.name, "ha": cfg.ha, "replicas": cfg.replicas,
             "sites": host.plan.sites, "partitions": host.plan.partitions,
             "stages": [" > ".join(op.name for op in s.operators) for s in host.plan.stages],
             "phase": host.stats.phase, "done": host.done.is_set(),
-            "failure": host.failure, "progress": recent, "events": events}
+            "failure": host.failure, "consistency": consistency, "progress": recent,
+            "events": events}
 
 
 class Dashboard:

@@ -113,6 +113,14 @@ class QueryProgress:
     dead_letters: int
     latency_p50_s: float | None
     latency_p99_s: float | None
+    # --consistency eventual: the input's consistency state at the interval's end (None:
+    # strict), the tentative rows delivered (in the interval, per second, in all) and the
+    # corrections delivered in all
+    consistency: str | None = None
+    tentative_rows: int = 0
+    tentative_rows_per_s: float = 0.0
+    total_tentative_rows: int = 0
+    corrections: int = 0
     sources: list[SourceProgress] = field(default_factory=list)
     stages: list[StageProgress] = field(default_factory=list)
     state: list[OperatorState] = field(default_factory=list)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -68,6 +68,10 @@ class ProgressLog:
         self._last_in: list[int] = []
         self._last_out = 0
         self._last_done = 0
+        self._last_tentative = 0
+        # --consistency eventual: the bound, the mode, the state and every state change
+        # (seconds after the input started), as of the last interval (None: strict)
+        self.consistency: dict[str, Any] | None = None
         self._catching: dict[int, int] = {}  # site -> its copies caught up so far
         self._moves_seen = 0
         self._short = False  # a partition was short of copies at the last look
@@ -151,6 +155,8 @@ class ProgressLog:
         t0 = host.metrics.start or now
         with self.lock:
             since = [e for e in self.events if e.at_s > self._last_at - t0 - 1e-9]
+        eps = host.core.episodes
+        tent = host.metrics.tentative_rows
         progress = QueryProgress(
             id=self._next_id, timestamp=round(now, 3), elapsed_s=round(now - t0, 3),
             duration_s=round(duration, 3), phase=host.stats.phase,
@@ -163,13 +169,25 @@ class ProgressLog:
             dead_letters=host.stats.dead_letters,
             latency_p50_s=round(float(np.percentile(lat, 50)), 4) if lat.size else None,
             latency_p99_s=round(float(np.percentile(lat, 99)), 4) if lat.size else None,
+            consistency=None if eps is None else eps.episode.state.value,
+            tentative_rows=tent - self._last_tentative,
+            tentative_rows_per_s=round((tent - self._last_tentative) / duration, 1),
+            total_tentative_rows=tent, corrections=host.metrics.corrections,
             sources=self._sources(totals, duration), stages=self._stages(),
             state=self._operators(), sites=self._sites(), events=since)
         self._next_id += 1
         self._last_at, self._last_in, self._last_out = now, totals, out
         self._last_done = max(done, self._last_done)
+        self._last_tentative = tent
         with self.lock:
             self.recent.append(progress)
+            if eps is not None:
+                ep = eps.episode
+                self.consistency = {
+                    "max_delay_s": ep.config.max_delay, "mode": ep.config.mode,
+                    "state": ep.state.value, "episodes": ep.epoch,
+                    "states": [{"at_s": round(at - t0, 3), "state": st}
+                               for at, st in ep.history]}
         for listen in self.listeners:
             listen(progress)
         return progress

@@ -1,26 +1,32 @@
 """The dashboard's server and the progress log behind it (``runtime/dashboard.py``,
 ``runtime/progress_log.py``), on a real driver host without Spark: every route answers, the
 Prometheus text parses, an idle connection is closed, a stage's watermark is the lowest
-over its partitions of the highest any copy reported, so it never goes back, and a site's
-memory under a budget is shown while the run goes."""
+over its partitions of the highest any copy reported, so it never goes back, a site's
+memory under a budget is shown while the run goes, and an eventual run's episodes are
+shaded and counted."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
+import subprocess
 import time
 import urllib.request
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkflux.display import _site
 from sparkflux.io.sinks import DeadLetters, NullSink
 from sparkflux.model.progress import END_OF_STREAM
+from sparkflux.model.schema import T0
 from sparkflux.protocol import control_messages as cm
+from sparkflux.protocol.consistency import Ev, Eventual
 from sparkflux.runtime.dashboard import Dashboard
 from sparkflux.runtime.driver import Host
 from sparkflux.runtime.run_config import RunConfig
@@ -118,3 +124,50 @@ def test_a_sites_memory_under_a_budget_is_shown(host: Host) -> None:
     assert got[("sparkflux_site_memory_budget_bytes", "0")] == 2_000_000
     assert got[("sparkflux_site_spilled_bytes", "0")] == 5_000_000
     assert ("sparkflux_site_memory_budget_bytes", "1") not in got
+
+
+def test_an_eventual_runs_episodes_are_shaded_and_counted(netmon: Any) -> None:
+    """``--consistency eventual``: the progress carries the input's consistency state and
+    the tentative rows, ``/api/progress`` every state change, Prometheus the counts and the
+    state, and the page (run in headless Chromium) shades the upstream failure and the
+    stabilization on its charts and names the state in its header."""
+    host = Host(small_plan(netmon), RunConfig(sites=2, partitions=4, ha="flux", security=SEC,
+                                              eventual=Eventual(0.5)),
+                NullSink(), DeadLetters())
+    eps = host.core.episodes
+    assert eps is not None
+    now = time.time()
+    host.metrics.start = now - 10.0
+    ep = eps.episode
+    ep.on(Ev.BLOCKED, now - 8.0)
+    ep.on(Ev.HEALED, now - 5.0)
+    first = host.progress.tick()
+    assert first.consistency == "stabilization"
+    host.metrics.tentative(pa.RecordBatch.from_pydict({T0: [now - 6.0] * 3}), now - 5.9)
+    ep.on(Ev.CAUGHT_UP, now - 4.0)
+    p = host.progress.tick()
+    assert (p.consistency, p.tentative_rows, p.total_tentative_rows) == ("stable", 3, 3)
+    board = Dashboard(host, "127.0.0.1", 0)
+    board.start()
+    try:
+        run = json.loads(get(board.url + "/api/progress"))
+        c = run["consistency"]
+        assert (c["max_delay_s"], c["mode"], c["state"]) == (0.5, "process", "stable")
+        assert [(s["state"], round(s["at_s"])) for s in c["states"]] == [
+            ("upstream-failure", 2), ("stabilization", 5), ("stable", 6)]
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(get(board.url + "/metrics").decode())
+                   for s in f.samples}
+        q = ("query", host.plan.name)
+        assert samples[("sparkflux_tentative_rows_total", (q,))] == 3
+        assert samples[("sparkflux_consistency_state", (q, ("state", "stable")))] == 1
+        assert samples[("sparkflux_consistency_state", (q, ("state", "stabilization")))] == 0
+        dom = subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-dev-shm-usage", "--virtual-time-budget=3000", "--dump-dom", board.url],
+            capture_output=True, text=True, timeout=90, check=True).stdout
+    finally:
+        board.stop()
+    assert 'data-episodes="2"' in dom  # the upstream failure and the stabilization, shaded
+    assert "eventual (X = 0.5 s, process): stable" in dom
+    assert re.search(r'id="tentative">3<', dom)
