@@ -589,6 +589,7 @@ class Boundary:
         done = self.episodes.caught_up(now, live)
         if done is None:
             return []
+        self._stage_states(now)
         rows, tell, first = done
         none = pa.RecordBatch.from_pylist([], schema=self.plan.output_schema)
         out: list[BoundaryAction] = [Deliver(batch=none, progress=progress, op="undo")]
@@ -599,7 +600,18 @@ class Boundary:
 
     def _judge(self, now: float, released: Released | None) -> list[BoundaryAction]:
         assert self.episodes is not None
-        return list(self._sends(self.episodes.judge(now, released, self.dead)))
+        out = list(self._sends(self.episodes.judge(now, released, self.dead)))
+        self._stage_states(now)
+        return out
+
+    def _stage_states(self, now: float) -> None:
+        """Each stage's consistency state (``stage_states.py``) from the input's and the
+        live members' last heartbeats."""
+        if self.episodes is None:
+            return
+        ep = self.episodes.episode
+        self.episodes.stages.observe(now, ep.state, ep.heal, (
+            b.in_sn for slot, b in self.beats.items() if slot not in self.dead))
 
     def _heartbeat(self, ev: HeartbeatFrom) -> list[BoundaryAction]:
         out = self._controller(self.controller.handle(
@@ -608,6 +620,7 @@ class Boundary:
         b = ev.beat
         if ev.member and ev.slot not in self.dead:
             self.beats[ev.slot], self.beat_at[ev.slot] = b, ev.now
+            self._stage_states(ev.now)
             if b.has_state:  # its memory, for the memory policy
                 per = np.bincount(b.state_part, weights=b.state_bytes,
                                   minlength=self.plan.partitions) + np.bincount(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from sparkflux.control.stage_states import StageStates
 from sparkflux.model.batch import concat
 from sparkflux.protocol.consistency import (
     HEAL,
@@ -65,6 +66,7 @@ class InputEpisodes:
         # the egress's own merge under the delay bound (the last stage's partitions)
         self.waits = MergeWaits(egress.cons, config.max_delay)
         self.merge_rows = 0  # rows the egress's merge delivered tentatively
+        self.stages = StageStates(len(ingress.plan.stages))  # per stage (the Boundary's)
         # the stable SNs of input never sent tentatively while an episode was open (in
         # ``suspend`` mode, what came during stabilization): their corrections are the first
         # output made of them, so the availability bound counts them (closed ranges)

@@ -160,7 +160,8 @@ def recovery_report(host: Host, c: dict[str, Any]) -> dict[str, Any]:
 def consistency_report(host: Host) -> dict[str, Any]:
     """``--consistency eventual``: the bound, the mode, the seconds the input spent in each
     state of the machine (``protocol/consistency.py``), each state change (seconds after
-    the output started), and the records sent tentatively."""
+    the output started), the seconds each stage spent in each (``stage_states.py``), and the
+    records sent tentatively."""
     eps = host.core.episodes
     assert eps is not None
     ep, start = eps.episode, host.metrics.start or 0.0
@@ -168,6 +169,8 @@ def consistency_report(host: Host) -> dict[str, Any]:
             "episodes": ep.epoch,
             "seconds": {k: round(v, 3) for k, v in ep.time_in(time.time()).items()},
             "states": [{"at_s": round(t - start, 3), "state": st} for t, st in ep.history],
+            "stages": [{"stage": k, "seconds": {s: round(v, 3) for s, v in sec.items()}}
+                       for k, sec in enumerate(eps.stages.time_in(time.time()))],
             "tentative_input": eps.tentative_rows,
             "tentative_wait_max_s": round(eps.max_wait, 3)}
 
