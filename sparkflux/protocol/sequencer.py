@@ -198,6 +198,8 @@ class Sequencer:
                 continue
             if go[:n].all():  # a prefix of the held records (the usual case): no copy
                 out, rest = _split(self.held[i], n)
+            elif not remove:  # a peek: only the records it selects are copied
+                out, rest = _pick(self.held[i], go), self.held[i]
             else:
                 batch = concat(self.held[i]) if len(self.held[i]) > 1 else self.held[i][0]
                 out, rest = batch.filter(pa.array(go)), [batch.filter(pa.array(~go))]
@@ -259,6 +261,18 @@ def _split(pieces: list[pa.RecordBatch], n: int) -> tuple[pa.RecordBatch,
                     [head.slice(n), *pieces[k + 1:]])
     return taken[0] if len(taken) == 1 else concat(taken), pieces[k:]
 NO_BOUND = (NO_WATERMARK - 1, 0)  # below every record of the merged order
+
+
+def _pick(held: list[pa.RecordBatch], go: np.ndarray) -> pa.RecordBatch:
+    """The records ``go`` selects of the batches ``held`` (in their order), copying only
+    those: a run of them is sliced out of the batches it spans, others are taken."""
+    at = np.flatnonzero(go)
+    table = pa.Table.from_batches(held)
+    lo, hi = int(at[0]), int(at[-1]) + 1
+    part = table.slice(lo, hi - lo)
+    if hi - lo != at.size:
+        part = part.take(pa.array(at - lo))
+    return part.combine_chunks().to_batches()[0]
 
 
 def _within(et: np.ndarray, i: int, low: tuple[int, int], high: tuple[int, int]) -> np.ndarray:

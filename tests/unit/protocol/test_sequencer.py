@@ -116,3 +116,22 @@ def test_a_stream_without_event_time_passes_through_alone() -> None:
     assert seq.watermark() == NO_WATERMARK
     with pytest.raises(ValueError, match="each needs an event_time"):
         Sequencer([StreamSpec("a", None), StreamSpec("b", "ts")])
+
+
+def test_a_peek_in_the_middle_of_held_records_copies_out_exactly_those() -> None:
+    """``peek`` (what the tentative path reads) of a range neither at the start of what a
+    stream holds nor contiguous in it (records within their lateness, out of order): the
+    selected records in the merged order, across the held batches, and nothing released."""
+    seq = Sequencer([StreamSpec("a", "ts", lateness=100), StreamSpec("b", "ts")])
+    seq.offer(0, batch([10, 40, 20], "p"))
+    seq.offer(0, batch([35, 50, 25], "q"))
+    seq.offer(0, batch([60], "r"))
+    held = seq.held_total()
+    got = seq.peek((15, 1), (45, 0))
+    assert got is not None
+    rows, streams = got
+    assert list(zip(rows.column("ts").to_pylist(), rows.column("tag").to_pylist(),
+                    strict=True)) == [(20, "p2"), (25, "q2"), (35, "q0"), (40, "p1")]
+    assert streams.tolist() == [0, 0, 0, 0] and seq.held_total() == held
+    run = seq.peek((30, 1), (55, 0))  # a contiguous run across two batches: sliced
+    assert run is not None and run[0].column("tag").to_pylist() == ["q0", "p1", "q1"]
