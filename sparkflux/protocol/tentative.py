@@ -98,8 +98,16 @@ class Branches:
         claims = self.claims.setdefault(s, {})
         claims[sender] = (sn, wm)
         self.from_input |= sn >= TENTATIVE_BASE
-        sn = min(c[0] for c in claims.values())
-        wm = min(c[1] for c in claims.values())
+        if self.from_input:
+            # the input's episode: its claims are in the tentative numbering (the ingress's
+            # first, before any row, is the one just below it); a claim in stable SNs (a
+            # merge that released rows by the delay bound before the input's rows came)
+            # would hold every tentative row back until the reconciliation
+            for k in [k for k, c in claims.items() if c[0] < TENTATIVE_BASE - 1]:
+                del claims[k]
+        if claims:
+            sn = min(c[0] for c in claims.values())
+            wm = min(c[1] for c in claims.values())
         in_branch = np.zeros(mine.size, dtype=bool)
         in_branch[list(forked)] = True
         in_branch &= mine

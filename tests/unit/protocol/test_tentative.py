@@ -17,7 +17,7 @@ from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual
 from sparkflux.protocol.messages import Outgoing, Reconciled, Tentative
 from sparkflux.protocol.site import Received, SiteCore
-from sparkflux.protocol.tentative import tentative_sends
+from sparkflux.protocol.tentative import MERGE, Branches, tentative_sends
 from sparkflux.sim.workload import tiny_union_plan, tiny_union_records
 
 
@@ -91,3 +91,28 @@ def test_an_input_episode_leaves_the_merges_out_and_a_reconciled_one_is_counted(
     other = SiteCore(1, plan, Layout(plan.sites, plan.partitions, 2))
     other.handle(Received([(DRIVER, Reconciled(3))]))
     assert other._branches is not None and other._branches.closed == 3
+
+
+def test_a_merges_claim_in_stable_sns_does_not_hold_back_the_inputs_tentative_rows() -> None:
+    """A site's merge may release rows by the delay bound (stable SNs, claim in stable SNs)
+    just before the input's tentative rows (numbered apart) reach the site: the episode is
+    then the input's, and the branch's claim is the input's alone. Were the merge's claim
+    kept, the lowest claim would stay in stable SNs, below every tentative row, and the
+    branch would hold them all until the reconciliation (each new message sorting what it
+    holds again)."""
+    plan = tiny_union_plan()
+    layout = Layout(plan.sites, plan.partitions, 2)
+    to0 = next(o.message for o in ingress_tentative() if o.site == 0)
+    want = SiteCore(0, plan, layout).handle(Received([(DRIVER, to0)]))
+    core = SiteCore(0, plan, layout)
+    core._branches = Branches()
+    mine = layout.first_live(set()) == 0
+    assert core._branches.feed(0, 1, None, 3, 0, MERGE, plan.stages[0].program, mine,
+                               mine) is not None
+    got = core.handle(Received([(DRIVER, to0)]))
+    assert len(got) == len(want) == 1
+    g, w = got[0].message, want[0].message
+    assert isinstance(g, Tentative) and isinstance(w, Tentative)
+    assert w.rows is not None and w.rows.num_rows
+    assert g.rows is not None and g.rows.to_pylist() == w.rows.to_pylist()
+    assert (g.sn, g.wm) == (w.sn, w.wm)
