@@ -26,6 +26,7 @@ DROPS_QUIET_S = 1.0  # a run of drops ends after this long without one
 WAIT = object()  # nothing to admit yet: the feed waits idly and asks again
 _ENDED = object()  # a source's iterator is exhausted
 SLICE_S = 0.01  # the push source hands each source's records over in about this much input
+HOLD_BACK_MAX = 1024  # slices a cut-off source produces in one turn, at most
 
 
 Item = tuple[int, "pa.RecordBatch | list[dict[str, Any]] | None"]  # (source, batch); None: it ended
@@ -131,8 +132,17 @@ class SourceFeed:
         ahead = self.read_ahead or any(self.cut_off(j) for j in live)
         for i in order if ahead else order[:1]:
             if self._cut_until[i] and self.cut_off(i):
-                # produced in its turn, held on the far side of the cut
-                self._hold_back(i)
+                # produced in its turn, held on the far side of the cut: in slices until
+                # its event time passes the lowest of the others, as a live stream keeps
+                # pace with them (one slice per turn would leave it behind, its backlog
+                # then paced after the heal)
+                bar = min((self._wm[j] for j in live
+                           if j != i and not (self._cut_until[j] and self.cut_off(j))),
+                          default=None)
+                for _ in range(HOLD_BACK_MAX):
+                    if not self._hold_back(i) or bar is None or self._wm[i] > bar \
+                            or self._streams[i].event_time is None:
+                        break
                 continue
             item = self._read(i)
             if item is _ENDED:
@@ -161,18 +171,20 @@ class SourceFeed:
                 item, self._rest[i] = split(item, self.slice_rows)
         return item
 
-    def _hold_back(self, i: int) -> None:
-        """Source ``i`` is cut off: its next batch (if it has one now) is produced and held
-        outside until the heal; its end too."""
+    def _hold_back(self, i: int) -> bool:
+        """Source ``i`` is cut off: its next slice (if it has one now) is produced and held
+        outside until the heal; its end too. Whether it had one."""
         item = self._read(i)
         if item is _ENDED:
             self._open[i] = False
             self._held[i].append(None)
-            return
-        if item is not None:
-            self._held[i].append(item)
-            if len(self._iters) > 1:
-                self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
+            return False
+        if item is None:
+            return False
+        self._held[i].append(item)
+        if len(self._iters) > 1:
+            self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
+        return True
 
 
 def _max_time(item: pa.RecordBatch | list[dict[str, Any]], spec: StreamSpec) -> int:

@@ -168,14 +168,19 @@ def test_slices_interleave_the_sources_in_event_time_and_hand_over_every_record(
 
 
 def test_slicing_holds_a_cut_sources_slices_back_until_the_heal() -> None:
-    """A cut-off source's slices are held outside like its batches, and come after the
-    heal in their order."""
-    a, b = list(range(0, 16, 2)), list(range(1, 16, 2))
-    f = timed_feed(Timed(a), Timed(b))
+    """A cut-off source's slices are held outside like its batches, as fast as the others'
+    come (in event time, within a slice of theirs), and come after the heal in their order:
+    its backlog is all there at the heal, not produced at its paced share after it."""
+    a, b, c = (list(range(k, 90, 3)) for k in range(3))  # three streams, interleaved in time
+    f = timed_feed(Timed(a), Timed(b), Timed(c))
     f.slice_rows = 3
-    f.cut(1, 3600.0)
-    first = [f.next() for _ in range(6)]
-    assert {i for i, *_ in (x for x in first if isinstance(x, tuple))} == {0}
-    f._cut_until[1] = 0.0  # the heal
+    f.cut(2, 3600.0)
+    first = [f.next() for _ in range(12)]
+    got = [x for x in first if isinstance(x, tuple) and x[1] is not None]
+    assert {i for i, _ in got} == {0, 1}
+    out = max(v for _, x in got for v in x.column("x").to_pylist())
+    held = max(v for it in f._held[2] if it is not None for v in it.column("x").to_pylist())
+    assert held >= out - 3 * 3
+    f._cut_until[2] = 0.0  # the heal
     rest = drain(f)
-    assert [v for i, x in rest if i == 1 for v in x] == b
+    assert [v for i, x in rest if i == 2 for v in x] == c
