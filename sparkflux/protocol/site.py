@@ -206,11 +206,17 @@ class SiteCore:
         out: list[Outgoing] = []
         fed: set[int] = set()  # the stages that got input
         evict: set[int] = set()  # buffers acks arrived for: evicted once, not once per ack
+        # tentative rows per (stage, episode), run through the branch once after the rest
+        tentative: dict[tuple[int, int], list[tuple[int, Tentative]]] = {}
         for src, run in link_runs(items):
             if self.stopped or src in self.dead_sites:
                 continue
             msg = run[0]
-            if is_data_run(run):
+            if all(isinstance(m, Tentative) for m in run):
+                for m in run:
+                    assert isinstance(m, Tentative)
+                    tentative.setdefault((m.stage, m.epoch), []).append((src, m))
+            elif is_data_run(run):
                 out += self.cons[run[0].stage].on_data(run[0], src, run[1:])
                 fed.add(run[0].stage)
             elif is_ack_run(run):
@@ -223,6 +229,11 @@ class SiteCore:
                 out += self._handle(msg, src)
         for i in evict:
             self.prods[i].evict()
+        # (before the operators run on this pass's data, as each would have been handled in
+        # its place: a branch forks from the stable state the pass found)
+        for (stage, epoch), msgs in sorted(tentative.items()):
+            if not self.stopped:
+                out += self._tentative_many(stage, epoch, msgs)
         if fed and not self.stopped:
             out += self._drive(*fed)
         return coalesce_acks(self._local(out))
@@ -523,18 +534,26 @@ class SiteCore:
         """Tentative rows for a stage: processed in its branch for the partitions this site
         holds as their first live copy (in memory), the branch's output on to the next
         stage's first live copies, or to the egress."""
+        return self._tentative_many(msg.stage, msg.epoch, [(src, msg)])
+
+    def _tentative_many(self, s: int, epoch: int, msgs: list[tuple[int, Tentative]]
+                        ) -> list[Outgoing]:
+        """``_tentative`` for the messages of one stage and episode a pass received, the
+        branch run once over them all (a stage's branch fans out to every next-stage site,
+        so one run per message would multiply along a chain)."""
         if self._branches is None:
             self._branches = Branches()
-        s = msg.stage
         first = self.layout.first_live(self.dead_sites)
         mine = (first == self.site) & self.cons[s].installed
         for k in (*self.memory.spilled, self.memory.loading):
             if k is not None and k[0] == s:
                 mine[k[1]] = False
-        res = self._branches.run(msg, src, self.plan.stages[s].program, mine)
+        res = self._branches.feed_many(s, epoch, [(src, m.rows, m.sn, m.wm)
+                                                  for src, m in msgs],
+                                       self.plan.stages[s].program, mine, mine)
         if res is None:
             return []
-        return self._branch_out(s, msg.epoch, *res, first)
+        return self._branch_out(s, epoch, *res, first)
 
     def clock(self, now: float) -> list[Outgoing]:
         """The host's clock (``--consistency eventual``): every stage's merge that has held

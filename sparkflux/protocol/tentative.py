@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from sparkflux.dataflow.placement import NOWHERE
 from sparkflux.dataflow.program import StageProgram
-from sparkflux.model.batch import sort_by_sn
+from sparkflux.model.batch import concat, sort_by_sn
 from sparkflux.model.progress import Frontier, Progress
 from sparkflux.model.schema import PART, SRC
 from sparkflux.protocol.consistency import TENTATIVE_BASE
@@ -61,15 +61,6 @@ class Branches:
             self.told.clear()
             self.from_input = False
 
-    def run(self, msg: Tentative, src: int, stable: StageProgram, mine: np.ndarray
-            ) -> tuple[pa.RecordBatch, int, int] | None:
-        """Process ``msg``'s rows in stage ``msg.stage``'s branch, for the partitions in
-        ``mine`` (held here as the first live copy, in memory); returns the branch's output
-        rows (routed) and its claim over those partitions, or None for an episode that is
-        over."""
-        return self.feed(msg.stage, msg.epoch, msg.rows, msg.sn, msg.wm, src, stable, mine,
-                         mine)
-
     def feed(self, s: int, epoch: int, rows: pa.RecordBatch | None, sn: int, wm: int,
              sender: int, stable: StageProgram, mine: np.ndarray, fork: np.ndarray
              ) -> tuple[pa.RecordBatch, int, int] | None:
@@ -77,6 +68,16 @@ class Branches:
         driver, or ``MERGE``: this site's own merge, released by the delay bound), with
         the sender's claim ``(sn, wm)``; the partitions ``fork`` (of ``mine``) are forked
         from the stable state first if they are not yet."""
+        return self.feed_many(s, epoch, [(sender, rows, sn, wm)], stable, mine, fork)
+
+    def feed_many(self, s: int, epoch: int,
+                  parts: list[tuple[int, pa.RecordBatch | None, int, int]],
+                  stable: StageProgram, mine: np.ndarray, fork: np.ndarray
+                  ) -> tuple[pa.RecordBatch, int, int] | None:
+        """``feed`` of several messages of one pass at once, ``(sender, rows, sn, wm)`` in
+        arrival order: every claim is taken, and the branch runs once over all the rows
+        (as the stable path runs the operators once per pass: the thesis' FluxPooler),
+        in SN order, under the lowest of the claims then known."""
         if epoch <= self.closed:
             return None
         if epoch != self.epoch:
@@ -96,8 +97,9 @@ class Branches:
                         op.get_partition_state(q)))
                 forked.add(q)
         claims = self.claims.setdefault(s, {})
-        claims[sender] = (sn, wm)
-        self.from_input |= sn >= TENTATIVE_BASE
+        for sender, _, sn, wm in parts:
+            claims[sender] = (sn, wm)
+            self.from_input |= sn >= TENTATIVE_BASE
         if self.from_input:
             # the input's episode: its claims are in the tentative numbering (the ingress's
             # first, before any row, is the one just below it); a claim in stable SNs (a
@@ -111,7 +113,9 @@ class Branches:
         in_branch = np.zeros(mine.size, dtype=bool)
         in_branch[list(forked)] = True
         in_branch &= mine
-        if rows is not None and rows.num_rows:
+        got = [r for _, r, _, _ in parts if r is not None and r.num_rows]
+        rows = (got[0] if len(got) == 1 else concat(got)) if got else None
+        if rows is not None:
             keep = in_branch[rows.column(PART).to_numpy()]
             rows = rows.filter(pa.array(keep)) if not keep.all() else rows
         if rows is None or not rows.num_rows:

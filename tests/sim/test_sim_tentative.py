@@ -198,14 +198,15 @@ def test_mutation_tentative_rows_in_the_stable_state(monkeypatch: pytest.MonkeyP
                                                      records: Any, bases: Any) -> None:
     """A branch that is the stable program itself (no fork): tentative rows reach the
     stable state, and the stable output is wrong."""
-    real = tentative_mod.Branches.run
+    real = tentative_mod.Branches.feed_many
 
-    def no_fork(self: Any, msg: Any, src: int, stable: Any, mine: Any) -> Any:
-        self.programs[msg.stage] = stable
-        self.forked[msg.stage] = set(range(mine.size))
-        return real(self, msg, src, stable, mine)
+    def no_fork(self: Any, s: int, epoch: int, parts: Any, stable: Any, mine: Any,
+                fork: Any) -> Any:
+        self.programs[s] = stable
+        self.forked[s] = set(range(mine.size))
+        return real(self, s, epoch, parts, stable, mine, fork)
 
-    monkeypatch.setattr(tentative_mod.Branches, "run", no_fork)
+    monkeypatch.setattr(tentative_mod.Branches, "feed_many", no_fork)
     caught_then_clean(monkeypatch, records, bases)
 
 
