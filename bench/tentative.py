@@ -11,7 +11,8 @@ corrections of input never sent tentatively; for strict, the longest latency), w
 that is within the paper's bound of k X for a chain of k stages, the tentative rows, the
 corrections, the seconds each stage spent in stabilization, the longest stretch without
 stable output and without any output (tentative rows counted), and whether the stable
-output equals the Spark SQL reference.
+output equals the Spark SQL reference. The bound of a chain of k stages is k X on top of
+the chain's own latency, measured by a run of the same input without the cut.
 
     .venv/bin/python bench/tentative.py                # the paper's 15 s cut
     .venv/bin/python bench/tentative.py --cut 5 --chains 1 2
@@ -54,11 +55,11 @@ def run(sensors: Any, args: Any, spark: Any, **options: Any) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rate", type=float, default=3_000.0, help="records/s, all streams")
+    p.add_argument("--rate", type=float, default=6_000.0, help="records/s, all streams")
     p.add_argument("--cut", type=float, default=15.0, help="seconds the stream is cut")
-    p.add_argument("--cut-at", type=float, default=5.0, help="seconds into the input")
-    p.add_argument("--after", type=float, default=15.0, help="seconds of input after the heal")
-    p.add_argument("--max-delay", type=float, default=1.0, help="X, seconds")
+    p.add_argument("--cut-at", type=float, default=3.0, help="seconds into the input")
+    p.add_argument("--after", type=float, default=6.0, help="seconds of input after the heal")
+    p.add_argument("--max-delay", type=float, default=0.25, help="X, seconds")
     p.add_argument("--chains", type=int, nargs="+", default=[1, 2, 3, 4])
     a = p.parse_args()
     console = Console(width=max(Console().width, 132))
@@ -67,7 +68,7 @@ def main() -> None:
     spark = spark_session("local[6,400]")
     table = Table(title=f"one of three streams cut for {a.cut:g} s at {a.cut_at:g} s, "
                         f"{a.rate:,.0f} records/s, X = {a.max_delay:g} s, 4 sites, 2 copies")
-    for col in ("stages", "configuration", "max processing delay", "within k X",
+    for col in ("stages", "configuration", "max processing delay", "within the bound",
                 "tentative rows", "corrections", "stabilization per stage",
                 "longest gap: stable / any output", "stable output"):
         table.add_column(col, justify="right")
@@ -76,6 +77,12 @@ def main() -> None:
         argv = [str(EXAMPLE), "--events", str(events), "--stages", str(stages)]
         args = parser.parse_args(argv)
         expected = example_reference(EXAMPLE, *argv[1:], spark=spark)
+        # the chain's own latency, without the cut: the bound is k X on top of it
+        base = run(sensors, args, spark, rate=a.rate)
+        own = float(base["latency_p99_s"])
+        bound = stages * a.max_delay + own
+        console.print(f"{stages} stage(s) without the cut: latency p99 {own:.3f} s, so the "
+                      f"bound is {stages} x {a.max_delay:g} + {own:.3f} = {bound:.2f} s")
         for name, extra in CONFIGS:
             t = time.time()
             eventual = {"max_delay": a.max_delay, **extra} if extra else {}
@@ -84,8 +91,8 @@ def main() -> None:
             delay = m.get("max_processing_delay_s", max_latency(m))
             equal = (m["rows_digest"], m["output_tuples"]) == (expected.rows_digest,
                                                               expected.rows)
-            within = delay <= stages * a.max_delay
-            table.add_row(str(stages), name, f"{delay:.2f} s",
+            within = delay <= bound
+            table.add_row(str(stages), name, f"{delay:.2f} s (bound {bound:.2f})",
                           "[green]yes[/]" if within else "[red]no[/]",
                           f"{m.get('tentative_rows', 0):,}", f"{m.get('corrections', 0):,}",
                           stabilization(m),
@@ -96,8 +103,8 @@ def main() -> None:
                           f"{delay:.2f} s, {m.get('tentative_rows', 0):,} tentative rows, "
                           f"{'equal' if equal else 'DIFFERS'}")
     console.print(table)
-    console.print(f"availability bound: X = {a.max_delay:g} s per stage (the chain of k stages "
-                  f"is allowed k X)")
+    console.print(f"availability bound: X = {a.max_delay:g} s per stage: a chain of k stages is "
+                  f"allowed k X on top of its own latency (p99 of the same run without the cut)")
 
 
 def stabilization(m: dict[str, Any]) -> str:
