@@ -74,6 +74,7 @@ class SourceFeed:
         self._held: list[list[Any]] = [[] for _ in self._iters]
         self.from_backlog = False  # the last item came from a healed cut's backlog
         self.slice_rows: int | None = None
+        self.held_rows = 0  # records produced and held behind a cut so far
         self._rest: list[Any] = [None] * len(self._iters)  # a batch's slices still to come
 
     def cut(self, source: int, seconds: float) -> None:
@@ -182,6 +183,7 @@ class SourceFeed:
         if item is None:
             return False
         self._held[i].append(item)
+        self.held_rows += len(item) if isinstance(item, list) else item.num_rows
         if len(self._iters) > 1:
             self._wm[i] = max(self._wm[i], _max_time(item, self._streams[i]))
         return True
@@ -267,12 +269,21 @@ class PacedBuffer:
         while not self.exhausted:
             due = int((time.monotonic() - t0) * self.rate) - produced
             while due > 0 and not self.exhausted:
+                held = self.source.held_rows
                 item = self._carry if self._carry is not None else self.source.next()
                 self._carry = None
+                # a cut-off source produces at its share of the rate too, on the far side
+                # of the cut: what it held counts, so its peers keep their own share
+                produced += self.source.held_rows - held
+                due -= self.source.held_rows - held
                 if item is WAIT:
                     # Nothing yet: what was due meanwhile is not owed later (a push source
                     # sends nothing while it has nothing; a burst would be a later rate).
-                    produced += due
+                    produced += max(due, 0)
+                    break
+                if due <= 0 and isinstance(item, tuple) and item[1] is not None \
+                        and not self.source.from_backlog:
+                    self._carry = item  # the held records took what was due: it waits
                     break
                 if item is None:
                     self.exhausted = True

@@ -184,3 +184,27 @@ def test_slicing_holds_a_cut_sources_slices_back_until_the_heal() -> None:
     f._cut_until[2] = 0.0  # the heal
     rest = drain(f)
     assert [v for i, x in rest if i == 2 for v in x] == c
+
+
+def test_a_cut_source_takes_its_share_of_the_rate_so_its_peers_keep_theirs() -> None:
+    """A push source of two interleaved streams at 4,000 records/s, one of them cut the whole
+    time: the cut one goes on producing on the far side of the cut and counts against the
+    rate, so the other comes at its own share (about 2,000/s), not at the whole rate."""
+    a, b = list(range(0, 40_000, 2)), list(range(1, 40_000, 2))
+    f = timed_feed(Timed(a, batches=20), Timed(b, batches=20))
+    f.cut(1, 3600.0)
+    buf = PacedBuffer(f, rate=4_000.0, capacity=100_000, stats=LiveStats(total=None),
+                      flush_rows=1, flush_s=0.0)
+
+    async def go() -> list:
+        task = asyncio.create_task(buf.produce())
+        await asyncio.sleep(1.0)
+        task.cancel()
+        got = buf.take()
+        return [] if got is None or got is WAIT else got
+
+    taken = asyncio.run(go())
+    came = sum(x.num_rows for i, x in taken if i == 0 and x is not None)
+    assert {i for i, _ in taken} == {0}
+    assert 1_200 <= came <= 2_800, came  # about its half of 4,000 in 1 s
+    assert f.held_rows >= 1_200  # the cut one's half, held on the far side
