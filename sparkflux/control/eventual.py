@@ -157,8 +157,13 @@ class InputEpisodes:
 
     def merge_due(self, now: float) -> pa.RecordBatch | None:
         """The egress's merge on the clock's tick: the last stage's rows it has held for
-        the delay bound go out tentatively (opening an episode); None if none."""
+        the delay bound go out tentatively (opening an episode); None if none, and None
+        during an episode of the input (as a site's merges add nothing to one)."""
         due = self.waits.look(now)
+        if self.open and self.input_failed:
+            # the input's episode: every record came tentatively already, and what the
+            # egress's merge holds now is the stable redo (its rows are corrections)
+            return None
         go = due | self.waits.forked
         if not go.any():
             return None

@@ -182,3 +182,23 @@ def test_input_that_came_while_suspended_is_first_output_by_its_correction(
     done = [d for d in b._reconcile(b.egress.progress, 2.0) if isinstance(d, Deliver)]
     (fix,) = [d for d in done if d.correction]
     assert fix.first == (((heal + 1, np.iinfo(np.int64).max),) if mode == "suspend" else ())
+
+
+def test_the_egress_merge_adds_nothing_to_an_episode_of_the_input(
+        records: tuple[pa.Table, pa.Table], monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the input's episode is open, the egress's merge releases nothing by the delay
+    bound: every record went tentatively already, and the rows it holds are the stable
+    redo (corrections); its released rows would reach the output a second time, as late
+    as the cut was long. A merge's own episode (the input whole) releases them."""
+    b, _ = opened(records)
+    eps = b.episodes
+    assert eps is not None and eps.input_failed
+    rows = pa.RecordBatch.from_pylist([{f.name: 0 for f in b.plan.output_schema}],
+                                      schema=b.plan.output_schema)
+    all_due = np.ones(b.plan.partitions, dtype=bool)
+    monkeypatch.setattr(eps.waits, "look", lambda now: all_due)
+    monkeypatch.setattr(eps.waits, "feed", lambda go, now: (rows, 0, 0))
+    assert eps.merge_due(5.0) is None
+    eps.input_failed = False  # a merge's episode: the egress's merge releases
+    got = eps.merge_due(5.0)
+    assert got is not None and got.num_rows == 1
