@@ -88,8 +88,8 @@ class PrometheusSeries(Collector):
                 state = GaugeMetricFamily("sparkflux_consistency_state", "1 for the input's "
                                           "consistency state now (stable, upstream-failure, "
                                           "stabilization)", labels=["query", "state"])
-                for st in State:
-                    state.add_metric([q, st.value], 1.0 if st.value == now else 0.0)
+                for each in State:
+                    state.add_metric([q, each.value], 1.0 if each.value == now else 0.0)
                 yield state
         events = CounterMetricFamily("sparkflux_events", "failures, take-overs, adoptions, "
                                      "catch-ups, moves, stalls and checkpoints so far",
