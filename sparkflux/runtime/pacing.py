@@ -25,7 +25,9 @@ DROPS_QUIET_S = 1.0  # a run of drops ends after this long without one
 
 WAIT = object()  # nothing to admit yet: the feed waits idly and asks again
 _ENDED = object()  # a source's iterator is exhausted
-SLICE_S = 0.01  # the push source hands each source's records over in about this much input
+# the push source hands its sources' records over in turns of about this much input in all
+# (a finer turn costs the driver more per record than it gains)
+SLICE_S = 0.1
 HOLD_BACK_MAX = 1024  # slices a cut-off source produces in one turn, at most
 
 
@@ -48,7 +50,8 @@ class SourceFeed:
     (``--cut-source``) the others' records keep arriving, held by the merge in strict
     mode, as a network cut of one source would leave them.
 
-    ``slice_rows`` (the push source sets it to about 10 ms of its rate): a source's batch
+    ``slice_rows`` (the push source sets it to a source's share of about 0.1 s of its
+    rate): a source's batch
     is handed over in slices of at most that many records, each judged by its own largest
     event time, so several sources interleave in event time as live streams do. Without
     it a large batch of one source would come at once, and at a low rate the others would
@@ -219,7 +222,7 @@ class PacedBuffer:
     def __init__(self, source: SourceFeed, rate: float, capacity: int, stats: LiveStats,
                  flush_rows: int = 8192, flush_s: float = 0.02) -> None:
         self.source = source
-        source.slice_rows = max(64, int(rate * SLICE_S))
+        source.slice_rows = max(64, int(rate * SLICE_S / max(1, len(source._iters))))
         self.rate = rate
         self.capacity = capacity
         self.stats = stats
