@@ -65,23 +65,15 @@ class PrometheusSeries(Collector):
         for k, spec in enumerate(host.plan.streams):
             rows.add_metric([q, spec.name], host.source_rows[k])
         yield rows
-        out = CounterMetricFamily("sparkflux_output_rows", "rows delivered to the sinks",
-                                  labels=["query"])
-        out.add_metric([q], host.egress.delivered)
-        yield out
-        dead = CounterMetricFamily("sparkflux_dead_letters", "input records rejected to the "
-                                   "dead letters", labels=["query"])
-        dead.add_metric([q], host.stats.dead_letters)
-        yield dead
+        yield _counter("sparkflux_output_rows", "rows delivered to the sinks", q,
+                       host.egress.delivered)
+        yield _counter("sparkflux_dead_letters", "input records rejected to the dead letters",
+                       q, host.stats.dead_letters)
         if host.eventual:
-            tent = CounterMetricFamily("sparkflux_tentative_rows", "tentative rows delivered "
-                                       "(--consistency eventual)", labels=["query"])
-            tent.add_metric([q], host.metrics.tentative_rows)
-            yield tent
-            fixes = CounterMetricFamily("sparkflux_corrections", "stable rows delivered in "
-                                        "place of tentative ones", labels=["query"])
-            fixes.add_metric([q], host.metrics.corrections)
-            yield fixes
+            yield _counter("sparkflux_tentative_rows", "tentative rows delivered "
+                           "(--consistency eventual)", q, host.metrics.tentative_rows)
+            yield _counter("sparkflux_corrections", "stable rows delivered in place of "
+                           "tentative ones", q, host.metrics.corrections)
             eps = host.core.episodes
             if eps is not None:
                 now = eps.episode.state.value
@@ -169,6 +161,13 @@ class PrometheusSeries(Collector):
                                     "adopt a failed site", labels=["query"])
         standby.add_metric([q], sum(1 for s in p.sites if s.role == "standby"))
         yield standby
+
+
+def _counter(name: str, what: str, query: str, value: float) -> CounterMetricFamily:
+    """A counter of the whole query (labelled with its name only)."""
+    c = CounterMetricFamily(name, what, labels=["query"])
+    c.add_metric([query], value)
+    return c
 
 
 def progress_json(host: Host) -> dict[str, Any]:

@@ -80,6 +80,11 @@ class SourceFeed:
         self.held_rows = 0  # records produced and held behind a cut so far
         self._rest: list[Any] = [None] * len(self._iters)  # a batch's slices still to come
 
+    @property
+    def sources(self) -> int:
+        """How many sources it reads."""
+        return len(self._iters)
+
     def cut(self, source: int, seconds: float) -> None:
         """Hold source ``source``'s records outside the dataflow for ``seconds`` from now
         (``--cut-source``, a network cut between the source and the ingress): the source
@@ -222,7 +227,7 @@ class PacedBuffer:
     def __init__(self, source: SourceFeed, rate: float, capacity: int, stats: LiveStats,
                  flush_rows: int = 8192, flush_s: float = 0.02) -> None:
         self.source = source
-        source.slice_rows = max(64, int(rate * SLICE_S / max(1, len(source._iters))))
+        source.slice_rows = max(64, int(rate * SLICE_S / max(1, source.sources)))
         self.rate = rate
         self.capacity = capacity
         self.stats = stats
