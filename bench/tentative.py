@@ -14,8 +14,13 @@ stable output and without any output (tentative rows counted), and whether the s
 output equals the Spark SQL reference. The bound of a chain of k stages is k X on top of
 the chain's own latency, measured by a run of the same input without the cut.
 
+``--work-us W`` gives every stage's operator W microseconds of CPU per row: with the bare
+map the redo of a 15 s backlog takes a fraction of a second per stage, so suspending costs
+little; the paper's operators took seconds to redo it, which is what separates the modes.
+
     .venv/bin/python bench/tentative.py                # the paper's 15 s cut
     .venv/bin/python bench/tentative.py --cut 5 --chains 1 2
+    .venv/bin/python bench/tentative.py --rate 2000 --work-us 40   # a costly operator
 """
 
 from __future__ import annotations
@@ -61,20 +66,24 @@ def main() -> None:
     p.add_argument("--after", type=float, default=6.0, help="seconds of input after the heal")
     p.add_argument("--max-delay", type=float, default=0.25, help="X, seconds")
     p.add_argument("--chains", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--work-us", type=float, default=0.0,
+                   help="CPU microseconds per row per stage (the operator's cost)")
     a = p.parse_args()
     console = Console(width=max(Console().width, 132))
     seconds = a.cut_at + a.cut + a.after
     events = int(a.rate * seconds / 3)  # per stream
     spark = spark_session("local[6,400]")
     table = Table(title=f"one of three streams cut for {a.cut:g} s at {a.cut_at:g} s, "
-                        f"{a.rate:,.0f} records/s, X = {a.max_delay:g} s, 4 sites, 2 copies")
+                        f"{a.rate:,.0f} records/s, X = {a.max_delay:g} s, {a.work_us:g} us per row "
+                        "per stage, 4 sites, 2 copies")
     for col in ("stages", "configuration", "max processing delay", "within the bound",
                 "tentative rows", "corrections", "stabilization per stage",
                 "longest gap: stable / any output", "stable output"):
         table.add_column(col, justify="right")
     for stages in a.chains:
         parser, sensors = _example_parser("run", str(EXAMPLE))
-        argv = [str(EXAMPLE), "--events", str(events), "--stages", str(stages)]
+        argv = [str(EXAMPLE), "--events", str(events), "--stages", str(stages),
+                "--work-us", str(a.work_us)]
         args = parser.parse_args(argv)
         expected = example_reference(EXAMPLE, *argv[1:], spark=spark)
         # the chain's own latency, without the cut: the bound is k X on top of it

@@ -12,11 +12,16 @@ own: it exchanges the readings by a key of its own (the sensor for the first, th
 hop's column after) and adds a column ``h{i} = (value * (2 i + 1) + sensor) mod 997``. The
 output is every reading with its hops' columns: a row leaves as soon as it arrives, so its
 latency is the chain's, and a cut source shows at once.
+
+``--work-us W`` makes each hop cost W microseconds of CPU per row (a busy loop: the columns
+do not change), to model an operator whose redo of a long backlog takes seconds, as the
+paper's did; 0 (the default) is the bare map.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -41,6 +46,7 @@ class SensorsOptions:
     seed: int = 5
     stages: int = 1
     batch: int = 4096
+    work_us: float = 0.0  # CPU per row per hop
 
 
 def readings(stream: int, start: int, count: int, seed: int) -> pa.RecordBatch:
@@ -69,12 +75,18 @@ class Readings(Source):
 
 
 class Hop:
-    """Hop ``i``'s column: ``(value * (2 i + 1) + sensor) mod 997``."""
+    """Hop ``i``'s column: ``(value * (2 i + 1) + sensor) mod 997``, at ``work_us`` of CPU
+    per row."""
 
-    def __init__(self, i: int) -> None:
+    def __init__(self, i: int, work_us: float = 0.0) -> None:
         self.i = i
+        self.work_us = work_us
 
     def __call__(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+        if self.work_us > 0 and batch.num_rows:
+            until = time.perf_counter() + batch.num_rows * self.work_us * 1e-6
+            while time.perf_counter() < until:
+                pass
         value = batch.column("value").to_numpy()
         sensor = batch.column("sensor").to_numpy().astype(np.int64)
         return {f"h{self.i}": (value * (2 * self.i + 1) + sensor) % 997}
@@ -84,10 +96,15 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=5, help="workload seed")
     parser.add_argument("--stages", type=int, default=1, choices=(1, 2, 3, 4),
                         help="hops in the chain, each a stage")
+    parser.add_argument("--work-us", type=float, default=0.0,
+                        help="CPU microseconds per row per hop (a modelled operator cost)")
 
 
 def options(args: argparse.Namespace) -> SensorsOptions:
-    return SensorsOptions(events=args.events, seed=args.seed, stages=args.stages)
+    if args.work_us < 0:
+        raise SystemExit(f"--work-us must be 0 or more, not {args.work_us:g}")
+    return SensorsOptions(events=args.events, seed=args.seed, stages=args.stages,
+                          work_us=args.work_us)
 
 
 def build(o: SensorsOptions) -> Dataflow:
@@ -97,7 +114,7 @@ def build(o: SensorsOptions) -> Dataflow:
     key = "sensor"
     for i in range(1, o.stages + 1):
         stream = stream.exchange(by=[key]).apply(
-            Map(Hop(i), [pa.field(f"h{i}", pa.int64(), nullable=False)]), name=f"hop{i}")
+            Map(Hop(i, o.work_us), [pa.field(f"h{i}", pa.int64(), nullable=False)]), name=f"hop{i}")
         key = f"h{i}"
     stream.sink(name="out")
     return df

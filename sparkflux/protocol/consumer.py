@@ -87,6 +87,8 @@ class ConsumerSet:
         self.safe_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
         self.schema = schema  # wire schema (with _src)
         self.pending: list[pa.RecordBatch] = []
+        self.backlog = False  # the last release held ready rows back (its ``limit``)
+        self._held: int | None = None  # ... at this SN (``_chunk``)
         # per pending batch (by identity): its partitions and each one's lowest SN, so that a
         # batch with nothing below the frontier is passed over without touching its rows
         self._lowest: dict[int, tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = {}
@@ -227,6 +229,8 @@ class ConsumerSet:
         f_sn = self.progress_sn.min(axis=1)
         if cap is not None:
             f_sn = np.minimum(f_sn, cap)
+        if self._held is not None:
+            f_sn = np.minimum(f_sn, self._held)
         covered = self.claims_sn <= f_sn[:, None, None]  # a prefix of each queue
         n_cov = covered.sum(axis=2)
         best = np.where(covered, self.claims_wm, NO_WATERMARK).max(axis=2)
@@ -242,10 +246,20 @@ class ConsumerSet:
             self.claims_n -= n_cov
         return f_sn, self.safe_wm.min(axis=1)
 
-    def release(self, cap: np.ndarray | None = None
+    def release(self, cap: np.ndarray | None = None, limit: int | None = None
                 ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
         """Rows at or below each partition's frontier (held at ``cap``, a checkpoint's cut,
-        where given), in SN order; None when nothing moved."""
+        where given), in SN order; None when nothing moved.
+
+        ``limit``: about how many rows one release may hand over (a pass's budget, ``SiteCore
+        .pass_rows``): beyond it the frontier stops at the SN of the ``limit``-th lowest ready
+        row, as at a cut, and ``backlog`` says that more is ready. A long backlog (the redo
+        after a cut input heals, a producer's resent rows) then goes in several passes, and
+        the site reads its links between them: tentative rows, heartbeats and take-over do
+        not wait for the whole backlog."""
+        self.backlog, self._held = False, None
+        if limit is not None and sum(b.num_rows for b in self.pending) > limit:
+            self._held = self._chunk(cap, max(1, limit))
         f_sn, f_wm = self.frontier(cap)
         moved = bool((f_sn > self.released_sn).any() or (f_wm > self.released_wm).any())
         if not moved:
@@ -278,6 +292,26 @@ class ConsumerSet:
             out = sort_rows(out)  # (_sn, _snm, _port): rows of one input on two ports tie
         self.released_sn, self.released_wm = f_sn, f_wm
         return (out if out is not None else concat([], self.schema)), f_sn, f_wm
+
+    def _chunk(self, cap: np.ndarray | None, limit: int) -> int | None:
+        """The SN where the merge holds so that about ``limit`` of the rows ready
+        under ``cap`` go (every row of the SN that reaches it), or None; ``backlog`` set when
+        that holds some back. It stays in force (``_held``) until the next release: every
+        frontier asked of the merge meanwhile (a checkpoint, the delay bound) stops there
+        too, as its watermark moves on only with what was released."""
+        f_sn = self.progress_sn.min(axis=1)
+        if cap is not None:
+            f_sn = np.minimum(f_sn, cap)
+        ready = []
+        for b in self.pending:
+            sn = b.column(SN).to_numpy()
+            ready.append(sn[sn <= f_sn[self.index[b.column(PART).to_numpy()]]])
+        sns = np.concatenate(ready) if ready else np.zeros(0, np.int64)
+        if sns.size <= limit:
+            return None
+        last = int(np.partition(sns, limit - 1)[limit - 1])
+        self.backlog = True
+        return last
 
     def _lowest_of(self, b: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
         """The partitions (indexes) of a pending batch's rows and each one's lowest SN."""

@@ -146,6 +146,14 @@ class SiteCore:
         self._sizes: tuple[float, dict[Key, int]] | None = None  # (when, partition_bytes)
         # Tentative processing of a failure episode (``tentative.py``), made at its first row
         self._branches: Branches | None = None
+        # A pass's budget (set by the host before each pass, None: no limit): each stage's
+        # merge releases about this many rows in a pass, the rest in the next passes
+        # (``ConsumerSet.release``); the stages that hold ready rows back are ``backlog``,
+        # and the host runs another pass for them at once (``Frames`` with nothing new).
+        # ``_left``: what each stage may still release in this pass.
+        self.pass_rows: int | None = None
+        self.backlog: set[int] = set()
+        self._left: list[int] | None = None
         # --consistency eventual: each stage's merge under the delay bound (``merge_waits.py``)
         self.waits = [MergeWaits(c, plan.max_delay) for c in self.cons] \
             if plan.max_delay is not None else []
@@ -206,6 +214,8 @@ class SiteCore:
         out: list[Outgoing] = []
         fed: set[int] = set()  # the stages that got input
         evict: set[int] = set()  # buffers acks arrived for: evicted once, not once per ack
+        n = len(self.plan.stages)  # (``_local`` may drive a stage several times in a pass)
+        self._left = None if self.pass_rows is None else [self.pass_rows] * n
         # tentative rows per (stage, episode), run through the branch once after the rest
         tentative: dict[tuple[int, int], list[tuple[int, Tentative]]] = {}
         for src, run in link_runs(items):
@@ -234,9 +244,13 @@ class SiteCore:
         for (stage, epoch), msgs in sorted(tentative.items()):
             if not self.stopped:
                 out += self._tentative_many(stage, epoch, msgs)
+        fed |= self.backlog  # the stages whose merge held ready rows back last pass
+        self.backlog = set()
         if fed and not self.stopped:
             out += self._drive(*fed)
-        return coalesce_acks(self._local(out))
+        out = self._local(out)
+        self._left = None  # (a release outside a pass, a load's or a move's, is not split)
+        return coalesce_acks(out)
 
     def _handle(self, msg: Message, src: int) -> list[Outgoing]:
         if isinstance(msg, Data):
@@ -515,10 +529,18 @@ class SiteCore:
         out: list[Outgoing] = []
         for s in sorted(set(stages)):
             while True:  # (more than once only to go on past a checkpoint's cut)
+                left = None if self._left is None else self._left[s]
+                if left is not None and left <= 0:  # this pass's share is spent
+                    self.backlog.add(s)
+                    break
                 cap = self._cap(s)
-                rel = self.cons[s].release(cap)
+                rel = self.cons[s].release(cap, left)
+                if self.cons[s].backlog:
+                    self.backlog.add(s)
                 if rel is not None:
                     rows, f_sn, f_wm = rel
+                    if self._left is not None:
+                        self._left[s] -= rows.num_rows
                     batch, prog_sn, prog_wm = self._process(s, rows, f_sn, f_wm)
                     out += self.prods[s].produce(batch, prog_sn, prog_wm)
                 if self.cuts[s] is None:

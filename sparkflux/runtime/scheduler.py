@@ -8,6 +8,12 @@ per-pass cost is paid once for many small frames; a frame of take-over or catch-
 but data and acknowledgements) starts a pass at once. The busy time of a pass, counted as the
 thread's CPU time (waiting for a core is not work), is charged against the ``--site-cpu``
 budget, which may then hold the next pass back.
+
+A pass has a time budget too (``PassBudget``): the core releases about as many rows per
+stage as the measured cost per row allows in ``PASS_S``, and when it held ready rows back
+(a long backlog: the redo after a cut input heals, a producer's resent rows) the next pass
+starts at once, with whatever the links brought meanwhile. So tentative rows, heartbeats
+and take-over never wait behind a whole backlog, and the links are read between its parts.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Any
 
 from sparkflux.runtime.capacity import CpuCap
 
+PASS_S = 0.05  # a pass's budget: about this much work on each stage's released rows
+PASS_MIN_ROWS = 256  # ... but at least this many rows each pass (the per-pass cost)
 INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
 # pass gathers, so a control frame behind them waits one short pass)
 
@@ -56,16 +64,18 @@ class Scheduler:
         self._urgent = self._urgent or urgent
         self._ready.set()
 
-    async def run(self, on_pass: Callable[[list[tuple[int, Any]]], None]) -> None:
-        """Run passes for ever: ``on_pass`` gets every frame queued, in arrival order."""
+    async def run(self, on_pass: Callable[[list[tuple[int, Any]]], bool]) -> None:
+        """Run passes for ever: ``on_pass`` gets every frame queued, in arrival order, and
+        says whether it left work ready (then the next pass starts without waiting)."""
+        more = False
         while True:
-            if not self.inbox:
+            if not self.inbox and not more:
                 self._ready.clear()
                 await self._ready.wait()
                 self._first_at = time.perf_counter()
             gather_s = self.gather_s(self.cap.cap if self.cap is not None else 1.0)
             wait = self._first_at + gather_s - time.perf_counter()
-            while (wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
+            while (not more and wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
                    and self._rows < self.gather_rows and not self._urgent):
                 self._ready.clear()
                 try:
@@ -83,7 +93,7 @@ class Scheduler:
             self._rows = 0
             self._urgent = False
             self._room.set()
-            on_pass(items)
+            more = on_pass(items)
             busy = time.thread_time() - t
             now = time.perf_counter()
             self.busy_s += busy
@@ -114,3 +124,30 @@ class Scheduler:
     @property
     def slept_s(self) -> float:
         return self.cap.slept if self.cap is not None else 0.0
+
+
+class PassBudget:
+    """How many rows a stage's merge may release in one pass (``SiteCore.pass_rows``): as
+    many as ``PASS_S`` of work at the cost per row measured so far (a decaying ratio of
+    pass time to rows released, per-pass costs included, so it errs towards short passes
+    when passes are small), at least ``PASS_MIN_ROWS``; None until a pass has released
+    rows."""
+
+    DECAY = 0.9
+
+    def __init__(self) -> None:
+        self._busy = 0.0
+        self._rows = 0.0
+
+    def observe(self, busy_s: float, rows: int) -> None:
+        """A pass took ``busy_s`` of CPU and released ``rows`` rows."""
+        if rows <= 0:
+            return
+        self._busy = self.DECAY * self._busy + busy_s
+        self._rows = self.DECAY * self._rows + rows
+
+    @property
+    def rows(self) -> int | None:
+        if self._rows <= 0 or self._busy <= 0:
+            return None
+        return max(PASS_MIN_ROWS, int(PASS_S * self._rows / self._busy))

@@ -58,7 +58,7 @@ from sparkflux.protocol.site_boundary import (
 from sparkflux.runtime import failure_domain, handshake, site_door
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
-from sparkflux.runtime.scheduler import Scheduler
+from sparkflux.runtime.scheduler import PassBudget, Scheduler
 from sparkflux.runtime.security import Security
 from sparkflux.runtime.site_actions import Actions
 from sparkflux.runtime.site_door import Door
@@ -360,9 +360,21 @@ class Site:
 
     async def _process(self) -> None:
         """The scheduler's passes: the core takes every frame queued (``scheduler.py``)."""
-        def one_pass(items: list[tuple[int, Any]]) -> None:
+        budget = PassBudget()
+
+        def one_pass(items: list[tuple[int, Any]]) -> bool:
+            core = self.core
+            before = int(core.processed.sum()) if core is not None else 0
+            if core is not None:
+                core.pass_rows = budget.rows
+            t = time.thread_time()
             self.handle(Frames(items))
             self.outbox.flush()
+            core = self.core
+            if core is None:
+                return False
+            budget.observe(time.thread_time() - t, int(core.processed.sum()) - before)
+            return bool(core.backlog) and not core.stopped
 
         try:
             await self.restored.wait()

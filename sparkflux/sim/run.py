@@ -237,7 +237,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
              checkpoint_every: int = 0, driver_crash: int | None = None,
              restore: tuple[dict[str, Any], list[Any]] | None = None,
              store: dict[str, Any] | None = None,
-             eventual: Eventual | None = None, pace: int = 0) -> SimResult:
+             eventual: Eventual | None = None, pace: int = 0,
+             pass_rows: tuple[int, ...] = ()) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
@@ -275,6 +276,26 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                           or failures.source_cuts or eventual is not None):
         clock = SimClock()
     rng = np.random.default_rng(seed)
+    # ``pass_rows``: a pass's row budget (``SiteCore.pass_rows``), drawn for each pass from
+    # these, with its own generator (the schedules of runs without it stay as they were);
+    # a site that held ready rows back runs passes with nothing new, interleaved at random
+    # with the deliveries, as the runtime's scheduler starts one at once
+    prng = np.random.default_rng((seed, 7919))
+
+    def backlogged() -> list[int]:
+        out = []
+        for k in sorted(sites):
+            c = sites[k].core
+            if k not in crashed_now and k not in hung and c is not None and c.backlog \
+                    and not c.stopped:
+                out.append(k)
+        return out
+
+    def one_pass(k: int, batch: list[tuple[int, Any]]) -> None:
+        core_k = sites[k].core
+        if pass_rows and core_k is not None:
+            core_k.pass_rows = int(prng.choice(pass_rows))
+        site_do(k, sites[k].handle(Frames(batch)))
     # admission holds the next batch back while more than ``window`` batches' records are
     # unacknowledged (``Boundary.held_back``, as the runtime's ``--window``); the default 2 of
     # the tiny workload's 10 batches keeps the input flowing through failures and recoveries,
@@ -732,7 +753,14 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
             if next_batch == len(batches) and not deferred and not core.ingress.ended:
                 carry_out(core.handle(InputEnd()))
                 continue
+            busy_k = backlogged() if pass_rows else []
+            if busy_k and prng.random() < 0.3:
+                one_pass(busy_k[int(prng.integers(len(busy_k)))], [])
+                continue
             item = net.pop()
+            if item is None and busy_k:
+                one_pass(busy_k[0], [])
+                continue
             if item is None:
                 if pending_detect or dials or resets or deferred or (
                         room and next_batch < len(batches)):
@@ -785,7 +813,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 if more is None:
                     break
                 batch.append((more[0], _as_moved(more[1])))
-            site_do(dst, sites[dst].handle(Frames(batch)))
+            one_pass(dst, batch)
     except (ProtocolError, PartitionLost) as e:
         raise Violation(f"seed {seed}: {e}") from e
     leftover = {"ingress": core.ingress.buffered()}

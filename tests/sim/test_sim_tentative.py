@@ -74,9 +74,9 @@ def schedule(seed: int, steps: int) -> tuple[FailurePlan, Eventual]:
 
 
 def run_seed(plan_name: str, records: Any, seed: int, base: SimResult,
-             failures: FailurePlan, eventual: Eventual) -> SimResult:
+             failures: FailurePlan, eventual: Eventual, **kw: Any) -> SimResult:
     res = simulate(PLANS[plan_name](), tiny_union_arrivals(*records, seed), seed, failures,
-                   clock=CLOCK, eventual=eventual)
+                   clock=CLOCK, eventual=eventual, **kw)
     where = f"seed {seed} ({plan_name}, {failures}, {eventual})"
     if not res.ended:
         raise Violation(f"{where}: the output never ended")

@@ -74,6 +74,22 @@ def test_rows_are_released_in_sn_order_up_to_the_lowest_progress() -> None:
     assert c.released_sn.tolist() == [8, 8]
 
 
+def test_a_limited_release_stops_at_the_limit_th_ready_row_and_says_more_is_ready() -> None:
+    c = consumers()
+    c.on_data(frame(0, 30, [(0, 2), (1, 5), (0, 9), (1, 11)]), 1)
+    c.on_data(frame(1, 30, [(0, 3), (1, 7)]), 1)
+    c.on_data(frame(2, 10, [(0, 20)]), 2)  # SN 20 is above p = 2's progress: not ready
+    rows, f_sn, _ = c.release(limit=3)
+    assert rows.column(SN).to_pylist() == [2, 3, 5] and f_sn.tolist() == [5, 5]
+    assert c.backlog
+    rows, f_sn, _ = c.release(limit=3)  # three ready rows left: no longer held back
+    assert rows.column(SN).to_pylist() == [7, 9] and f_sn.tolist() == [10, 10]
+    assert not c.backlog
+    c.on_data(frame(2, 30), 2)
+    rows, _, _ = c.release(limit=3)
+    assert rows.column(SN).to_pylist() == [11, 20] and not c.backlog
+
+
 def test_frames_from_a_site_that_is_not_the_sender_are_ignored() -> None:
     c = consumers()
     assert c.on_data(frame(2, 7, [(0, 4)]), 4) == []  # replica 1 of p = 2 is not read from
