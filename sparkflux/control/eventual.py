@@ -34,6 +34,8 @@ from sparkflux.protocol.merge_waits import MergeWaits
 from sparkflux.protocol.messages import Outgoing, Reconciled
 from sparkflux.protocol.sequencer import Sequencer, merged_order
 
+ROUNDS = 8  # rounds of catching up after the heal, at most (``InputEpisodes._current``)
+
 
 @dataclass(frozen=True, slots=True)
 class Released:
@@ -72,6 +74,8 @@ class InputEpisodes:
         # output made of them, so the availability bound counts them (closed ranges)
         self.unsent: list[tuple[int, int]] = []
         self._unsent_from: int | None = None
+        # catching up after the heal (``_current``): (when, target SN, round number)
+        self._round: tuple[float, int, int] | None = None
 
     @property
     def open(self) -> bool:
@@ -113,6 +117,7 @@ class InputEpisodes:
             elif action == HEAL:
                 ep.heal = self.ingress.next_isn - 1
                 ep.failed = frozenset()
+                self._round = None
             elif action == SEND and ep.sends() and self.input_failed:
                 # a source found silent stays out of the tentative bound until the episode
                 # heals: while it catches up, the others' new records go on tentatively
@@ -121,6 +126,33 @@ class InputEpisodes:
                 out += self._send(now, released, dead)
         self._track_unsent(released)
         return out
+
+    def _current(self, now: float) -> bool:
+        """Whether the stable output, past the heal point, is also current: the episode
+        reconciles then. At reconciliation ``undo`` voids every tentative row, and a row
+        whose stable version is still on its way has no answer until it comes; while new
+        input goes on tentatively (``process``, ``delay``), the stable output that has just
+        passed the heal point is still a backlog behind (the input that came while the
+        stages redid). So it is caught up in rounds: each round's target is the input
+        admitted when the round began, and a round that takes at most k X (the chain's
+        bound: k stages) shows a stable output about as current as the bound allows. After
+        ``ROUNDS`` rounds it reconciles whatever the lag. ``suspend`` sends nothing new, and
+        the egress holds every stable row of an open episode: it reconciles at the heal, as
+        a merge's episode does (the input was never held)."""
+        if not self.episode.sends() or not self.input_failed:
+            return True  # (a merge's episode: the input went on stably all along)
+        sn = self.egress.progress.sn
+        if self._round is not None:
+            began, target, n = self._round
+            if sn < target:
+                return False
+            k = len(self.ingress.plan.stages)
+            if now - began <= k * self.episode.config.max_delay or n >= ROUNDS:
+                return True
+            self._round = (now, self.ingress.next_isn - 1, n + 1)
+            return False
+        self._round = (now, self.ingress.next_isn - 1, 1)
+        return False
 
     def _track_unsent(self, released: Released | None) -> None:
         """Keep ``unsent`` up to date after a judgment: a range opens after the heal point
@@ -216,7 +248,10 @@ class InputEpisodes:
             return None
         if self.egress.progress.sn < ep.heal and not self.egress.ended:
             return None
+        if not self.egress.ended and not self._current(now):
+            return None
         assert RECONCILE in ep.on(Ev.CAUGHT_UP, now)
+        self._round = None
         self.input_failed = False
         if self._unsent_from is not None:
             self.unsent.append((self._unsent_from, np.iinfo(np.int64).max))

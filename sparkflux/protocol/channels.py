@@ -20,12 +20,18 @@ The rules (thesis §3.2-3.3, our names):
    ``psync``: the consumers' fold-in counts on the same; ``cu-done``: the controller counts
    a copy as back only once the egress, on the same connection, has its ``psync``) go
    through the sender's skew buffer (DTSB) and may wait there while the connection is full.
-   Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives) is
-   written at once and so may overtake held ordered frames, never the other way round. Each
-   class is FIFO within itself. A ``StoredPartition`` (a checkpoint's part, or a spilled
-   partition), a ``SpillInput`` and a ``LoadPartition`` take no connection: they go to the
-   run's snapshot store or the site's spill store (``STORE``), which carries them out in
-   order.
+   Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives, and
+   an episode's ``Tentative`` rows and claims) is written at once and so may overtake held
+   ordered frames, never the other way round. Each class is FIFO within itself. Tentative
+   rows are the answer while the stable ones wait: behind the skew buffer they would queue
+   after the redo's stable rows at every hop, which the delay bound forbids. So a branch
+   may fork before stable rows sent earlier arrive (its tentative answer then lacks them
+   until the corrections; the stable output is never touched), and ``Reconciled``, ordered,
+   still comes after its episode's tentative rows.
+
+   A ``StoredPartition`` (a checkpoint's part, or a spilled partition), a ``SpillInput`` and
+   a ``LoadPartition`` take no connection: they go to the run's snapshot store or the site's
+   spill store (``STORE``), which carries them out in order.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ class Channel(Enum):
 ROUTES: dict[type, tuple[Channel, bool]] = {
     Data: (Channel.LINK, True),
     Cut: (Channel.LINK, True),  # a checkpoint's cut keeps its place among the rows
-    Tentative: (Channel.LINK, True),
+    Tentative: (Channel.LINK, False),  # the answer while stable rows wait: never behind them
     Reconciled: (Channel.LINK, True),  # after the tentative rows of its episode
     Retaining: (Channel.LINK, True),
     PSync: (Channel.LINK, True),

@@ -26,8 +26,9 @@ from typing import Any
 
 from sparkflux.runtime.capacity import CpuCap
 
-PASS_S = 0.05  # a pass's budget: about this much work on each stage's released rows
+PASS_S = 0.02  # a pass's budget: about this much work on each stage's released rows
 PASS_MIN_ROWS = 256  # ... but at least this many rows each pass (the per-pass cost)
+LINK_TURNS = 16  # event-loop turns between back-to-back passes (``_let_links_run``)
 INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
 # pass gathers, so a control frame behind them waits one short pass)
 
@@ -103,7 +104,19 @@ class Scheduler:
                 if sleep:
                     self._throttle_until = max(self._throttle_until, now + sleep)
             self._first_at = time.perf_counter()
-            await asyncio.sleep(0)  # let the readers fill the next batch
+            await self._let_links_run(more)
+
+    async def _let_links_run(self, more: bool) -> None:
+        """Let the readers and writers run before the next pass. The links' buffers are small
+        (backpressure reaches the senders' skew buffers), so each turn of the event loop
+        moves a few tens of kilobytes a link; while a backlog keeps the passes back to back,
+        one turn per pass would tie a link's rate to the pass rate, and frames due at once
+        (tentative rows) would wait behind the backlog's. So after such a pass the loop
+        turns up to ``LINK_TURNS`` times, until half an inbox has come in."""
+        for _ in range(LINK_TURNS if more else 1):
+            await asyncio.sleep(0)
+            if len(self.inbox) >= INBOX_FRAMES // 2 or self._rows >= self.gather_rows:
+                return
 
     def scale(self, factor: float) -> None:
         """``--slow``: from now on the site gets ``factor`` times its capacity."""

@@ -21,6 +21,7 @@ import pytest
 
 from sparkflux.control.boundary import Boundary, Deliver, FromSite, Input, boundary_for
 from sparkflux.control.events import SiteAddress, Tick, View
+from sparkflux.control.eventual import ROUNDS
 from sparkflux.dataflow.placement import Layout
 from sparkflux.model.schema import SN, SNM, SRC, T0
 from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual, Mode, State
@@ -104,14 +105,48 @@ def test_the_source_back_heals_and_the_egress_reconciles(records: tuple[pa.Table
                                                    pid=1)
                                  for s in range(4)})
     b.dead = {3}
-    done = b._reconcile(b.egress.progress, 2.0)
+    # past the heal point, new input still goes tentatively: the stable output must also be
+    # current, or the undo would void rows whose stable ones are still a backlog behind.
+    # A round of catching up begins: its target is the input admitted by now.
+    assert b._reconcile(b.egress.progress, 2.0) == []
+    target = b.ingress.next_isn - 1
+    b.egress.progress = type(b.egress.progress)(target - 1, 0)
+    assert b._reconcile(b.egress.progress, 2.1) == []  # not there yet
+    # reached within k X (one stage, X = 1 s): as current as the bound allows
+    b.egress.progress = type(b.egress.progress)(target, 0)
+    done = b._reconcile(b.egress.progress, 2.5)
     assert [(d.op, d.correction, d.batch.num_rows) for d in done if isinstance(d, Deliver)] == [
         ("undo", False, 0), ("insert", True, 1), ("rec_done", False, 0)]
     tells = [a for a in done if isinstance(a, Outgoing)]
     assert [(a.site, a.message) for a in tells] == [(s, Reconciled(1)) for s in (0, 1, 2)]
     assert ep.state is State.STABLE and b.egress.holding is None
-    assert b.handle(FromSite(slot=0, message=Tentative(n, 1, rows, 0, 0), now=2.1)) == []
-    assert np.isclose(ep.time_in(2.0)["stabilization"], 0.6)
+    assert b.handle(FromSite(slot=0, message=Tentative(n, 1, rows, 0, 0), now=2.6)) == []
+    assert np.isclose(ep.time_in(2.5)["stabilization"], 1.1)
+
+
+def test_catching_up_takes_rounds_until_one_is_within_the_bound(
+        records: tuple[pa.Table, pa.Table]) -> None:
+    """A round that took longer than k X begins another, with the input admitted by then as
+    its target; after ``ROUNDS`` rounds the episode reconciles whatever the lag."""
+    views, _ = records
+    b, _ = opened(records)
+    assert b.episodes is not None
+    ep = b.episodes.episode
+    b.handle(Input(batch=views.slice(10, 40).to_batches()[0], now=1.4, stream=VIEWS))
+    assert ep.state is State.STABILIZATION and ep.heal is not None
+    k_x = len(b.plan.stages) * ep.config.max_delay
+    progress_ = type(b.egress.progress)
+    now = 2.0
+    b.egress.progress = progress_(ep.heal, 0)
+    assert b.episodes.caught_up(now, []) is None  # round 1 begins
+    for r in range(2, ROUNDS + 1):
+        now += k_x + 0.5  # each round slower than the bound
+        b.egress.progress = progress_(b.ingress.next_isn - 1, 0)
+        assert b.episodes.caught_up(now, []) is None, f"round {r - 1} was too slow"
+        assert b.episodes._round is not None and b.episodes._round[2] == r
+    now += k_x + 0.5
+    assert b.episodes.caught_up(now, []) is not None  # the last round: reconciled anyway
+    assert ep.state is State.STABLE
 
 
 def test_a_sites_merge_opens_an_episode_that_heals_when_the_stable_output_moves(
@@ -180,6 +215,9 @@ def test_input_that_came_while_suspended_is_first_output_by_its_correction(
         [{f.name: 0 for f in b.plan.output_schema} | {SN: heal + 1, T0: 1.5}],
         schema=b.plan.output_schema))
     done = [d for d in b._reconcile(b.egress.progress, 2.0) if isinstance(d, Deliver)]
+    if mode == "process":  # the stable output catches up in a round first (``_current``)
+        assert done == []
+        done = [d for d in b._reconcile(b.egress.progress, 2.1) if isinstance(d, Deliver)]
     (fix,) = [d for d in done if d.correction]
     assert fix.first == (((heal + 1, np.iinfo(np.int64).max),) if mode == "suspend" else ())
 

@@ -35,14 +35,13 @@ from sparkflux.protocol.messages import (
 
 
 def test_exactly_data_retaining_psync_cu_done_and_a_cut_wait_behind_data() -> None:
-    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone, Cut, Tentative,
-                                      Reconciled}
+    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone, Cut, Reconciled}
     assert all(ROUTES[t][0] is Channel.LINK for t in ORDERED_WITH_DATA)
 
 
 def test_every_other_link_frame_is_written_at_once() -> None:
-    for t in (Ack, Reverse, Rejoin, Retain, Keepalive, cm.Register, cm.View, cm.Standby,
-              cm.Adopt, cm.Ready):
+    for t in (Ack, Reverse, Rejoin, Retain, Keepalive, Tentative, cm.Register, cm.View,
+              cm.Standby, cm.Adopt, cm.Ready):
         assert ROUTES[t] == (Channel.LINK, False), t
 
 

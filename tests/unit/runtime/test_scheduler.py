@@ -40,7 +40,7 @@ def test_the_budget_is_the_rows_the_measured_cost_allows_in_a_pass() -> None:
     b.observe(0.01, 0)  # a pass that released nothing says nothing of the cost
     assert b.rows is None
     b.observe(0.04, 1000)  # 40 us a row
-    assert b.rows == int(PASS_S / 40e-6)
+    assert b.rows is not None and abs(b.rows - PASS_S / 40e-6) <= 1
     for _ in range(50):
         b.observe(1.0, 100)  # 10 ms a row: the floor
     assert b.rows == PASS_MIN_ROWS
