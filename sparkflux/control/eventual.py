@@ -35,6 +35,7 @@ from sparkflux.protocol.messages import Outgoing, Reconciled
 from sparkflux.protocol.sequencer import Sequencer, merged_order
 
 ROUNDS = 8  # rounds of catching up after the heal, at most (``InputEpisodes._current``)
+CONVERGED = 0.9  # a round that took this share of the one before or more: no catching up
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +75,9 @@ class InputEpisodes:
         # output made of them, so the availability bound counts them (closed ranges)
         self.unsent: list[tuple[int, int]] = []
         self._unsent_from: int | None = None
-        # catching up after the heal (``_current``): (when, target SN, round number)
-        self._round: tuple[float, int, int] | None = None
+        # catching up after the heal (``_current``): (when, target SN, round number, how
+        # long the round before took)
+        self._round: tuple[float, int, int, float] | None = None
 
     @property
     def open(self) -> bool:
@@ -135,23 +137,28 @@ class InputEpisodes:
         passed the heal point is still a backlog behind (the input that came while the
         stages redid). So it is caught up in rounds: each round's target is the input
         admitted when the round began, and a round that takes at most k X (the chain's
-        bound: k stages) shows a stable output about as current as the bound allows. After
-        ``ROUNDS`` rounds it reconciles whatever the lag. ``suspend`` sends nothing new, and
+        bound: k stages) shows a stable output about as current as the bound allows; one
+        that took ``CONVERGED`` of the round before or more shows a stable output that is
+        no longer catching up (its own lag, under the load of the episode, is above the
+        bound), and waiting longer would only hold more rows back. After ``ROUNDS`` rounds
+        it reconciles whatever the lag. ``suspend`` sends nothing new, and
         the egress holds every stable row of an open episode: it reconciles at the heal, as
         a merge's episode does (the input was never held)."""
         if not self.episode.sends() or not self.input_failed:
             return True  # (a merge's episode: the input went on stably all along)
         sn = self.egress.progress.sn
         if self._round is not None:
-            began, target, n = self._round
+            began, target, n, last = self._round
             if sn < target:
                 return False
+            took = now - began
             k = len(self.ingress.plan.stages)
-            if now - began <= k * self.episode.config.max_delay or n >= ROUNDS:
+            if took <= k * self.episode.config.max_delay or n >= ROUNDS \
+                    or took >= CONVERGED * last:
                 return True
-            self._round = (now, self.ingress.next_isn - 1, n + 1)
+            self._round = (now, self.ingress.next_isn - 1, n + 1, took)
             return False
-        self._round = (now, self.ingress.next_isn - 1, 1)
+        self._round = (now, self.ingress.next_isn - 1, 1, float("inf"))
         return False
 
     def _track_unsent(self, released: Released | None) -> None:

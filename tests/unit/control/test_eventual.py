@@ -21,7 +21,7 @@ import pytest
 
 from sparkflux.control.boundary import Boundary, Deliver, FromSite, Input, boundary_for
 from sparkflux.control.events import SiteAddress, Tick, View
-from sparkflux.control.eventual import ROUNDS
+from sparkflux.control.eventual import CONVERGED, ROUNDS
 from sparkflux.dataflow.placement import Layout
 from sparkflux.model.schema import SN, SNM, SRC, T0
 from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual, Mode, State
@@ -124,29 +124,55 @@ def test_the_source_back_heals_and_the_egress_reconciles(records: tuple[pa.Table
     assert np.isclose(ep.time_in(2.5)["stabilization"], 1.1)
 
 
-def test_catching_up_takes_rounds_until_one_is_within_the_bound(
-        records: tuple[pa.Table, pa.Table]) -> None:
-    """A round that took longer than k X begins another, with the input admitted by then as
-    its target; after ``ROUNDS`` rounds the episode reconciles whatever the lag."""
+def in_stabilization(records: tuple[pa.Table, pa.Table]) -> tuple[Boundary, float]:
+    """A boundary whose cut source is back, its stable output at the heal point; k X."""
     views, _ = records
     b, _ = opened(records)
     assert b.episodes is not None
     ep = b.episodes.episode
     b.handle(Input(batch=views.slice(10, 40).to_batches()[0], now=1.4, stream=VIEWS))
     assert ep.state is State.STABILIZATION and ep.heal is not None
-    k_x = len(b.plan.stages) * ep.config.max_delay
-    progress_ = type(b.egress.progress)
+    b.egress.progress = type(b.egress.progress)(ep.heal, 0)
+    return b, len(b.plan.stages) * ep.config.max_delay
+
+
+def test_catching_up_takes_rounds_while_they_shorten(records: tuple[pa.Table, pa.Table]
+                                                     ) -> None:
+    """A round that took longer than k X, and clearly shorter than the one before, begins
+    another, with the input admitted by then as its target; after ``ROUNDS`` rounds the
+    episode reconciles whatever the lag."""
+    b, k_x = in_stabilization(records)
+    assert b.episodes is not None
     now = 2.0
-    b.egress.progress = progress_(ep.heal, 0)
     assert b.episodes.caught_up(now, []) is None  # round 1 begins
+    took = 100 * k_x
     for r in range(2, ROUNDS + 1):
-        now += k_x + 0.5  # each round slower than the bound
-        b.egress.progress = progress_(b.ingress.next_isn - 1, 0)
-        assert b.episodes.caught_up(now, []) is None, f"round {r - 1} was too slow"
+        took *= CONVERGED - 0.05  # shorter each time, still slower than the bound
+        now += took
+        b.egress.progress = type(b.egress.progress)(b.ingress.next_isn - 1, 0)
+        assert b.episodes.caught_up(now, []) is None, f"round {r - 1} ended it"
         assert b.episodes._round is not None and b.episodes._round[2] == r
-    now += k_x + 0.5
+    now += took * (CONVERGED - 0.05)
     assert b.episodes.caught_up(now, []) is not None  # the last round: reconciled anyway
-    assert ep.state is State.STABLE
+    assert b.episodes.episode.state is State.STABLE
+
+
+@pytest.mark.parametrize("ends", [True, False])
+def test_a_round_no_shorter_than_the_one_before_ends_the_episode(
+        records: tuple[pa.Table, pa.Table], ends: bool) -> None:
+    """The stable output no longer catches up (its lag under the episode's load is above
+    the bound): a round that took ``CONVERGED`` of the one before or more ends it; one
+    clearly shorter does not."""
+    b, k_x = in_stabilization(records)
+    assert b.episodes is not None
+    first = 10 * k_x
+    now = 2.0
+    assert b.episodes.caught_up(now, []) is None  # round 1 begins
+    now += first
+    b.egress.progress = type(b.egress.progress)(b.ingress.next_isn - 1, 0)
+    assert b.episodes.caught_up(now, []) is None  # round 2 begins
+    now += first * (CONVERGED + (0.01 if ends else -0.01))
+    assert (b.episodes.caught_up(now, []) is not None) == ends
 
 
 def test_a_sites_merge_opens_an_episode_that_heals_when_the_stable_output_moves(
