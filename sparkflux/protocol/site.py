@@ -252,6 +252,12 @@ class SiteCore:
         self._left = None  # (a release outside a pass, a load's or a move's, is not split)
         return coalesce_acks(out)
 
+    @property
+    def tentative_open(self) -> bool:
+        """Whether a tentative branch of an open episode runs here (the host keeps its
+        passes short then: ``pass_rows``)."""
+        return self._branches is not None and self._branches.open
+
     def _handle(self, msg: Message, src: int) -> list[Outgoing]:
         if isinstance(msg, Data):
             return self._on_data(msg, src)

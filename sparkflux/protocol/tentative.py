@@ -51,6 +51,11 @@ class Branches:
         # or every copy's claims would multiply along a chain (N sites, N^k messages)
         self.told: dict[tuple[int, int], tuple[int, int]] = {}
 
+    @property
+    def open(self) -> bool:
+        """Whether a branch of an episode not yet reconciled runs here."""
+        return self.epoch > self.closed and bool(self.programs)
+
     def reconciled(self, epoch: int) -> None:
         """Episode ``epoch`` is over: its branches go."""
         self.closed = max(self.closed, epoch)

@@ -12,8 +12,12 @@ budget, which may then hold the next pass back.
 A pass has a time budget too (``PassBudget``): the core releases about as many rows per
 stage as the measured cost per row allows in ``PASS_S``, and when it held ready rows back
 (a long backlog: the redo after a cut input heals, a producer's resent rows) the next pass
-starts at once, with whatever the links brought meanwhile. So tentative rows, heartbeats
-and take-over never wait behind a whole backlog, and the links are read between its parts.
+starts at once, with whatever the links brought meanwhile. So heartbeats and take-over
+never wait behind a whole backlog, and the links are read between its parts. While the site
+runs a tentative branch (an episode of ``--consistency eventual``) the budget is
+``PASS_TENTATIVE_S``: a tentative row waits for a short pass, not for a part of the redo.
+Otherwise it is long enough that a site under load still gathers large batches (the
+per-pass cost paid once for many rows: with 20 ms passes a site at capacity fell behind).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any
 
 from sparkflux.runtime.capacity import CpuCap
 
-PASS_S = 0.02  # a pass's budget: about this much work on each stage's released rows
+PASS_S = 0.1  # a pass's budget: about this much work on each stage's released rows
+PASS_TENTATIVE_S = 0.02  # ... while the site runs a tentative branch
 PASS_MIN_ROWS = 256  # ... but at least this many rows each pass (the per-pass cost)
 LINK_TURNS = 16  # event-loop turns between back-to-back passes (``_let_links_run``)
 INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
@@ -141,7 +146,7 @@ class Scheduler:
 
 class PassBudget:
     """How many rows a stage's merge may release in one pass (``SiteCore.pass_rows``): as
-    many as ``PASS_S`` of work at the cost per row measured so far (a decaying ratio of
+    many as a pass's seconds of work at the cost per row measured so far (a decaying ratio of
     pass time to rows released, per-pass costs included, so it errs towards short passes
     when passes are small), at least ``PASS_MIN_ROWS``; None until a pass has released
     rows."""
@@ -159,8 +164,8 @@ class PassBudget:
         self._busy = self.DECAY * self._busy + busy_s
         self._rows = self.DECAY * self._rows + rows
 
-    @property
-    def rows(self) -> int | None:
+    def rows(self, seconds: float = PASS_S) -> int | None:
+        """The rows of about ``seconds`` of work (None: nothing measured yet, no limit)."""
         if self._rows <= 0 or self._busy <= 0:
             return None
-        return max(PASS_MIN_ROWS, int(PASS_S * self._rows / self._busy))
+        return max(PASS_MIN_ROWS, int(seconds * self._rows / self._busy))

@@ -58,7 +58,7 @@ from sparkflux.protocol.site_boundary import (
 from sparkflux.runtime import failure_domain, handshake, site_door
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
-from sparkflux.runtime.scheduler import PassBudget, Scheduler
+from sparkflux.runtime.scheduler import PASS_S, PASS_TENTATIVE_S, PassBudget, Scheduler
 from sparkflux.runtime.security import Security
 from sparkflux.runtime.site_actions import Actions
 from sparkflux.runtime.site_door import Door
@@ -366,7 +366,8 @@ class Site:
             core = self.core
             before = int(core.processed.sum()) if core is not None else 0
             if core is not None:
-                core.pass_rows = budget.rows
+                core.pass_rows = budget.rows(
+                    PASS_TENTATIVE_S if core.tentative_open else PASS_S)
             t = time.thread_time()
             self.handle(Frames(items))
             self.outbox.flush()

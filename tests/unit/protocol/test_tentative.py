@@ -39,6 +39,7 @@ def test_a_site_forks_its_partitions_and_sends_the_branch_output_to_the_egress()
     assert to0.rows is not None and to0.rows.num_rows
     plan = tiny_union_plan()
     core = SiteCore(0, plan, Layout(plan.sites, plan.partitions, 2))
+    assert not core.tentative_open  # (the host's passes are long)
     program = plan.stages[0].program
     before = [copy.deepcopy(op.get_partition_state(q)) for op in program.operators
               for q in range(plan.partitions)]
@@ -57,8 +58,10 @@ def test_a_site_forks_its_partitions_and_sends_the_branch_output_to_the_egress()
     # forked: the partitions site 0 holds as their first copy (0 and 4 of 8 on 4 sites)
     assert branches.forked == {0: {0, 4}}
     assert branches.rows_in == to0.rows.num_rows
+    assert core.tentative_open  # a branch runs: the host keeps its passes short
     core.handle(Received([(DRIVER, Reconciled(1))]))
     assert not branches.programs and not branches.forked
+    assert not core.tentative_open
     assert core.handle(Received([(DRIVER, to0)])) == []  # the episode is over
 
 

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from sparkflux.runtime.scheduler import PASS_MIN_ROWS, PASS_S, PassBudget, Scheduler
+from sparkflux.runtime.scheduler import (
+    PASS_MIN_ROWS,
+    PASS_S,
+    PASS_TENTATIVE_S,
+    PassBudget,
+    Scheduler,
+)
 
 
 def test_a_pass_that_leaves_work_ready_is_followed_by_one_at_once() -> None:
@@ -36,11 +42,14 @@ def test_a_pass_that_leaves_work_ready_is_followed_by_one_at_once() -> None:
 
 def test_the_budget_is_the_rows_the_measured_cost_allows_in_a_pass() -> None:
     b = PassBudget()
-    assert b.rows is None  # nothing measured: no limit
+    assert b.rows() is None  # nothing measured: no limit
     b.observe(0.01, 0)  # a pass that released nothing says nothing of the cost
-    assert b.rows is None
+    assert b.rows() is None
     b.observe(0.04, 1000)  # 40 us a row
-    assert b.rows is not None and abs(b.rows - PASS_S / 40e-6) <= 1
+    rows = b.rows()
+    assert rows is not None and abs(rows - PASS_S / 40e-6) <= 1
+    short = b.rows(PASS_TENTATIVE_S)  # a tentative branch runs: short passes
+    assert short is not None and abs(short - PASS_TENTATIVE_S / 40e-6) <= 1 and short < rows
     for _ in range(50):
         b.observe(1.0, 100)  # 10 ms a row: the floor
-    assert b.rows == PASS_MIN_ROWS
+    assert b.rows() == PASS_MIN_ROWS
