@@ -552,6 +552,7 @@ class Boundary:
                     self.episodes.open_merge(self.clock)  # a site's merge opened it
                 if epoch != ep.epoch or not self.episodes.open or rows is None:
                     return []  # an episode that is over (or a claim alone)
+                self.episodes.tentative_delivered(rows, self.clock)
                 return [Deliver(batch=rows.drop_columns([SRC]), progress=self.egress.progress,
                                 op="tentative")]
         return self._abort(f"the driver got an unexpected {type(msg).__name__} message "

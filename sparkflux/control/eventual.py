@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from sparkflux.control.stage_states import StageStates
 from sparkflux.model.batch import concat
+from sparkflux.model.schema import T0
 from sparkflux.protocol.consistency import (
     HEAL,
     OPEN,
@@ -78,6 +79,22 @@ class InputEpisodes:
         # catching up after the heal (``_current``): (when, target SN, round number, how
         # long the round before took)
         self._round: tuple[float, int, int, float] | None = None
+        # how long the newest tentative row delivered took from its input's arrival (the
+        # tentative output's lag: what ``_current`` holds the stable output's lag against)
+        self.tentative_lag = 0.0
+
+    def tentative_delivered(self, rows: pa.RecordBatch, now: float) -> None:
+        """Tentative rows reached the output: note their lag (the newest input's)."""
+        if rows.num_rows:
+            self.tentative_lag = now - float(rows.column(T0).to_numpy().max())
+
+    def stable_lag(self, now: float) -> float | None:
+        """How far behind the input the stable output held for the episode is: from the
+        arrival of the newest input its rows answer to now; None with none held."""
+        held = self.egress.corrections
+        if not held or not held[-1].num_rows:
+            return None
+        return now - float(held[-1].column(T0).to_numpy().max())
 
     @property
     def open(self) -> bool:
@@ -135,26 +152,32 @@ class InputEpisodes:
         whose stable version is still on its way has no answer until it comes; while new
         input goes on tentatively (``process``, ``delay``), the stable output that has just
         passed the heal point is still a backlog behind (the input that came while the
-        stages redid). So it is caught up in rounds: each round's target is the input
-        admitted when the round began, and a round that takes at most k X (the chain's
-        bound: k stages) shows a stable output about as current as the bound allows; one
-        that took ``CONVERGED`` of the round before or more shows a stable output that is
-        no longer catching up (its own lag, under the load of the episode, is above the
-        bound), and waiting longer would only hold more rows back. After ``ROUNDS`` rounds
-        it reconciles whatever the lag. ``suspend`` sends nothing new, and
-        the egress holds every stable row of an open episode: it reconciles at the heal, as
-        a merge's episode does (the input was never held)."""
+        stages redid). It is current once its lag (``stable_lag``) is no more than the
+        tentative output's, or than k X (the chain's bound: k stages): the rows the undo
+        voids get their stable answers as soon as they got their tentative ones.
+
+        Under the load of an episode (every stage redoing beside its branch) the stable lag
+        may never come down that far. So the stable output is also followed in rounds: each
+        round's target is the input admitted when the round began (so a round takes about
+        the lag at its start); one that took ``CONVERGED`` of the round before or more shows
+        a stable output no longer catching up, and waiting longer would only hold more
+        corrections back: it reconciles then, and after ``ROUNDS`` rounds whatever the lag.
+        ``suspend`` sends nothing new, and the egress holds every stable row of an open
+        episode: it reconciles at the heal, as a merge's episode does (the input was never
+        held)."""
         if not self.episode.sends() or not self.input_failed:
             return True  # (a merge's episode: the input went on stably all along)
+        k_x = len(self.ingress.plan.stages) * self.episode.config.max_delay
+        lag = self.stable_lag(now)
+        if lag is not None and lag <= max(k_x, self.tentative_lag):
+            return True
         sn = self.egress.progress.sn
         if self._round is not None:
             began, target, n, last = self._round
             if sn < target:
                 return False
             took = now - began
-            k = len(self.ingress.plan.stages)
-            if took <= k * self.episode.config.max_delay or n >= ROUNDS \
-                    or took >= CONVERGED * last:
+            if took <= k_x or n >= ROUNDS or took >= CONVERGED * last:
                 return True
             self._round = (now, self.ingress.next_isn - 1, n + 1, took)
             return False
@@ -259,6 +282,7 @@ class InputEpisodes:
             return None
         assert RECONCILE in ep.on(Ev.CAUGHT_UP, now)
         self._round = None
+        self.tentative_lag = 0.0
         self.input_failed = False
         if self._unsent_from is not None:
             self.unsent.append((self._unsent_from, np.iinfo(np.int64).max))

@@ -32,6 +32,7 @@ class EgressMetrics:
     tentative_rows: int = 0
     corrections: int = 0
     max_processing_delay: float = 0.0
+    max_tentative_delay: float = 0.0  # ... of the tentative rows alone
     undos: list[float] = field(default_factory=list)
     tentative_times: list[float] = field(default_factory=list)
     tentative_counts: list[int] = field(default_factory=list)
@@ -46,6 +47,7 @@ class EgressMetrics:
             self.tentative_times.append(now)
             self.tentative_counts.append(batch.num_rows)
             self.tentative_rows += batch.num_rows
+            self.max_tentative_delay = max(self.max_tentative_delay, float(lat.max()))
             self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
 
     def marker(self, op: str, now: float) -> None:
@@ -130,6 +132,8 @@ class EgressMetrics:
             # the availability bound's measure: the longest a row took to reach the output
             # the first time (tentative rows, and stable ones that are not corrections)
             out["max_processing_delay_s"] = round(self.max_processing_delay, 6)
+            # ... of the tentative rows alone (the rest: stable rows that came first)
+            out["max_tentative_delay_s"] = round(self.max_tentative_delay, 6)
             # the longest the output stood still, tentative rows counted as output
             both = sorted(self.times + self.tentative_times)
             out["max_gap_with_tentative_s"] = round(

@@ -98,8 +98,8 @@ def test_the_source_back_heals_and_the_egress_reconciles(records: tuple[pa.Table
         ("tentative", 1)]
     assert b.handle(FromSite(slot=0, message=Tentative(n, 0, rows, 0, 0), now=1.6)) == []
     # the stable output passes the heal point: undo, the corrections, rec_done, Reconciled
-    b.egress.corrections.append(pa.RecordBatch.from_pylist(
-        [{**row, SN: base + 1}], schema=schema).drop_columns([SRC]))
+    b.egress.corrections.append(pa.RecordBatch.from_pylist(  # input of 0.2 s: lag 1.8 s
+        [{**row, SN: base + 1, T0: 0.2}], schema=schema).drop_columns([SRC]))
     b.egress.progress = type(b.egress.progress)(ep.heal, 0)
     b.controller.view = View(number=1, members={s: SiteAddress(site=s, attempt=0, host="h", port=1,
                                                    pid=1)
@@ -134,6 +134,35 @@ def in_stabilization(records: tuple[pa.Table, pa.Table]) -> tuple[Boundary, floa
     assert ep.state is State.STABILIZATION and ep.heal is not None
     b.egress.progress = type(b.egress.progress)(ep.heal, 0)
     return b, len(b.plan.stages) * ep.config.max_delay
+
+
+@pytest.mark.parametrize(("stable_t0", "tentative_t0", "ends"), [
+    (1.5, 2.8, False),  # lag 1.5 s: above k X (1 s) and the tentative output's 0.2 s
+    (2.2, 2.8, True),   # 0.8 s: within k X
+    (0.5, 0.5, True),   # 2.5 s, as far behind as the tentative output (2.5 s): current
+    (0.4, 0.5, False),  # 2.6 s against 2.5 s and k X 1 s: a round begins
+])
+def test_the_stable_output_is_current_once_its_lag_is_the_tentative_outputs(
+        records: tuple[pa.Table, pa.Table], stable_t0: float, tentative_t0: float,
+        ends: bool) -> None:
+    """No round needed: at 3.0 s the stable output held for the episode answers input of
+    ``stable_t0``; the newest tentative row delivered answered input of ``tentative_t0``.
+    It reconciles when the stable lag is no more than k X or the tentative output's lag."""
+    b, k_x = in_stabilization(records)
+    assert b.episodes is not None and k_x == 1.0
+    schema = b.plan.output_schema.append(pa.field(SRC, pa.int32(), nullable=False))
+    row = {f.name: 0 for f in schema}
+    row.update({SN: TENTATIVE_BASE, SNM: 0, T0: tentative_t0})
+    n = len(b.plan.stages)
+    b.clock = 3.0  # (the input's clock, which the T0s are on: its latest reading)
+    b.handle(FromSite(slot=0, message=Tentative(n, 1, pa.RecordBatch.from_pylist(
+        [row], schema=schema), TENTATIVE_BASE, 0), now=3.0))
+    assert np.isclose(b.episodes.tentative_lag, 3.0 - tentative_t0)
+    b.egress.corrections.append(pa.RecordBatch.from_pylist(
+        [{**row, SN: b.episodes.episode.base + 1, T0: stable_t0}],
+        schema=schema).drop_columns([SRC]))
+    assert (b.episodes.caught_up(3.0, []) is not None) == ends
+    assert (b.episodes._round is None) == ends
 
 
 def test_catching_up_takes_rounds_while_they_shorten(records: tuple[pa.Table, pa.Table]
@@ -240,10 +269,8 @@ def test_input_that_came_while_suspended_is_first_output_by_its_correction(
     b.egress.corrections.append(pa.RecordBatch.from_pylist(
         [{f.name: 0 for f in b.plan.output_schema} | {SN: heal + 1, T0: 1.5}],
         schema=b.plan.output_schema))
+    # (the stable output's lag, 0.5 s, is within k X: ``process`` reconciles at once too)
     done = [d for d in b._reconcile(b.egress.progress, 2.0) if isinstance(d, Deliver)]
-    if mode == "process":  # the stable output catches up in a round first (``_current``)
-        assert done == []
-        done = [d for d in b._reconcile(b.egress.progress, 2.1) if isinstance(d, Deliver)]
     (fix,) = [d for d in done if d.correction]
     assert fix.first == (((heal + 1, np.iinfo(np.int64).max),) if mode == "suspend" else ())
 

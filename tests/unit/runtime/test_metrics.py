@@ -28,4 +28,6 @@ def test_a_correction_counts_for_the_bound_only_where_it_is_the_first_output() -
     s = m.summary()
     assert s["max_processing_delay_s"] == 2.0 and s["corrections"] == 5
     m.delivered(rows([30], [11.5]), now=14.5)  # a stable row after the episode
-    assert m.summary()["max_processing_delay_s"] == 3.0
+    s = m.summary()
+    assert s["max_processing_delay_s"] == 3.0
+    assert s["max_tentative_delay_s"] == 0.5  # the tentative rows' own
