@@ -26,6 +26,7 @@ from sparkflux.protocol.messages import Data, Outgoing
 from sparkflux.protocol.site import SiteCore
 from sparkflux.sim.run import FailurePlan, Violation, check, simulate
 from sparkflux.sim.workload import tiny_chain_plan, tiny_plan
+from tests.support import tiny_runs
 from tests.support.seeds import seeds
 
 from .test_sim_catchup import plan_for
@@ -73,19 +74,7 @@ def test_chain_survives_a_crash_and_catch_up(baseline: tuple, part: int) -> None
 def caught(monkeypatch: pytest.MonkeyPatch, baseline: tuple, symptoms: tuple[str, ...],
            name: str) -> None:
     """The first seed whose violation shows one of ``symptoms``; it passes unmutated."""
-    others = []
-    for seed in range(MUTATION_SEEDS):
-        try:
-            run_seed(baseline, seed)
-        except Violation as e:
-            if any(s in str(e) for s in symptoms):
-                print(f"mutation {name!r}: caught by seed {seed}: {e}")
-                monkeypatch.undo()
-                run_seed(baseline, seed)  # control: the same seed passes unmutated
-                return
-            others.append(str(e))
-    raise AssertionError(f"mutation {name!r} survived {MUTATION_SEEDS} seeds; other "
-                         f"violations: {others[:3]}")
+    tiny_runs.caught(monkeypatch, run_seed, baseline, MUTATION_SEEDS, symptoms, name)
 
 
 def eager_drive(self: SiteCore, *stages: int) -> list[Outgoing]:

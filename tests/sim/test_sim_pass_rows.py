@@ -26,6 +26,7 @@ from sparkflux.protocol import consumer as consumer_mod
 from sparkflux.protocol.site import SiteCore
 from sparkflux.sim.run import FailurePlan, Violation, check, simulate
 from sparkflux.sim.workload import tiny_chain_plan
+from tests.support import tiny_runs
 from tests.support.seeds import seeds
 
 from .test_sim_catchup import plan_for
@@ -83,19 +84,8 @@ def test_a_cut_source_in_short_passes_keeps_the_stable_output_and_the_bound(
 
 def caught(monkeypatch: pytest.MonkeyPatch, chain: Any, name: str) -> None:
     """The first seed whose run ends with rows left in a merge; it passes unmutated."""
-    others = []
-    for seed in range(MUTATION_SEEDS):
-        try:
-            run_chain(chain, seed)
-        except Violation as e:
-            if "never saw the end" in str(e) or "did not drain" in str(e):
-                print(f"mutation {name!r}: caught by seed {seed}: {e}")
-                monkeypatch.undo()
-                run_chain(chain, seed)  # control: the same seed passes unmutated
-                return
-            others.append(str(e))
-    raise AssertionError(f"mutation {name!r} survived {MUTATION_SEEDS} seeds; other "
-                         f"violations: {others[:3]}")
+    tiny_runs.caught(monkeypatch, run_chain, chain, MUTATION_SEEDS,
+                     ("never saw the end", "did not drain"), name)
 
 
 def test_mutation_the_held_back_stages_are_forgotten(monkeypatch: pytest.MonkeyPatch,
