@@ -379,6 +379,11 @@ class Boundary:
         before processing, so this never waits for an operator (``Ingress.unacknowledged``)."""
         return self.ingress.unacknowledged()
 
+    def next_due(self) -> float | None:
+        """When the host should tick next, on the input's clock, if sooner than its period:
+        an eventual run's delay bound falls due then (``InputEpisodes.next_due``)."""
+        return None if self.episodes is None else self.episodes.next_due(self.clock)
+
     def held_back(self, window: int, pool_full: bool) -> Literal["", "window", "pool"]:
         """Why admission holds the next batch back (docs/flow-control.md), or "" when it
         may go: more than ``window`` admitted records unacknowledged by a first-stage

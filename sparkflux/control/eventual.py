@@ -146,6 +146,20 @@ class InputEpisodes:
         self._track_unsent(released)
         return out
 
+    def next_due(self, now: float) -> float | None:
+        """The next moment after ``now`` at which a judgment may change something without
+        new input: a held record reaches the delay bound, or a speaking source has been
+        silent for it. The host ticks then rather than on its next period, so the records
+        an episode opens with wait X, not X and up to a tick. None: nothing pending."""
+        x = self.episode.config.max_delay
+        seq = self.seq
+        times = seq.heard_at[~seq.ended] + x
+        oldest = seq.oldest()
+        if oldest is not None:
+            times = np.append(times, oldest + x)
+        future = times[times > now]
+        return float(future.min()) if future.size else None
+
     def _current(self, now: float) -> bool:
         """Whether the stable output, past the heal point, is also current: the episode
         reconciles then. At reconciliation ``undo`` voids every tentative row, and a row

@@ -1,4 +1,5 @@
-"""The driver host's clock: the core's ``Tick`` every 50 ms, the watchdog fed from it (a stall
+"""The driver host's clock: the core's ``Tick`` every 50 ms (sooner when an eventual run's
+delay bound falls due: ``Boundary.next_due``), the watchdog fed from it (a stall
 reported with what the run waits for, or the run stopped, ``control/watchdog.py``), and the
 spans with a partition short of its copies (the metrics' time back to fault tolerance)."""
 
@@ -32,7 +33,11 @@ class Watch:
         """The core's clock; the watchdog's too, once the input has started."""
         host = self.host
         while True:
-            await asyncio.sleep(TICK_S)
+            # every TICK_S, or sooner when the delay bound falls due (the input's clock is
+            # the wall clock; a millisecond past it, so the judgment sees it passed)
+            due = host.core.next_due()
+            wait = TICK_S if due is None else min(TICK_S, max(0.0, due - time.time() + 1e-3))
+            await asyncio.sleep(wait)
             now = time.monotonic()
             host.actions.carry_out(host.core.handle(Tick(now=now, wall=time.time())))
             if host.input_state != "starting" and not host.over():

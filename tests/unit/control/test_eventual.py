@@ -293,3 +293,25 @@ def test_the_egress_merge_adds_nothing_to_an_episode_of_the_input(
     eps.input_failed = False  # a merge's episode: the egress's merge releases
     got = eps.merge_due(5.0)
     assert got is not None and got.num_rows == 1
+
+
+def test_the_host_ticks_when_the_delay_bound_falls_due(
+        records: tuple[pa.Table, pa.Table]) -> None:
+    """Views and clicks heard at 0 s, clicks again at 0.5 s, X = 1 s: the next judgment
+    that can change anything without input is at 1.0 s (views silent for X, the oldest held
+    record X old). A tick then opens the episode, not one a period later; after it, what
+    falls due next is clicks' silence at 1.5 s. Strict runs never ask for an early tick."""
+    views, clicks = records
+    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0))
+    assert b.next_due() is None  # no input yet: nothing can fall due
+    b.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS),
+             Input(batch=clicks.slice(0, 10).to_batches()[0], now=0.0, stream=CLICKS),
+             Input(batch=clicks.slice(10, 10).to_batches()[0], now=0.5, stream=CLICKS))
+    assert b.next_due() == 1.0
+    out = b.handle(Tick(now=1.0))
+    assert b.episodes is not None and b.episodes.episode.state is State.UPSTREAM_FAILURE
+    assert tentative(out)
+    assert b.next_due() == 1.5
+    strict = boundary_for(tiny_union_plan(), 2)
+    strict.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS))
+    assert strict.next_due() is None
