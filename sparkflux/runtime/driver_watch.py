@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # The host's logger: a stall's report keeps the name docs/flow-control.md shows.
 log = logging.getLogger("sparkflux.runtime.driver")
 TICK_S = 0.05
+TICK_MIN_S = 0.002
 
 
 class Watch:
@@ -34,9 +35,11 @@ class Watch:
         host = self.host
         while True:
             # every TICK_S, or sooner when the delay bound falls due (the input's clock is
-            # the wall clock; a millisecond past it, so the judgment sees it passed)
+            # the wall clock; a millisecond past it, so the judgment sees it passed), but
+            # not more often than every TICK_MIN_S (a tiny bound must not spin the loop)
             due = host.core.next_due()
-            wait = TICK_S if due is None else min(TICK_S, max(0.0, due - time.time() + 1e-3))
+            wait = TICK_S if due is None else min(
+                TICK_S, max(TICK_MIN_S, due - time.time() + 1e-3))
             await asyncio.sleep(wait)
             now = time.monotonic()
             host.actions.carry_out(host.core.handle(Tick(now=now, wall=time.time())))
