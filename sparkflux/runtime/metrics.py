@@ -48,7 +48,7 @@ class EgressMetrics:
             self.tentative_counts.append(batch.num_rows)
             self.tentative_rows += batch.num_rows
             self.max_tentative_delay = max(self.max_tentative_delay, float(lat.max()))
-            self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
+            self.max_processing_delay = max(self.max_processing_delay, self.max_tentative_delay)
 
     def marker(self, op: str, now: float) -> None:
         """An episode's ``undo`` or ``rec_done``."""
