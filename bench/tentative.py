@@ -12,7 +12,8 @@ that is within the paper's bound of k X for a chain of k stages, the tentative r
 corrections, the seconds each stage spent in stabilization, the longest stretch without
 stable output and without any output (tentative rows counted), and whether the stable
 output equals the Spark SQL reference. The bound of a chain of k stages is k X on top of
-the chain's own latency, measured by a run of the same input without the cut.
+the chain's own latency: the longest a row took in a run of the same input without the cut
+(a maximum is compared with a maximum).
 
 ``--work-us W`` gives every stage's operator W microseconds of CPU per row: with the bare
 map the redo of a 15 s backlog takes a fraction of a second per stage, so suspending costs
@@ -86,11 +87,13 @@ def main() -> None:
                 "--work-us", str(a.work_us)]
         args = parser.parse_args(argv)
         expected = example_reference(EXAMPLE, *argv[1:], spark=spark)
-        # the chain's own latency, without the cut: the bound is k X on top of it
+        # the chain's own latency, without the cut: the bound is k X on top of it, the
+        # longest against the longest (the measure is a maximum)
         base = run(sensors, args, spark, rate=a.rate)
-        own = float(base["latency_p99_s"])
+        own = float(base["latency_max_s"])
         bound = stages * a.max_delay + own
-        console.print(f"{stages} stage(s) without the cut: latency p99 {own:.3f} s, so the "
+        console.print(f"{stages} stage(s) without the cut: latency p99 "
+                      f"{float(base['latency_p99_s']):.3f} s, longest {own:.3f} s, so the "
                       f"bound is {stages} x {a.max_delay:g} + {own:.3f} = {bound:.2f} s")
         for name, extra in CONFIGS:
             t = time.time()
@@ -113,7 +116,8 @@ def main() -> None:
                           f"{'equal' if equal else 'DIFFERS'}")
     console.print(table)
     console.print(f"availability bound: X = {a.max_delay:g} s per stage: a chain of k stages is "
-                  f"allowed k X on top of its own latency (p99 of the same run without the cut)")
+                  f"allowed k X on top of its own latency (the longest of the same run without "
+                  f"the cut)")
 
 
 def stabilization(m: dict[str, Any]) -> str:

@@ -126,6 +126,7 @@ class EgressMetrics:
         out: dict[str, Any] = {
             "latency_p50_s": round(float(np.percentile(lat, 50)), 6) if lat.size else 0.0,
             "latency_p99_s": round(float(np.percentile(lat, 99)), 6) if lat.size else 0.0,
+            "latency_max_s": round(float(lat.max()), 6) if lat.size else 0.0,
             "max_output_gap_s": round(self.max_gap(), 6),
         }
         if self.eventual:
