@@ -146,12 +146,6 @@ class SiteCore:
         self._sizes: tuple[float, dict[Key, int]] | None = None  # (when, partition_bytes)
         # Tentative processing of a failure episode (``tentative.py``), made at its first row
         self._branches: Branches | None = None
-        # Whether every copy still reads from the copies of its own column, as the roles
-        # were built (``roles.py``): no take-over (``fail``), ``move`` or ``avail`` since.
-        # Only then may the copies after each partition's first live one stagger their
-        # reconciliation (``_staggered``): the first live copies form whole chains to the
-        # egress, and none of them waits for a held copy.
-        self.aligned = not standby
         # A pass's budget (set by the host before each pass, None: no limit): each stage's
         # merge releases about this many rows in a pass, the rest in the next passes
         # (``ConsumerSet.release``); the stages that hold ready rows back are ``backlog``,
@@ -197,15 +191,11 @@ class SiteCore:
                 case Received(items=items):
                     out += self._on_messages(list(items))
                 case cm.Fail(dead=dead):
-                    held = self._unalign()
-                    out += self._on_fail(set(dead)) + self._release_held(held)
+                    out += self._on_fail(set(dead))
                 case cm.Move(q=q, r=r, dst=dst, epoch=epoch, survivor=survivor):
-                    held = self._unalign()
-                    out += self._on_move(q, r, dst, epoch, survivor) + self._release_held(held)
+                    out += self._on_move(q, r, dst, epoch, survivor)
                 case cm.Avail(slot=slot, epoch=epoch):
-                    held = self._unalign()
                     self._on_avail(slot, epoch)
-                    out += self._release_held(held)
                 case _:
                     raise ProtocolError(f"site {self.site}: no event {type(ev).__name__}")
         return out
@@ -301,8 +291,6 @@ class SiteCore:
         if isinstance(msg, Reconciled):
             if self._branches is None:  # the count of episodes over, for the next one
                 self._branches = Branches()
-            if self._staggering():  # the held copies' turn: every stage is driven now
-                self.backlog |= set(range(len(self.plan.stages)))
             self._branches.reconciled(msg.epoch)
             for w in self.waits:
                 w.reconciled()
@@ -664,56 +652,16 @@ class SiteCore:
     def _cap(self, s: int) -> np.ndarray | None:
         """Where stage ``s``'s merge stops, per partition: a pending cut's SN for the
         partitions that have not reached it, where it stands for a partition on disk (or
-        being loaded) or one whose reconciliation waits its turn (``_staggered``), none for
-        the rest."""
+        being loaded), none for the rest."""
         cut = self.cuts[s]
         held = self._held_on_disk(s)
-        later = self._staggered(s)
-        if cut is None and held is None and later is None:
+        if cut is None and held is None:
             return None
         cap = (np.full(self.cons[s].parts.size, END_OF_STREAM, dtype=np.int64) if cut is None
                else np.where(self.cut_done[s], END_OF_STREAM, cut[1]).astype(np.int64))
-        for idx in (held, later):
-            if idx is not None:
-                cap[idx] = np.minimum(cap[idx], self.cons[s].released_sn[idx])
+        if held is not None:
+            cap[held] = np.minimum(cap[held], self.cons[s].released_sn[held])
         return cap
-
-    def _staggering(self) -> bool:
-        """Whether the copies after each partition's first live one hold their merge now:
-        an episode of the input is open here (its tentative rows reached this site, it is
-        not reconciled yet) and the roles are still aligned (``aligned``)."""
-        b = self._branches
-        return (self.aligned and b is not None and b.from_input and b.epoch > b.closed)
-
-    def _staggered(self, s: int) -> np.ndarray | None:
-        """Borealis' staggered reconciliation, for stage ``s``: the consumer indexes of the
-        copies here that are not their partition's first live copy, while ``_staggering``.
-        Their merge holds where it stands (input is received and acknowledged as ever), so
-        the stable redo after the heal runs on the first live copies alone, beside their
-        tentative branches, and the output stays current; the others redo once the episode
-        is reconciled (``Reconciled``), or at once when a failure or a move comes first
-        (``_unalign``)."""
-        if not self._staggering():
-            return None
-        cons = self.cons[s]
-        live = ~self.layout.dead(self.dead_sites)
-        first = np.argmax(live, axis=1)[cons.parts]
-        idx = np.flatnonzero(cons.installed & (cons.replica != first))
-        return idx if idx.size else None
-
-    def _unalign(self) -> bool:
-        """A view change or a re-placement: roles may cross columns from now on, so no copy
-        holds its merge for staggering any longer. Whether some did (``_release_held``)."""
-        held = self._staggering()
-        self.aligned = False
-        return held
-
-    def _release_held(self, held: bool) -> list[Outgoing]:
-        """The copies that held their merge for staggering go on at once (a control event
-        comes outside a pass: no later pass may come for them if their input is all in)."""
-        if not held or self.stopped:
-            return []
-        return self._local(self._drive(*range(len(self.plan.stages))))
 
     def _held_on_disk(self, s: int) -> np.ndarray | None:
         """The consumer indexes of stage ``s``'s partitions on disk or being loaded."""

@@ -17,10 +17,9 @@ Every seed checks:
 - with a cut longer than the delay bound, tentative rows reached the output.
 
 Mutants: a branch that processes in the stable operators (no fork: tentative rows reach the
-stable state), an ingress that numbers tentative rows with stable SNs, an egress that
-does not hold an episode's stable rows back, second copies that go on staggering their
-reconciliation after a take-over, and first copies that stagger too are caught by a seed
-each, which passes unmutated.
+stable state), an ingress that numbers tentative rows with stable SNs, and an egress that
+does not hold an episode's stable rows back are caught by a seed each, which passes
+unmutated.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import pytest
 
 from sparkflux.control import eventual as eventual_mod
 from sparkflux.model.digest import digest_of
-from sparkflux.protocol import site as site_mod
 from sparkflux.protocol import tentative as tentative_mod
 from sparkflux.protocol.consistency import MODES, Eventual
 from sparkflux.sim.run import FailurePlan, SimClock, SimResult, Violation, simulate
@@ -240,27 +238,4 @@ def test_mutation_corrections_are_not_held(monkeypatch: pytest.MonkeyPatch, reco
         return out
 
     monkeypatch.setattr(eventual_mod.InputEpisodes, "judge", judge)
-    caught_then_clean(monkeypatch, records, bases)
-
-
-def test_mutation_the_stagger_outlives_a_failure(monkeypatch: pytest.MonkeyPatch,
-                                                 records: Any, bases: Any) -> None:
-    """Second copies that keep holding their merge after a take-over (the roles cross the
-    columns then): a copy the output now reads from waits for the episode, which waits for
-    the output."""
-    monkeypatch.setattr(site_mod.SiteCore, "_unalign", lambda self: False)
-    caught_then_clean(monkeypatch, records, bases)
-
-
-def test_mutation_every_copy_holds_for_the_stagger(monkeypatch: pytest.MonkeyPatch,
-                                                   records: Any, bases: Any) -> None:
-    """First copies that hold their merge too: nothing redoes the backlog, and the episode
-    never reconciles."""
-    def every(self: Any, s: int) -> Any:
-        if not self._staggering():
-            return None
-        idx = np.flatnonzero(self.cons[s].installed)
-        return idx if idx.size else None
-
-    monkeypatch.setattr(site_mod.SiteCore, "_staggered", every)
     caught_then_clean(monkeypatch, records, bases)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pyarrow as pa
 
 from sparkflux.control.boundary import Input, boundary_for
 from sparkflux.control.events import Tick
 from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
-from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.consistency import TENTATIVE_BASE, Eventual
 from sparkflux.protocol.messages import Outgoing, Reconciled, Tentative
 from sparkflux.protocol.site import Received, SiteCore
@@ -121,74 +119,3 @@ def test_a_merges_claim_in_stable_sns_does_not_hold_back_the_inputs_tentative_ro
     assert w.rows is not None and w.rows.num_rows
     assert g.rows is not None and g.rows.to_pylist() == w.rows.to_pylist()
     assert (g.sn, g.wm) == (w.sn, w.wm)
-
-
-def stable_data_for(site: int) -> list[Outgoing]:
-    """The ingress's stable rows of the whole input, as a strict run sends them: the
-    messages for ``site``."""
-    views, clicks = tiny_union_records()
-    b = boundary_for(tiny_union_plan(), 2)
-    out = b.handle(Input(batch=views.to_batches()[0], now=0.0, stream=0),
-                   Input(batch=clicks.to_batches()[0], now=0.0, stream=1), Tick(now=0.1))
-    return [o for o in out if isinstance(o, Outgoing) and o.site == site
-            and not isinstance(o.message, Tentative)]
-
-
-def staggered_site() -> tuple[SiteCore, list[Outgoing]]:
-    """Site 1 (first copies of partitions 1 and 5, second copies of 0 and 4: the pages of
-    this input fall in 0 and 4) in an episode of the input, then given the stable input
-    (the redo after the heal)."""
-    plan = tiny_union_plan()
-    core = SiteCore(1, plan, Layout(plan.sites, plan.partitions, 2))
-    core.handle(Received([(DRIVER, next(o.message for o in ingress_tentative()
-                                        if o.site == 1))]))
-    data = stable_data_for(1)
-    assert data
-    core.handle(Received([(DRIVER, o.message) for o in data]))
-    return core, data
-
-
-def reference(data: list[Outgoing]) -> np.ndarray:
-    """The rows per partition site 1 processes of ``data`` with no episode."""
-    plan = tiny_union_plan()
-    ref = SiteCore(1, plan, Layout(plan.sites, plan.partitions, 2))
-    ref.handle(Received([(DRIVER, o.message) for o in data]))
-    return ref.processed.copy()
-
-
-def test_the_second_copies_redo_once_the_episode_is_reconciled() -> None:
-    """Staggered reconciliation: while the input's episode is open, only the first copies
-    here process the stable input; the second copies hold it (received and acknowledged)
-    and process it all when ``Reconciled`` comes, as a site with no episode would have."""
-    core, data = staggered_site()
-    done = reference(data)
-    assert (done[[0, 4]] > 0).all()
-    assert core.processed[[0, 4]].tolist() == [0, 0]  # the second copies wait their turn
-    assert core.processed.sum() == done.sum() - done[[0, 4]].sum()
-    assert core.pending_rows() == done[[0, 4]].sum()
-    assert core._staggered(0) is not None and not core.backlog
-    core.handle(Received([(DRIVER, Reconciled(1))]))
-    assert core.processed.tolist() == done.tolist()
-    assert core._staggered(0) is None and core.pending_rows() == 0
-
-
-def test_a_failure_during_the_episode_ends_the_stagger_at_once() -> None:
-    """A view change may make a second copy the one downstream reads: every held copy
-    goes on when ``fail`` comes, without waiting for the episode, and no copy holds for
-    the rest of the run (the roles no longer follow the columns)."""
-    core, data = staggered_site()
-    assert core.processed[[0, 4]].tolist() == [0, 0]
-    core.handle(cm.Fail(dead=(3,)))
-    assert core.processed.tolist() == reference(data).tolist()
-    assert not core.aligned and core._staggered(0) is None
-def test_a_site_without_an_episode_of_the_input_holds_nothing() -> None:
-    """A merge's own episode (stable SNs, no input cut) is not staggered, nor is a site
-    that adopted a slot (its roles came from a layout others took over in)."""
-    plan = tiny_union_plan()
-    core = SiteCore(0, plan, Layout(plan.sites, plan.partitions, 2))
-    core._branches = Branches()
-    mine = core.layout.first_live(set()) == 0
-    core._branches.feed(0, 1, None, 3, 0, MERGE, plan.stages[0].program, mine, mine)
-    assert core._branches.epoch == 1 and not core._branches.from_input
-    assert core._staggered(0) is None
-    assert not SiteCore(0, plan, Layout(plan.sites, plan.partitions, 2), standby=True).aligned
