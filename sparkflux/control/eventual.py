@@ -108,7 +108,15 @@ class InputEpisodes:
         x = ep.config.max_delay
         quiet = silent(seq.heard_at, seq.ended, now, x)
         oldest = seq.oldest()
-        blocked = oldest is not None and now - oldest >= x and bool(quiet)
+        if self.open:  # a source counts as failed again once it is silent for X
+            waiting: frozenset[int] = frozenset()
+            blocked = oldest is not None and now - oldest >= x and bool(quiet)
+        else:
+            # SUnion's rule opens an episode: a record held for X waits for the sources that
+            # have not passed it (silent, or speaking without getting there), so none waits
+            # longer than X, even one held before a silent source's last records came
+            waiting = seq.waiting_on(now - x)
+            blocked = bool(waiting)
         if blocked and self.open:
             self.input_failed = True  # a merge's episode: now the input's too
         if ep.state is State.UPSTREAM_FAILURE:
@@ -141,22 +149,30 @@ class InputEpisodes:
                 # a source found silent stays out of the tentative bound until the episode
                 # heals: while it catches up, the others' new records go on tentatively
                 if ep.state is State.UPSTREAM_FAILURE:
-                    ep.failed = ep.failed | quiet
+                    ep.failed = ep.failed | quiet | waiting
                 out += self._send(now, released, dead)
         self._track_unsent(released)
         return out
 
     def next_due(self, now: float) -> float | None:
         """The next moment after ``now`` at which a judgment may change something without
-        new input: a held record reaches the delay bound, or a speaking source has been
-        silent for it. The host ticks then rather than on its next period, so the records
-        an episode opens with wait X, not X and up to a tick. None: nothing pending."""
-        x = self.episode.config.max_delay
+        new input: a held record reaches the delay bound, a speaking source has been silent
+        for it, or (``delay``, in upstream failure) the first record not yet sent has waited
+        it. The host ticks then rather than on its next period, so the records an episode
+        opens with, and those ``delay`` holds, wait X, not X and up to a tick. None: nothing
+        pending."""
+        ep = self.episode
+        x = ep.config.max_delay
         seq = self.seq
         times = seq.heard_at[~seq.ended] + x
         oldest = seq.oldest()
         if oldest is not None:
             times = np.append(times, oldest + x)
+        if ep.config.mode == "delay" and ep.state is State.UPSTREAM_FAILURE:
+            # ``delay`` sends each record once it has waited X: the first not sent yet
+            waiting = seq.first_arrival_above(ep.sent_to)
+            if waiting is not None:
+                times = np.append(times, waiting + x)
         future = times[times > now]
         return float(future.min()) if future.size else None
 
@@ -273,7 +289,7 @@ class InputEpisodes:
         backlog is corrections, and the others' new records must not wait for it)."""
         ep, seq = self.episode, self.seq
         wm = seq.watermarks()
-        behind = {j for j in ep.failed if (int(wm[j]), j) < ep.sent_to}
+        behind = {j for j in ep.failed if (int(wm[j]), j) <= ep.sent_to}
         return silent(seq.heard_at, seq.ended, now, ep.config.max_delay) | behind
 
     def caught_up(self, now: float, live: list[int]) -> tuple[

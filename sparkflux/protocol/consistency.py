@@ -11,9 +11,10 @@ The failure episode follows Borealis' state machine (``TRANSITIONS``), kept for 
 input by the ingress:
 
 - ``STABLE``: every input speaks; nothing tentative.
-- ``UPSTREAM_FAILURE``: a held record waited X while a source was silent for X
-  (``blocked``). The episode opens at the last stable SN ``base``: the egress holds every
-  stable row above it from now on (a correction, delivered whole at the end). The records
+- ``UPSTREAM_FAILURE``: a held record waited X for sources that have not passed it
+  (``blocked``, SUnion's rule; in an open episode: while a source was silent for X).
+  The episode opens at the last stable SN ``base``: the egress holds every stable row
+  above it from now on (a correction, delivered whole at the end). The records
   of the other sources go on, in SUnion's order, as tentative rows (numbered apart,
   ``TENTATIVE_BASE`` up) to the first live copy of each first-stage partition, which forks
   its stable state into a tentative branch (``tentative.py``). The stable state is the
@@ -64,7 +65,7 @@ class State(Enum):
 
 
 class Ev(Enum):
-    BLOCKED = "blocked"  # a held record waited the delay bound while a source was silent
+    BLOCKED = "blocked"  # a held record waited the delay bound for sources behind it
     HEALED = "healed"  # the stable release reached everything released tentatively
     CAUGHT_UP = "caught-up"  # the stable output passed the heal point
 

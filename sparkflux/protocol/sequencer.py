@@ -139,6 +139,30 @@ class Sequencer:
         firsts = [float(a.min()) for a in self.held_at if a.size]
         return min(firsts) if firsts else None
 
+    def waiting_on(self, arrived_by: float) -> frozenset[int]:
+        """SUnion's failed inputs: the open streams whose bound ``(wm_j, j)`` has not passed
+        the lowest held record (in the merged order) of those that arrived by
+        ``arrived_by``; none when no held record arrived by then."""
+        low: tuple[int, int] | None = None
+        for i, (et, at) in enumerate(zip(self.held_et, self.held_at, strict=True)):
+            old = at <= arrived_by
+            if at.size and old.any():
+                e = (int(et[old].min()), i)
+                low = e if low is None or e < low else low
+        if low is None:
+            return frozenset()
+        wm = self.watermarks()
+        return frozenset(int(j) for j in np.flatnonzero(~self.ended) if (int(wm[j]), j) < low)
+
+    def first_arrival_above(self, low: tuple[int, int]) -> float | None:
+        """When the earliest held record above ``low`` in the merged order arrived (None:
+        none is held)."""
+        top = (int(np.iinfo(np.int64).max), len(self.streams))
+        firsts = [float(at[go].min()) for i, (et, at) in enumerate(
+            zip(self.held_et, self.held_at, strict=True))
+            if at.size and (go := _within(et, i, low, top)).any()]
+        return min(firsts) if firsts else None
+
     def end(self, stream: int) -> None:
         self.ended[stream] = True
 

@@ -315,3 +315,53 @@ def test_the_host_ticks_when_the_delay_bound_falls_due(
     strict = boundary_for(tiny_union_plan(), 2)
     strict.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS))
     assert strict.next_due() is None
+
+
+def test_a_record_held_for_the_bound_opens_the_episode_though_its_source_spoke_since(
+        records: tuple[pa.Table, pa.Table]) -> None:
+    """SUnion's rule: clicks' last records (at 0.3 s) do not pass the views that came at
+    0 s, and then clicks stop. Those views have waited X at 1.0 s: the episode opens then,
+    with clicks failed, and they go tentatively; clicks counting as silent only X after
+    they last spoke (1.3 s) would have held them 0.3 s past the bound."""
+    views, clicks = records
+    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0, "process"))
+    b.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS),
+             Input(batch=clicks.slice(0, 3).to_batches()[0], now=0.0, stream=CLICKS),
+             Input(batch=clicks.slice(3, 1).to_batches()[0], now=0.3, stream=CLICKS))
+    for k, t in enumerate((0.3, 0.6, 0.9)):
+        b.handle(Input(batch=views.slice(10 + 5 * k, 5).to_batches()[0], now=t, stream=VIEWS))
+    assert b.episodes is not None and b.next_due() == 1.0
+    assert tentative(b.handle(Tick(now=0.99))) == []
+    assert b.episodes.episode.state is State.STABLE
+    held = b.sequencer.held_total()
+    out = tentative(b.handle(Tick(now=1.0)))
+    ep = b.episodes.episode
+    assert ep.state is State.UPSTREAM_FAILURE and ep.failed == frozenset({CLICKS})
+    rows = pa.Table.from_batches([o.message.rows for o in out if o.message.rows is not None])
+    assert rows.num_rows == held == 29
+    assert set(rows.column(T0).to_pylist()) == {0.0, 0.3, 0.6, 0.9}
+
+
+def test_delay_ticks_when_its_next_record_has_waited_the_bound(
+        records: tuple[pa.Table, pa.Table]) -> None:
+    """``delay`` holds each record of an open episode until it has waited X: clicks at
+    1.1 s fall due at 2.1 s, before clicks' silence (2.3 s), and a tick then sends them
+    (with the periodic tick alone they could wait up to a period longer); then the clicks
+    of 1.3 s are due at 2.3 s."""
+    views, clicks = records
+    b = boundary_for(tiny_union_plan(), 2, eventual=Eventual(1.0, "delay"))
+    b.handle(Input(batch=views.slice(0, 10).to_batches()[0], now=0.0, stream=VIEWS),
+             Input(batch=clicks.slice(0, 10).to_batches()[0], now=0.0, stream=CLICKS))
+    b.handle(Tick(now=1.0))
+    assert b.episodes is not None and b.episodes.episode.state is State.UPSTREAM_FAILURE
+    early = tentative(b.handle(
+        Input(batch=clicks.slice(10, 10).to_batches()[0], now=1.1, stream=CLICKS)))
+    # (only records of 0 s, which the clicks of 1.1 s made certain: they waited X already)
+    assert {t for o in early if o.message.rows is not None
+            for t in o.message.rows.column(T0).to_pylist()} <= {0.0}
+    b.handle(Input(batch=clicks.slice(20, 10).to_batches()[0], now=1.3, stream=CLICKS))
+    assert b.next_due() == pytest.approx(2.1)
+    out = tentative(b.handle(Tick(now=2.1)))
+    rows = pa.Table.from_batches([o.message.rows for o in out if o.message.rows is not None])
+    assert set(rows.column(T0).to_pylist()) == {1.1}
+    assert b.next_due() == pytest.approx(2.3)
