@@ -107,9 +107,9 @@ class InputEpisodes:
             ep.since = now
         x = ep.config.max_delay
         quiet = silent(seq.heard_at, seq.ended, now, x)
-        oldest = seq.oldest()
         if self.open:  # a source counts as failed again once it is silent for X
             waiting: frozenset[int] = frozenset()
+            oldest = seq.oldest()
             blocked = oldest is not None and now - oldest >= x and bool(quiet)
         else:
             # SUnion's rule opens an episode: a record held for X waits for the sources that
@@ -170,9 +170,9 @@ class InputEpisodes:
             times = np.append(times, oldest + x)
         if ep.config.mode == "delay" and ep.state is State.UPSTREAM_FAILURE:
             # ``delay`` sends each record once it has waited X: the first not sent yet
-            waiting = seq.first_arrival_above(ep.sent_to)
-            if waiting is not None:
-                times = np.append(times, waiting + x)
+            unsent = seq.first_arrival_above(ep.sent_to)
+            if unsent is not None:
+                times = np.append(times, unsent + x)
         future = times[times > now]
         return float(future.min()) if future.size else None
 
