@@ -442,7 +442,8 @@ class Boundary:
         return Standing(admitted=self.ingress.next_isn, output_sn=self.egress.progress.sn,
                         egress_sn=int(e_sn[p]), egress_part=p, stages=tuple(stages),
                         input=input_state, admission=admission, silent=silent,
-                        split=split[0] if split is not None and named else "")
+                        split=split[0] if split is not None and named else "",
+                        egress_from=self.egress.reads_from(p))
 
     def next_stream(self) -> int | None:
         """The source to read next (the one the merge waits for); None once all ended."""

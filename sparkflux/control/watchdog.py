@@ -113,6 +113,7 @@ class Standing:
     admission: str = ""  # why admission waits, when the input is blocked
     silent: tuple[tuple[int, float], ...] = ()  # (site, seconds) since a late heartbeat
     split: str = ""  # a network partition the run waits to heal (``Controller.split``)
+    egress_from: str = ""  # which copy of ``egress_part`` the egress reads (``reads_from``)
 
 
 def describe(stall: Stall, s: Standing, timeout: float) -> str:
@@ -139,7 +140,7 @@ def holder(s: Standing) -> str:
         return (f"the output of stage {last} ({st.name}) partition {s.egress_part} to reach "
                 f"the driver: the egress has it up to {_at(s.egress_sn)} while every copy "
                 f"of the stage claims at least {_at(st.out_sn)} (a connection to the "
-                f"driver that is slow or stalled)")
+                f"driver that is slow or stalled{'; ' + s.egress_from if s.egress_from else ''})")
     for k in range(last, -1, -1):
         st = s.stages[k]
         if st is None:

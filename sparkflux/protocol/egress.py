@@ -64,6 +64,22 @@ class Egress:
         self.delivered += out.num_rows
         return Delivery(out, self.progress), acks
 
+    def reads_from(self, p: int) -> str:
+        """Where the output of last-stage partition ``p`` comes from, for a stall's report:
+        the copy read, the copies acknowledged, and those still being rebuilt."""
+        site = self.layout.table()[p]
+        copy = int(self.cons.sender[0, p])
+        text = f"it reads it from copy {copy} on site {int(site[copy])}"
+        acked = [f"copy {r} on site {int(site[r])}"
+                 for r in np.flatnonzero(self.cons.ack_to[0, p])]
+        if acked:
+            text += f" and acknowledges to {', '.join(acked)}"
+        building = [f"{r}" for r in np.flatnonzero(~self.cons.complete[p])
+                    if site[r] >= 0]
+        if building:
+            text += f"; copy {', '.join(building)} not yet folded in"
+        return text
+
     def restore(self, cut: int) -> None:
         """A restart from a checkpoint cut at ``cut``: every row at or below it was delivered
         (the sinks committed them); the last stage's output above it comes next, and what a

@@ -129,3 +129,19 @@ def test_the_skew_buffers_reason() -> None:
         "the ingress's skew buffer holds 120,000 rows for sites 1, 3, whose connections "
         "cannot take more")
 
+
+
+def test_the_report_names_the_copy_the_egress_reads_a_stalled_partition_from() -> None:
+    """Output that every copy claims but the egress lacks: the report says which copy the
+    egress reads that partition from, so a stalled connection or a lost take-over is named."""
+    top = StageLow(1, "stats", 50_000, 7, 2, 50_000, 7, 2)
+    first = StageLow(0, "window", 50_000, 7, 2, 50_000, 7, 2)
+    text = describe(Stall(30.0, stop=False), standing(
+        stages=(first, top), output_sn=40_000, egress_sn=40_000, egress_part=7,
+        input="ended", admission="",
+        egress_from="it reads it from copy 1 on site 3 and acknowledges to copy 0 on site 0"),
+        30.0)
+    assert ("the output of stage 1 (stats) partition 7 to reach the driver: the egress has "
+            "it up to SN 40,000 while every copy of the stage claims at least SN 50,000 (a "
+            "connection to the driver that is slow or stalled; it reads it from copy 1 on "
+            "site 3 and acknowledges to copy 0 on site 0)") in text

@@ -112,3 +112,16 @@ def test_a_move_of_the_replica_read_from_reverses_to_the_other_copy() -> None:
     assert rev.site == 3 and rev.message.p.tolist() == [2] and rev.message.r.tolist() == [1]
     assert e.layout.site_of(2, 0) == 0
     assert e.on_move(4, 1, 2) == []  # the copy acknowledged to: nothing to reverse
+
+
+def test_a_stall_report_names_the_copy_read_and_the_copies_acknowledged() -> None:
+    """``reads_from``: copy 0 read and copy 1 acknowledged at the start; after copy 0's site
+    fails, copy 1 read and nothing acknowledged; a move of copy 0 to site 2 leaves it not
+    yet folded in until its ``psync``."""
+    e = egress()
+    assert e.reads_from(3) == ("it reads it from copy 0 on site 3 and acknowledges to copy 1 "
+                               "on site 0")
+    e.on_move(3, 0, 2)
+    assert e.reads_from(3) == "it reads it from copy 1 on site 0; copy 0 not yet folded in"
+    e.on_fail({1})
+    assert e.reads_from(5) == "it reads it from copy 1 on site 2"
