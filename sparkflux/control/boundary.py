@@ -280,9 +280,10 @@ class Deliver:
     progress: Progress
     op: Literal["insert", "tentative", "undo", "rec_done"] = "insert"
     correction: bool = False
-    # a correction's SN ranges whose input was never sent tentatively (``suspend``): for
-    # those rows this is the first output, which the availability bound is about
-    first: tuple[tuple[int, int], ...] = ()
+    # a correction's rows that are the first output made of their input (it reached the
+    # output tentatively in no row, ``InputEpisodes.caught_up``): the availability bound is
+    # about them
+    first: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

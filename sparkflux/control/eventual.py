@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sparkflux.control.stage_states import StageStates
 from sparkflux.model.batch import concat
-from sparkflux.model.schema import T0
+from sparkflux.model.schema import SN, SRC, T0
 from sparkflux.protocol.consistency import (
     HEAL,
     OPEN,
@@ -82,11 +82,21 @@ class InputEpisodes:
         # how long the newest tentative row delivered took from its input's arrival (the
         # tentative output's lag: what ``_current`` holds the stable output's lag against)
         self.tentative_lag = 0.0
+        # per last-stage partition, the arrival time (``T0``) of the newest input whose
+        # tentative rows reached the output in the open episode
+        self.tentative_t0: dict[int, float] = {}
 
     def tentative_delivered(self, rows: pa.RecordBatch, now: float) -> None:
-        """Tentative rows reached the output: note their lag (the newest input's)."""
+        """Tentative rows reached the output: note their lag (the newest input's), and per
+        last-stage partition the arrival of the newest input that reached the output
+        tentatively (a correction of later input is the first output made of it)."""
         if rows.num_rows:
-            self.tentative_lag = now - float(rows.column(T0).to_numpy().max())
+            t0 = rows.column(T0).to_numpy()
+            self.tentative_lag = now - float(t0.max())
+            part = rows.column(SRC).to_numpy()
+            for q in np.unique(part):
+                newest = float(t0[part == q].max())
+                self.tentative_t0[int(q)] = max(newest, self.tentative_t0.get(int(q), newest))
 
     def stable_lag(self, now: float) -> float | None:
         """How far behind the input the stable output held for the episode is: from the
@@ -293,11 +303,11 @@ class InputEpisodes:
         return silent(seq.heard_at, seq.ended, now, ep.config.max_delay) | behind
 
     def caught_up(self, now: float, live: list[int]) -> tuple[
-            pa.RecordBatch | None, list[Outgoing], tuple[tuple[int, int], ...]] | None:
+            pa.RecordBatch | None, list[Outgoing], np.ndarray | None] | None:
         """After the egress delivered: if the stable output has passed the heal point (or
         ended), the episode reconciles: its held corrections, ``Reconciled`` for the sites
-        ``live``, and the SN ranges of the corrections that are the first output made of
-        their input (``unsent``). None while it has not."""
+        ``live``, and which corrections are the first output made of their input
+        (``first_outputs``). None while it has not."""
         ep = self.episode
         if ep.state is State.UPSTREAM_FAILURE and not self.input_failed \
                 and self.egress.progress.sn > ep.base:
@@ -317,13 +327,18 @@ class InputEpisodes:
         if self._unsent_from is not None:
             self.unsent.append((self._unsent_from, np.iinfo(np.int64).max))
             self._unsent_from = None
-        first, self.unsent = tuple(self.unsent), []
+        unsent, self.unsent = self.unsent, []
+        newest, self.tentative_t0 = self.tentative_t0, {}
         self.waits.reconciled()
         held = self.egress.corrections
         self.egress.corrections, self.egress.holding = [], None
-        rows = concat(held) if held else None
-        if rows is not None:
-            self.egress.delivered += rows.num_rows
+        if not held:
+            return None, [Outgoing(s, Reconciled(ep.epoch)) for s in live], None
+        rows = concat(held)
+        first = first_outputs(rows, unsent, newest)
+        if SRC in rows.schema.names:
+            rows = rows.drop_columns([SRC])
+        self.egress.delivered += rows.num_rows
         return rows, [Outgoing(s, Reconciled(ep.epoch)) for s in live], first
 
     def _send(self, now: float, released: Released | None, dead: set[int]) -> list[Outgoing]:
@@ -391,3 +406,26 @@ def _above(et: np.ndarray, st: np.ndarray, bound: tuple[int, int]) -> np.ndarray
     out: np.ndarray = (et > bound[0]) | ((et == bound[0]) & (st > bound[1]))
     return out
 
+
+
+def first_outputs(rows: pa.RecordBatch, unsent: list[tuple[int, int]],
+                  newest: dict[int, float]) -> np.ndarray:
+    """Which of an episode's corrections are the first output made of their input (the
+    availability bound counts their latency): those whose SN lies in an ``unsent`` range
+    (input never sent tentatively, ``suspend``), and those whose input came after the
+    newest input whose tentative rows of the same last-stage partition reached the output
+    (``newest``: partition -> its arrival time). Within a partition the tentative output
+    follows its input in order, so such input had none (its tentative rows stalled in a
+    stage, or there were none). Rows without their partition compare with every one."""
+    sn = rows.column(SN).to_numpy()
+    first = np.zeros(sn.size, dtype=bool)
+    for lo, hi in unsent:
+        first |= (sn >= lo) & (sn <= hi)
+    t0 = rows.column(T0).to_numpy()
+    if SRC in rows.schema.names:
+        part = rows.column(SRC).to_numpy()
+        seen = np.array([newest.get(int(q), -np.inf) for q in part], dtype=np.float64)
+    else:
+        seen = np.full(sn.size, max(newest.values(), default=-np.inf))
+    first |= t0 > seen
+    return first

@@ -40,7 +40,8 @@ class Egress:
         self.delivered = 0
         self.progress = Progress()
         # An open failure episode (``consistency.py``): stable rows above ``holding`` are
-        # corrections, held here until the episode reconciles (then delivered whole).
+        # corrections, held here (with the partition they came from, ``SRC``) until the
+        # episode reconciles (then delivered whole).
         self.holding: int | None = None
         self.corrections: list[pa.RecordBatch] = []
 
@@ -56,11 +57,11 @@ class Egress:
             return None, acks
         rows, f_sn, f_wm = rel
         self.progress = Progress(int(f_sn[0]), int(f_wm[0]))
-        out = rows.drop_columns([SRC])
-        if self.holding is not None and out.num_rows:
-            out, later = split_at_sn(out, self.holding)
-            if later.num_rows:
+        if self.holding is not None and rows.num_rows:
+            rows, later = split_at_sn(rows, self.holding)
+            if later.num_rows:  # (with their partition: ``InputEpisodes.caught_up``)
                 self.corrections.append(later)
+        out = rows.drop_columns([SRC])
         self.delivered += out.num_rows
         return Delivery(out, self.progress), acks
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.model.schema import SN, T0
+from sparkflux.model.schema import T0
 
 
 @dataclass
@@ -33,6 +33,7 @@ class EgressMetrics:
     corrections: int = 0
     max_processing_delay: float = 0.0
     max_tentative_delay: float = 0.0  # ... of the tentative rows alone
+    max_first_correction_delay: float = 0.0  # ... of the corrections that came first
     undos: list[float] = field(default_factory=list)
     tentative_times: list[float] = field(default_factory=list)
     tentative_counts: list[int] = field(default_factory=list)
@@ -59,23 +60,20 @@ class EgressMetrics:
             self.rec_dones.append(now)
 
     def delivered(self, batch: pa.RecordBatch, now: float, correction: bool = False,
-                  first: tuple[tuple[int, int], ...] = ()) -> None:
+                  first: np.ndarray | None = None) -> None:
         """Stable rows delivered; ``correction``: an episode's, replacing tentative rows,
-        except those whose SN lies in a range of ``first`` (their input was never sent
-        tentatively: this is the first output made of it)."""
+        except the rows ``first`` marks (their input reached the output tentatively in no
+        row: this is the first output made of it)."""
         if batch.num_rows == 0:
             return
         lat = now - batch.column(T0).to_numpy()
         if correction:  # stable rows replacing tentative ones: not a first delivery
             self.corrections += batch.num_rows
-            if first:
-                sn = batch.column(SN).to_numpy()
-                new = np.zeros(sn.size, dtype=bool)
-                for lo, hi in first:
-                    new |= (sn >= lo) & (sn <= hi)
-                if new.any():
-                    self.max_processing_delay = max(self.max_processing_delay,
-                                                    float(lat[new].max()))
+            if first is not None and first.any():
+                self.max_processing_delay = max(self.max_processing_delay,
+                                                float(lat[first].max()))
+                self.max_first_correction_delay = max(self.max_first_correction_delay,
+                                                      float(lat[first].max()))
         else:
             self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
         self._latencies.append(lat.astype(np.float32))
@@ -135,6 +133,8 @@ class EgressMetrics:
             out["max_processing_delay_s"] = round(self.max_processing_delay, 6)
             # ... of the tentative rows alone (the rest: stable rows that came first)
             out["max_tentative_delay_s"] = round(self.max_tentative_delay, 6)
+            # ... of the corrections that were the first output made of their input
+            out["max_first_correction_delay_s"] = round(self.max_first_correction_delay, 6)
             # the longest the output stood still, tentative rows counted as output
             both = sorted(self.times + self.tentative_times)
             out["max_gap_with_tentative_s"] = round(

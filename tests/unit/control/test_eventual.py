@@ -248,9 +248,10 @@ def test_a_sites_merge_opens_an_episode_that_heals_when_the_stable_output_moves(
 def test_input_that_came_while_suspended_is_first_output_by_its_correction(
         records: tuple[pa.Table, pa.Table], mode: Mode) -> None:
     """``suspend`` sends nothing new during stabilization: the clicks that come then go out
-    only stably, held as corrections, so the reconciliation's delivery names their SNs as
-    a first output (the availability bound counts them); ``process`` sends them
-    tentatively, and every correction replaces a tentative row."""
+    only stably, held as corrections, so the reconciliation's delivery marks them as a
+    first output (the availability bound counts them); ``process`` sends them
+    tentatively, and a correction replaces a tentative row where one of its partition
+    reached the output, and is the first output where none did (a stalled stage)."""
     views, clicks = records
     b, _ = opened(records, mode)
     assert b.episodes is not None
@@ -266,13 +267,24 @@ def test_input_that_came_while_suspended_is_first_output_by_its_correction(
     b.controller.view = View(number=1, members={s: SiteAddress(site=s, attempt=0, host="h",
                                                                 port=1, pid=1)
                                                  for s in range(4)})
+    schema = b.plan.output_schema.append(pa.field(SRC, pa.int32(), nullable=False))
+    zero = {f.name: 0 for f in schema}
+    if mode == "process":  # the tentative rows of partition 2's share reach the output
+        row = pa.RecordBatch.from_pylist([zero | {SN: TENTATIVE_BASE, T0: 1.5, SRC: 2}],
+                                         schema=schema)
+        b.handle(FromSite(slot=0, message=Tentative(len(b.plan.stages), ep.epoch, row,
+                                                    TENTATIVE_BASE, 0), now=1.8))
     b.egress.corrections.append(pa.RecordBatch.from_pylist(
-        [{f.name: 0 for f in b.plan.output_schema} | {SN: heal + 1, T0: 1.5}],
-        schema=b.plan.output_schema))
+        [zero | {SN: heal + 1, T0: 1.5, SRC: 2}, zero | {SN: heal + 2, T0: 1.5, SRC: 5}],
+        schema=schema))
     # (the stable output's lag, 0.5 s, is within k X: ``process`` reconciles at once too)
     done = [d for d in b._reconcile(b.egress.progress, 2.0) if isinstance(d, Deliver)]
     (fix,) = [d for d in done if d.correction]
-    assert fix.first == (((heal + 1, np.iinfo(np.int64).max),) if mode == "suspend" else ())
+    assert SRC not in fix.batch.schema.names
+    # suspend: all came after the heal point, unsent; process: partition 5's rows reached
+    # the output tentatively in no row, partition 2's did
+    assert fix.first is not None
+    assert fix.first.tolist() == ([True, True] if mode == "suspend" else [False, True])
 
 
 def test_the_egress_merge_adds_nothing_to_an_episode_of_the_input(

@@ -22,11 +22,12 @@ def test_a_correction_counts_for_the_bound_only_where_it_is_the_first_output() -
     # corrections of rows delivered tentatively before: not a first output
     m.delivered(rows([10, 11], [1.0, 2.0]), now=12.0, correction=True)
     assert m.summary()["max_processing_delay_s"] == 0.5
-    # SNs 20 on were never sent tentatively (suspend): their correction is the first output
+    # SNs 20 on reached the output tentatively in no row: their correction is the first
     m.delivered(rows([19, 20, 21], [3.0, 10.0, 11.0]), now=12.0, correction=True,
-                first=((20, int(np.iinfo(np.int64).max)),))
+                first=np.array([False, True, True]))
     s = m.summary()
     assert s["max_processing_delay_s"] == 2.0 and s["corrections"] == 5
+    assert s["max_first_correction_delay_s"] == 2.0
     m.delivered(rows([30], [11.5]), now=14.5)  # a stable row after the episode
     s = m.summary()
     assert s["max_processing_delay_s"] == 3.0
