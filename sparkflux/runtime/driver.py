@@ -46,6 +46,7 @@ from sparkflux.runtime.driver_actions import Actions
 from sparkflux.runtime.driver_checkpoints import Checkpointing
 from sparkflux.runtime.driver_door import Door
 from sparkflux.runtime.driver_feed import INGRESS_POOL_ROWS, Feed
+from sparkflux.runtime.driver_inbox import Inbox
 from sparkflux.runtime.driver_watch import Watch
 from sparkflux.runtime.faults import Faults
 from sparkflux.runtime.handshake import Gate
@@ -452,9 +453,11 @@ class Host:
         """Frames from one of a site process's two connections; its identity (slot,
         attempt) may change when a standby adopts a slot."""
         data = self.data_of.get(conn, conn)
+        inbox = Inbox(conn, self.schema_of)  # read ahead, ``Tentative`` rows first
+        reader = self._task(inbox.reader(), f"reading from {conn.peer}")
         try:
             while True:
-                msg = await conn.recv_message(self.schema_of)
+                msg = await inbox.next()
                 slot, attempt, _ = self.identity[data]
                 member = self.conns.get(slot) is data
                 if isinstance(msg, cm.Heartbeat):  # the metrics' share of a heartbeat
@@ -479,6 +482,8 @@ class Host:
                 return
             self.actions.carry_out(self.core.handle(ConnectionClosed(
                 site=slot, attempt=attempt, reason=str(e), now=time.monotonic())))
+        finally:
+            reader.cancel()
 
     async def _poll_sinks(self) -> None:
         """Every ``POLL_S``: each sink may publish what it has held long enough
