@@ -23,6 +23,11 @@ EVENTS = 1_000_000  # 40 s at 25K/s: both rescales end before the input does, th
 # (new Spark tasks, copies moved by catch-up) takes 10-20 s on a loaded two-core machine
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "known bug (docs/rescaling.md, Known problems): a kill while the grow's moves run can "
+    "leave the shrink with a stalled last-stage partition at the egress or a duplicate-input "
+    "protocol error at a first-stage copy; seen in 2 of about 10 runs on an unloaded "
+    "two-core machine, not reproduced in the simulator"))
 def test_a_running_query_grows_loses_a_site_and_shrinks_and_its_output_is_exact(
         netmon: Any, spark: Any) -> None:
     args = netmon_args(events=EVENTS)
