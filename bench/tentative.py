@@ -22,11 +22,18 @@ little; the paper's operators took seconds to redo it, which is what separates t
     .venv/bin/python bench/tentative.py                # the paper's 15 s cut
     .venv/bin/python bench/tentative.py --cut 5 --chains 1 2
     .venv/bin/python bench/tentative.py --rate 2000 --work-us 40   # a costly operator
+    .venv/bin/python bench/tentative.py --chains 1 --modes process delay --repeat 5
+
+``--repeat N`` runs the chain without the cut and each configuration N times, interleaved
+(one of each, then again), and prints the median of each figure with its range: one run's
+longest latency moves by tenths of a second between runs, more than the modes differ by at
+one stage.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,11 +51,14 @@ from sparkflux.runner import example_reference  # noqa: E402
 from sparkflux.spark.launcher import spark_session  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "sensors.py"
-CONFIGS: list[tuple[str, dict[str, Any]]] = [
-    ("strict", {}),
-    ("process without delay", {"consistency": "eventual", "tentative_mode": "process"}),
-    ("delay as much as possible", {"consistency": "eventual", "tentative_mode": "delay"}),
-    ("suspend while reconciling", {"consistency": "eventual", "tentative_mode": "suspend"}),
+CONFIGS: list[tuple[str, str, dict[str, Any]]] = [
+    ("strict", "strict", {}),
+    ("process", "process without delay",
+     {"consistency": "eventual", "tentative_mode": "process"}),
+    ("delay", "delay as much as possible",
+     {"consistency": "eventual", "tentative_mode": "delay"}),
+    ("suspend", "suspend while reconciling",
+     {"consistency": "eventual", "tentative_mode": "suspend"}),
 ]
 
 
@@ -69,55 +79,88 @@ def main() -> None:
     p.add_argument("--chains", type=int, nargs="+", default=[1, 2, 3, 4])
     p.add_argument("--work-us", type=float, default=0.0,
                    help="CPU microseconds per row per stage (the operator's cost)")
+    p.add_argument("--modes", nargs="+", default=[key for key, _, _ in CONFIGS],
+                   choices=[key for key, _, _ in CONFIGS], help="configurations to run")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs of each configuration, interleaved; medians are printed")
     a = p.parse_args()
+    if a.repeat < 1:
+        p.error("--repeat must be at least 1")
     console = Console(width=max(Console().width, 132))
     seconds = a.cut_at + a.cut + a.after
     events = int(a.rate * seconds / 3)  # per stream
     spark = spark_session("local[6,400]")
+    runs = "" if a.repeat == 1 else f", median (range) of {a.repeat} runs"
     table = Table(title=f"one of three streams cut for {a.cut:g} s at {a.cut_at:g} s, "
                         f"{a.rate:,.0f} records/s, X = {a.max_delay:g} s, {a.work_us:g} us per row "
-                        "per stage, 4 sites, 2 copies")
+                        f"per stage, 4 sites, 2 copies{runs}")
     for col in ("stages", "configuration", "max processing delay", "within the bound",
                 "tentative rows", "corrections", "stabilization per stage",
                 "longest gap: stable / any output", "stable output"):
         table.add_column(col, justify="right")
+    configs = [c for c in CONFIGS if c[0] in a.modes]
     for stages in a.chains:
         parser, sensors = _example_parser("run", str(EXAMPLE))
         argv = [str(EXAMPLE), "--events", str(events), "--stages", str(stages),
                 "--work-us", str(a.work_us)]
         args = parser.parse_args(argv)
         expected = example_reference(EXAMPLE, *argv[1:], spark=spark)
-        # the chain's own latency, without the cut: the bound is k X on top of it, the
-        # longest against the longest (the measure is a maximum)
-        base = run(sensors, args, spark, rate=a.rate)
-        own = float(base["latency_max_s"])
+        owns: list[float] = []
+        results: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in configs}
+        for i in range(a.repeat):
+            # the chain's own latency, without the cut: the bound is k X on top of it, the
+            # longest against the longest (the measure is a maximum)
+            base = run(sensors, args, spark, rate=a.rate)
+            owns.append(float(base["latency_max_s"]))
+            console.print(f"{stages} stage(s) without the cut ({i + 1}/{a.repeat}): latency "
+                          f"p99 {float(base['latency_p99_s']):.3f} s, longest {owns[-1]:.3f} s")
+            for key, name, extra in configs:
+                t = time.time()
+                eventual = {"max_delay": a.max_delay, **extra} if extra else {}
+                m = run(sensors, args, spark, rate=a.rate,
+                        cut_source=[f"humidity@{a.cut_at:g}+{a.cut:g}"], **eventual)
+                m["_delay"] = m.get("max_processing_delay_s", max_latency(m))
+                m["_equal"] = (m["rows_digest"], m["output_tuples"]) == (expected.rows_digest,
+                                                                        expected.rows)
+                results[key].append(m)
+                console.print(f"{stages} stage(s), {name} ({i + 1}/{a.repeat}): "
+                              f"{time.time() - t:.0f} s, max delay {m['_delay']:.2f} s, "
+                              f"{m.get('tentative_rows', 0):,} tentative rows, "
+                              f"{'equal' if m['_equal'] else 'DIFFERS'}")
+        own = statistics.median(owns)
         bound = stages * a.max_delay + own
-        console.print(f"{stages} stage(s) without the cut: latency p99 "
-                      f"{float(base['latency_p99_s']):.3f} s, longest {own:.3f} s, so the "
-                      f"bound is {stages} x {a.max_delay:g} + {own:.3f} = {bound:.2f} s")
-        for name, extra in CONFIGS:
-            t = time.time()
-            eventual = {"max_delay": a.max_delay, **extra} if extra else {}
-            m = run(sensors, args, spark, rate=a.rate,
-                    cut_source=[f"humidity@{a.cut_at:g}+{a.cut:g}"], **eventual)
-            delay = m.get("max_processing_delay_s", max_latency(m))
-            equal = (m["rows_digest"], m["output_tuples"]) == (expected.rows_digest,
-                                                              expected.rows)
-            within = delay <= bound
-            table.add_row(str(stages), name, f"{delay:.2f} s (bound {bound:.2f})",
-                          "[green]yes[/]" if within else "[red]no[/]",
-                          f"{m.get('tentative_rows', 0):,}", f"{m.get('corrections', 0):,}",
-                          stabilization(m),
-                          f"{m['max_output_gap_s']:.2f} / "
-                          f"{m.get('max_gap_with_tentative_s', m['max_output_gap_s']):.2f} s",
+        console.print(f"{stages} stage(s): the bound is {stages} x {a.max_delay:g} + "
+                      f"{own:.3f} = {bound:.2f} s")
+        for key, name, _ in configs:
+            ms = results[key]
+            delay = statistics.median(m["_delay"] for m in ms)
+            equal = all(m["_equal"] for m in ms)
+            table.add_row(str(stages), name,
+                          f"{spread([m['_delay'] for m in ms], '{:.2f}')} s (bound {bound:.2f})",
+                          "[green]yes[/]" if delay <= bound else "[red]no[/]",
+                          spread([m.get("tentative_rows", 0) for m in ms], "{:,.0f}"),
+                          spread([m.get("corrections", 0) for m in ms], "{:,.0f}"),
+                          stabilization(ms[len(ms) // 2]),
+                          f"{statistics.median(m['max_output_gap_s'] for m in ms):.2f} / "
+                          f"{statistics.median(gap_any(m) for m in ms):.2f} s",
                           "[green]equal[/]" if equal else "[red]differs[/]")
-            console.print(f"{stages} stage(s), {name}: {time.time() - t:.0f} s, max delay "
-                          f"{delay:.2f} s, {m.get('tentative_rows', 0):,} tentative rows, "
-                          f"{'equal' if equal else 'DIFFERS'}")
     console.print(table)
     console.print(f"availability bound: X = {a.max_delay:g} s per stage: a chain of k stages is "
                   f"allowed k X on top of its own latency (the longest of the same run without "
-                  f"the cut)")
+                  f"the cut{'' if a.repeat == 1 else ', median of the runs'})")
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """One run's figure, or the median of several with their range."""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return (f"{fmt.format(statistics.median(values))} "
+            f"({fmt.format(min(values))}-{fmt.format(max(values))})")
+
+
+def gap_any(m: dict[str, Any]) -> float:
+    """The longest stretch without any output, tentative rows counted."""
+    return float(m.get("max_gap_with_tentative_s", m["max_output_gap_s"]))
 
 
 def stabilization(m: dict[str, Any]) -> str:

@@ -678,7 +678,11 @@ class Boundary:
                 self.hold = max(self.hold, now - float(done.arrived.min()))
             out += self._sends(self.ingress.admit(released[0], now, wm, arrived=done.arrived))
         if self.episodes is not None:
-            out += self._judge(now, done)
+            # an episode's tentative rows go ahead of the stable rows released with them
+            # (they may overtake stable frames, ``protocol/channels.py``): at the heal the
+            # stable release is the whole backlog, and the rows ``delay`` held until now
+            # would otherwise wait behind it past the bound
+            out = self._judge(now, done) + out
         return out
 
     # -- checkpoints (docs/design.md §9) -------------------------------------------------------

@@ -114,9 +114,7 @@ class Feed:
                 host.input_state = "admitting"
                 if items is None:
                     break
-                for stream, item in items:
-                    self._admit(stream, item)
-                await self.wait_window()
+                await self.admit_all(items)
             host.actions.carry_out(host.core.handle(InputEnd()))
             host.input_state = "ended"
         except ConnectionLost as e:
@@ -126,6 +124,14 @@ class Feed:
         finally:
             if pump is not None:
                 pump.cancel()
+
+    async def admit_all(self, items: list[tuple[int, Any]]) -> None:
+        """What one take of the sources gave, a batch at a time: each waits for the window
+        on its own, and the loop's other tasks (the sites' frames, an episode's tentative
+        answers among them) run between two admissions, not after all of them."""
+        for stream, item in items:
+            self._admit(stream, item)
+            await self.wait_window()
 
     def _admit(self, stream: int, item: Any) -> None:
         """Stream ``stream``'s next batch (None: its end) to the core, and the records the

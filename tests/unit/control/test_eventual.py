@@ -377,3 +377,21 @@ def test_delay_ticks_when_its_next_record_has_waited_the_bound(
     rows = pa.Table.from_batches([o.message.rows for o in out if o.message.rows is not None])
     assert set(rows.column(T0).to_pylist()) == {1.1}
     assert b.next_due() == pytest.approx(2.3)
+
+
+def test_the_heal_sends_what_delay_held_ahead_of_the_stable_backlog(
+        records: tuple[pa.Table, pa.Table]) -> None:
+    """At the heal the stable release is the whole backlog of the episode, and ``delay``
+    still holds the records that have not waited X (clicks of 0.5 s, at 1.4 s): they go
+    tentatively at once (stabilization does not delay), and ahead of the stable frames
+    released in the same step, so that no site reads them after the backlog."""
+    views, _ = records
+    b, _ = opened(records, "delay")
+    out = b.handle(Input(batch=views.slice(10, 40).to_batches()[0], now=1.4, stream=VIEWS))
+    assert b.episodes is not None and b.episodes.episode.state is State.STABILIZATION
+    kinds = [type(a.message) for a in out if isinstance(a, Outgoing)]
+    assert Data in kinds and Tentative in kinds
+    assert kinds == sorted(kinds, key=lambda k: k is not Tentative)  # every Tentative first
+    sent = [t for o in tentative(out) if o.message.rows is not None
+            for t in o.message.rows.column(T0).to_pylist()]
+    assert sorted(sent) == [0.5, 1.4]  # held by delay, and new input of the stabilization
