@@ -126,12 +126,17 @@ class Feed:
                 pump.cancel()
 
     async def admit_all(self, items: list[tuple[int, Any]]) -> None:
-        """What one take of the sources gave, a batch at a time: each waits for the window
-        on its own, and the loop's other tasks (the sites' frames, an episode's tentative
-        answers among them) run between two admissions, not after all of them."""
-        for stream, item in items:
+        """What one take of the sources gave, a batch at a time, the loop's other tasks (the
+        sites' frames, an episode's tentative answers among them) running between two
+        admissions, not after all of them; then the window. The take is admitted whole: what
+        the sources produced while admission waited comes in at once when it resumes, as the
+        records of a take always have (waiting for the window batch by batch would leave a
+        paced source's buffer to overflow during a take-over)."""
+        for k, (stream, item) in enumerate(items):
+            if k:
+                await asyncio.sleep(0)
             self._admit(stream, item)
-            await self.wait_window()
+        await self.wait_window()
 
     def _admit(self, stream: int, item: Any) -> None:
         """Stream ``stream``'s next batch (None: its end) to the core, and the records the

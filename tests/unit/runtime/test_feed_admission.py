@@ -1,6 +1,6 @@
 """The driver's feed admits what one take of the sources gave a batch at a time
-(``Feed.admit_all``): each batch waits for the window on its own, so a take of several
-batches cannot overrun it, and the loop's other tasks run between two admissions."""
+(``Feed.admit_all``): the loop's other tasks run between two admissions, and the take is
+admitted whole before admission waits for the window."""
 
 from __future__ import annotations
 
@@ -34,27 +34,26 @@ class Core:
 
 
 def host(core: Core) -> SimpleNamespace:
-    h = SimpleNamespace(
+    return SimpleNamespace(
         core=core, actions=SimpleNamespace(carry_out=lambda actions: None),
         ingress=SimpleNamespace(next_isn=1), ingress_times=[], ingress_counts=[],
         stats=SimpleNamespace(events_in=0), source_rows=[0, 0],
         faults=SimpleNamespace(admitted=lambda n: None), unacked_max=0,
         outbox=SimpleNamespace(skew=SimpleNamespace(pool_used=lambda: 0)),
-        cfg=SimpleNamespace(window=core.window), input_state="", blocked_by=None)
-    h.plan = SimpleNamespace(streams=[])
-    return h
+        cfg=SimpleNamespace(window=core.window), input_state="", blocked_by=None,
+        plan=SimpleNamespace(streams=[]))
 
 
 def rows(n: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"x": list(range(n))})
 
 
-def test_each_batch_of_a_take_waits_for_the_window_and_other_tasks_run_between() -> None:
+def test_other_tasks_run_between_the_batches_of_a_take_and_then_the_window_holds() -> None:
     core = Core(window=10)
     h = host(core)
     feed = Feed.__new__(Feed)
     feed.host = h  # type: ignore[assignment]
-    seen: list[int] = []  # admissions when another task of the loop ran
+    seen: list[int] = []  # admissions made when another task of the loop ran
 
     async def go() -> None:
         h.heard = asyncio.Event()
@@ -62,18 +61,19 @@ def test_each_batch_of_a_take_waits_for_the_window_and_other_tasks_run_between()
                                                         (0, rows(4))]))
 
         async def other() -> None:
-            for _ in range(3):
+            for _ in range(4):
                 seen.append(len(core.events))
                 await asyncio.sleep(0)
 
         await other()
-        # the first batch filled the window: the second waits for an acknowledgement
-        assert len(core.events) == 1 and h.input_state == "blocked"
+        # the whole take is in though the first batch filled the window; the next waits
+        assert len(core.events) == 3 and h.input_state == "blocked"
+        assert not admitting.done()
         core.unacked = 0
         h.heard.set()
         await asyncio.wait_for(admitting, 1.0)
 
     asyncio.run(go())
-    assert seen[0] == 0 and seen[-1] == 1  # the loop ran between the admissions
+    assert seen[:3] == [0, 1, 2]  # the loop ran between two admissions
     assert [e.batch.num_rows for e in core.events] == [10, 3, 4]
     assert [e.stream for e in core.events] == [0, 1, 0]
