@@ -423,8 +423,11 @@ def first_outputs(rows: pa.RecordBatch, unsent: list[tuple[int, int]],
         first |= (sn >= lo) & (sn <= hi)
     t0 = rows.column(T0).to_numpy()
     if SRC in rows.schema.names:
-        part = rows.column(SRC).to_numpy()
-        seen = np.array([newest.get(int(q), -np.inf) for q in part], dtype=np.float64)
+        part = rows.column(SRC).to_numpy().astype(np.int64)
+        keys = np.fromiter(newest.keys(), dtype=np.int64, count=len(newest))
+        table = np.full(int(max(part.max(initial=-1), keys.max(initial=-1))) + 1, -np.inf)
+        table[keys] = np.fromiter(newest.values(), dtype=np.float64, count=len(newest))
+        seen = table[part]
     else:
         seen = np.full(sn.size, max(newest.values(), default=-np.inf))
     first |= t0 > seen

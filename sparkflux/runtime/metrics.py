@@ -70,10 +70,9 @@ class EgressMetrics:
         if correction:  # stable rows replacing tentative ones: not a first delivery
             self.corrections += batch.num_rows
             if first is not None and first.any():
-                self.max_processing_delay = max(self.max_processing_delay,
-                                                float(lat[first].max()))
-                self.max_first_correction_delay = max(self.max_first_correction_delay,
-                                                      float(lat[first].max()))
+                worst = float(lat[first].max())
+                self.max_processing_delay = max(self.max_processing_delay, worst)
+                self.max_first_correction_delay = max(self.max_first_correction_delay, worst)
         else:
             self.max_processing_delay = max(self.max_processing_delay, float(lat.max()))
         self._latencies.append(lat.astype(np.float32))
