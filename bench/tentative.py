@@ -140,7 +140,7 @@ def main() -> None:
                           "[green]yes[/]" if delay <= bound else "[red]no[/]",
                           spread([m.get("tentative_rows", 0) for m in ms], "{:,.0f}"),
                           spread([m.get("corrections", 0) for m in ms], "{:,.0f}"),
-                          stabilization(ms[len(ms) // 2]),
+                          stabilization(sorted(ms, key=lambda m: m["_delay"])[len(ms) // 2]),
                           f"{statistics.median(m['max_output_gap_s'] for m in ms):.2f} / "
                           f"{statistics.median(gap_any(m) for m in ms):.2f} s",
                           "[green]equal[/]" if equal else "[red]differs[/]")
