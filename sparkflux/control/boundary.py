@@ -872,10 +872,12 @@ class Boundary:
 
 def boundary_for(plan: PhysicalPlan, replicas: int,
                  options: ControlOptions = ControlOptions(),  # noqa: B008 - frozen
-                 end_with_output: bool = True, eventual: Eventual | None = None) -> Boundary:
+                 end_with_output: bool = True, eventual: Eventual | None = None,
+                 race: bool = False) -> Boundary:
     """A boundary with a fresh controller over chained declustering of ``replicas`` copies,
-    run as ``options`` say (``eventual``: ``--consistency eventual``)."""
-    layout = Layout(plan.sites, plan.partitions, replicas)
+    run as ``options`` say (``eventual``: ``--consistency eventual``; ``race``: racing
+    replicas, ``--ha race``)."""
+    layout = Layout(plan.sites, plan.partitions, replicas, race=race)
     controller = Controller(plan.sites, ha=replicas > 1, layout=layout,
                             stages=len(plan.stages), options=options)
     return Boundary(plan, layout, controller, end_with_output, eventual)

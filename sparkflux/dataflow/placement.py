@@ -249,7 +249,8 @@ class Layout:
     (make before break). ``columns`` = replicas + spare is the width of every role array."""
 
     def __init__(self, sites: int, partitions: int, replicas: int,
-                 ring: Sequence[int] | None = None, spare: int | None = None) -> None:
+                 ring: Sequence[int] | None = None, spare: int | None = None,
+                 race: bool = False) -> None:
         if replicas < 1:
             raise PlanError(f"replicas must be at least 1 (got {replicas})")
         if sites < replicas:
@@ -260,6 +261,11 @@ class Layout:
         self.replicas = replicas
         self.spare = (1 if replicas > 1 else 0) if spare is None else spare
         self.columns = replicas + self.spare
+        # How the copies feed each other (``protocol/roles.py``): False, Flux-HA's process
+        # pairs (copy r of a producer sends to copy r of its consumer, the others hold); True,
+        # racing replicas (every producer copy sends to every consumer copy, and each input
+        # passes the first copy of a row that arrives: ``protocol/dedup.py``)
+        self.race = race
         self._site = np.full((partitions, self.columns), NOWHERE, dtype=np.int32)
         self.ring: tuple[int, ...] = ()
         self.set_ring(range(sites) if ring is None else ring)
@@ -285,7 +291,8 @@ class Layout:
         self.sites = max(self.sites, sites)
 
     def copy(self) -> Layout:
-        out = Layout(len(self.ring), self.partitions, self.replicas, self.ring, self.spare)
+        out = Layout(len(self.ring), self.partitions, self.replicas, self.ring, self.spare,
+                     self.race)
         out._site[...] = self._site
         out.sites = self.sites
         return out

@@ -17,6 +17,16 @@ streams, in SN order: the order-preserving merge that keeps replicas identical. 
 is the take-over of the egress / FH-Cons (SIGMOD Fig. 4 action 1): a dead sender means
 ``reverse`` to a surviving producer replica; a dead acknowledgement target stops acks. The
 egress is this class with one consumer and the last stage's partitions as producers.
+
+Racing replicas (``sender`` = ``RACE`` everywhere, ``roles.py``): a consumer copy takes
+stream p -> q from every complete copy of p it acknowledges to, and passes the first copy of
+each row to arrive: the duplicate filter of Hwang et al. (Algorithm 1). The copies' streams
+carry the same rows under the same ``(SN, SNM)``. A frame's claim is the paper's
+punctuation, and it covers every row in the frame (``_race_check``), so the stream's
+progress, the highest claim any copy made, decides alone: a row at or below it came already,
+from this copy's earlier frames or another's; a row above it is new. The filter keeps no
+keys. A dead copy is only struck off (no ``reverse``); a rebuilt one is raced again from its
+``psync`` on, when its buffer holds everything above what the consumer has.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from sparkflux.protocol.messages import (
     Reverse,
     Streams,
 )
+from sparkflux.protocol.roles import RACE
 
 
 class PartitionLost(ProtocolError):
@@ -75,6 +86,8 @@ class ConsumerSet:
         # [P, R]: the layout's live table (moves change it in place), or the driver's [[-1]]
         self.producer_site = np.asarray(producer_site, dtype=np.int32)
         self.sender = sender.astype(np.int8).copy()  # [Qn, P]
+        self.race = bool(self.sender.size) and bool((self.sender == RACE).all())
+        self.duplicates = 0  # racing replicas: rows dropped, another copy brought them first
         self.ack_to = _ack_mask(ack_to, self.producer_site.shape[1])  # [Qn, P, R]
         self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
         self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
@@ -126,7 +139,10 @@ class ConsumerSet:
         if src is not None:
             ok &= self.producer_site[st.p, st.r] == src
         ok[ok] &= self.installed[qi[ok]]
-        ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
+        if self.race:  # every complete copy raced: those acknowledged to
+            ok[ok] &= self.ack_to[qi[ok], st.p[ok], st.r[ok]] & self.complete[st.p[ok], st.r[ok]]
+        else:
+            ok[ok] &= self.sender[qi[ok], st.p[ok]] == st.r[ok]
         # which frame each accepted stream entry came from (a single frame needs no index)
         frame = np.repeat(np.arange(len(frames)), [len(f.streams) for f in frames])[ok] \
             if more else None
@@ -182,7 +198,10 @@ class ConsumerSet:
                            -1)
             keep = rqi >= 0
             keep[keep] &= key_ok[rqi[keep], src[keep]]
-            if keep.any():
+            if keep.any() and self.race:  # another copy's rows came first: dropped
+                keep[keep] = self._first_copies(f, rqi[keep], src[keep], sn[keep],
+                                                floor[rqi[keep], src[keep]])
+            elif keep.any():
                 dup = sn[keep] <= floor[rqi[keep], src[keep]]
                 if dup.any():
                     streams = sorted(set(zip(src[keep][dup].tolist(), q[keep][dup].tolist(),
@@ -196,6 +215,34 @@ class ConsumerSet:
             elif keep.any():
                 self.pending.append(batch.filter(pa.array(keep)))
             self.rows_in += int(keep.sum())
+
+    def _first_copies(self, f: Data, qi: np.ndarray, p: np.ndarray, sn: np.ndarray,
+                      floor: np.ndarray) -> np.ndarray:
+        """Racing replicas' duplicate filter: the rows of frame ``f`` (of streams (qi, p))
+        above their stream's progress before it (``floor``) pass; the others came first
+        from another copy, or from this one's earlier frames.
+
+        It rests on every row a copy sends being covered by the claim of its frame (an
+        operator holds rows above its progress back: ``HeldRows``): the claims alone then
+        tell which rows came already. A row above its frame's claim is a protocol bug,
+        reported."""
+        st = f.streams
+        claim = np.full((self.parts.size, self.sender.shape[1]), NO_PROGRESS, dtype=np.int64)
+        sqi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
+                       -1)
+        mine = sqi >= 0
+        np.maximum.at(claim, (sqi[mine], st.p[mine]), st.sn[mine])
+        above = sn > claim[qi, p]
+        if above.any():
+            streams = sorted(set(zip(p[above].tolist(), self.parts[qi[above]].tolist(),
+                                     strict=True)))
+            raise ProtocolError(
+                f"FH-Cons of {self.name}: racing copies need every row covered by its "
+                f"frame's claim; rows of streams (p, q) {streams[:3]} came above it "
+                f"(SNs {sn[above][:3].tolist()})")
+        first: np.ndarray = sn > floor
+        self.duplicates += int(first.size - first.sum())
+        return first
 
     def _acks(self, qi: np.ndarray, p: np.ndarray) -> list[Outgoing]:
         k, target = np.nonzero(self.ack_to[qi, p])
@@ -353,6 +400,9 @@ class ConsumerSet:
     # -- take-over -------------------------------------------------------------------------------
     def on_fail(self, dead: np.ndarray) -> list[Outgoing]:
         """``dead[p, r]``: producer replicas that failed. Returns the ``reverse`` messages."""
+        if self.race:
+            self._race_fail(dead)
+            return []
         asks: list[tuple[int, int, int, int]] = []  # (p, alt, q, c)
         n_rep = dead.shape[1]
         pp = np.arange(self.sender.shape[1])
@@ -369,19 +419,7 @@ class ConsumerSet:
                 alive = [(s + k) % n_rep for k in range(1, n_rep)
                          if not dead[p, (s + k) % n_rep] and self.complete[p, (s + k) % n_rep]]
                 if not alive:
-                    gone = [int(x) for x in np.flatnonzero(dead.all(axis=1))]
-                    if p not in gone:  # a live copy is left, but it is still being rebuilt
-                        raise PartitionLost(
-                            f"every complete replica of partition {p} of {self.producers} "
-                            f"failed; the one left is still being caught up (its fold-in, "
-                            f"psync, has not reached {self.name}), so it lacks rows "
-                            f"{self.name} has not received")
-                    they, them, their = ("they", "them", "their") if len(gone) > 1 \
-                        else ("it", "it", "its")
-                    raise PartitionLost(
-                        f"every replica of {_partitions(gone)} of {self.producers} failed "
-                        f"before {they} could be recovered; {self.name} reads from {them} "
-                        f"and cannot go on without losing {their} state")
+                    self._lost(p, dead)
                 alt = alive[0]
                 self.sender[i, p] = alt
                 self.ack_to[i, p, alt] = False  # it sends to us now and waits for us no more
@@ -398,6 +436,32 @@ class ConsumerSet:
                                               r=r_.astype(np.int8), q=q_.astype(np.int32),
                                               c=c_.astype(np.int8), floor=floor.copy())))
         return out
+
+    def _lost(self, p: int, dead: np.ndarray) -> None:
+        """Raise ``PartitionLost`` for producer partition p: no complete copy is left."""
+        gone = [int(x) for x in np.flatnonzero(dead.all(axis=1))]
+        if p not in gone:  # a live copy is left, but it is still being rebuilt
+            raise PartitionLost(
+                f"every complete replica of partition {p} of {self.producers} "
+                f"failed; the one left is still being caught up (its fold-in, "
+                f"psync, has not reached {self.name}), so it lacks rows "
+                f"{self.name} has not received")
+        they, them, their = ("they", "them", "their") if len(gone) > 1 else ("it", "it", "its")
+        raise PartitionLost(
+            f"every replica of {_partitions(gone)} of {self.producers} failed "
+            f"before {they} could be recovered; {self.name} reads from {them} "
+            f"and cannot go on without losing {their} state")
+
+    def _race_fail(self, dead: np.ndarray) -> None:
+        """Racing replicas: the dead copies are struck off; the live ones were sending all
+        along. A stream with no complete live copy left loses rows: ``PartitionLost``."""
+        for i in np.flatnonzero(self.installed):
+            hit = (self.ack_to[i] & dead).any(axis=1)
+            if not hit.any():
+                continue
+            self.ack_to[i] &= ~dead
+            for p in np.flatnonzero(hit & ~(self.ack_to[i] & self.complete).any(axis=1)):
+                self._lost(int(p), dead)
 
     def _forget_claims(self, i: int, safe: int) -> None:
         self.claims_sn[i] = _EMPTY
@@ -506,6 +570,11 @@ class ConsumerSet:
                 raise PartitionLost(f"every replica of partition {p} of {self.producers} "
                                     f"failed; {what}, which reads from it, cannot be caught "
                                     f"up")
+            if self.race:  # raced from every complete copy, each resending above the floor
+                self.ack_to[i, p] = False
+                self.ack_to[i, p, live] = True
+                entries += [(int(self.producer_site[p, r]), p, r, True, True) for r in live]
+                continue
             sender = live[0]
             self.sender[i, p] = sender
             self.ack_to[i, p] = False
@@ -520,10 +589,12 @@ class ConsumerSet:
         self.complete[msg.p, msg.r] = True
         entries = []
         for i in range(self.parts.size):
-            if self.installed[i] and self.sender[i, msg.p] != msg.r:
+            if self.installed[i] and (self.race or self.sender[i, msg.p] != msg.r):
                 self.ack_to[i, msg.p, msg.r] = True
-                entries.append((int(self.producer_site[msg.p, msg.r]), msg.p, msg.r, False,
-                                True, i))
+                # racing: r sends too, from above what this copy has (r has held its whole
+                # output for it, and this copy has had the survivor's up to r's start)
+                entries.append((int(self.producer_site[msg.p, msg.r]), msg.p, msg.r,
+                                self.race, True, i))
         return self._rejoins_rows(entries) if entries else []
 
     def rebuilding(self, copies: np.ndarray) -> None:

@@ -92,6 +92,7 @@ class Heartbeat:
     out_part: npt.NDArray[np.int64] = field(default_factory=_empty)
     held: int = 0
     pending: int = 0
+    sent_bytes: int = 0  # bytes the process has written to all its connections so far
     # For the run's progress (``runtime/progress_log.py``), every ``STATE_EVERY``
     # heartbeats (``has_state``; empty between): the event-time watermark of every installed
     # consumer replica (its stage, partition and watermark), and the state of every hosted

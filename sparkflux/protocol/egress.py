@@ -4,7 +4,9 @@ It is an FH-Cons with one consumer and the last stage's partitions as producers:
 partition's output from one replica (initially replica 0, S-Prod^P), acknowledges everything
 it receives to the other (S-Prod^S, whose buffer is the duplicate filter), merges in SN order
 up to the minimum progress, and hands the rows to the sink. On a failure of the replica it
-reads from, it sends ``reverse`` to the survivor (SIGMOD Fig. 4, action 1).
+reads from, it sends ``reverse`` to the survivor (SIGMOD Fig. 4, action 1). With racing
+replicas (``--ha race``) every copy sends, and the egress delivers the first copy of each row
+to arrive (``ConsumerSet``'s race filter): a failure needs no take-over.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ class Egress:
         the copy read, the copies acknowledged, and those still being rebuilt."""
         site = self.layout.table()[p]
         copy = int(self.cons.sender[0, p])
+        if self.cons.race:
+            raced = [f"copy {r} on site {int(site[r])}"
+                     for r in np.flatnonzero(self.cons.ack_to[0, p] & self.cons.complete[p])]
+            return (f"it races {', '.join(raced)}, taking each row from the first"
+                    if raced else "no complete copy of it is left")
         text = f"it reads it from copy {copy} on site {int(site[copy])}"
         acked = [f"copy {r} on site {int(site[r])}"
                  for r in np.flatnonzero(self.cons.ack_to[0, p])]

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from sparkflux.dataflow.placement import NOWHERE, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
-from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, Progress
+from sparkflux.model.progress import END_OF_STREAM, NO_PROGRESS, NO_WATERMARK, Frontier, Progress
 from sparkflux.model.schema import PART, SN, SNM, T0
 from sparkflux.protocol.messages import SRC, Ack, Outgoing, Rejoin, Retaining
 from sparkflux.protocol.producer import ProducerBuffer
@@ -27,6 +27,9 @@ from sparkflux.protocol.tentative import tentative_sends
 # The ingress's steps are stateless (a stateful one needs an exchange before it): they get
 # no progress to react to.
 _STATELESS = Frontier.every(Progress(), 1)
+
+
+RACE_LAG = 8  # racing replicas: how many windows a slow copy may fall behind the fastest
 
 
 class Ingress:
@@ -173,7 +176,19 @@ class Ingress:
         A replica being caught up is left out until it rejoins (its rows are retained for it,
         and its catch-up needs no more input)."""
         low = self._lowest()
-        return 0 if low is None else max(0, self.next_isn - 1 - low[0])
+        if low is None:
+            return 0
+        behind = max(0, self.next_isn - 1 - low[0])
+        if not self.layout.race:
+            return behind
+        # Racing replicas: admission goes at the pace of each partition's fastest copy (a
+        # slow or hung copy is raced past), and a copy may fall up to ``RACE_LAG`` times as
+        # far behind before it holds admission back: what the ingress and the producers
+        # retain for it stays bounded.
+        fed = self.buffer.send[0]
+        lead = np.where(fed, self.buffer.acked[0], NO_PROGRESS).max(axis=1)
+        first = int(lead[fed.any(axis=1)].min())
+        return max(self.next_isn - 1 - first, -(-behind // RACE_LAG), 0)
 
     def slowest(self) -> tuple[int, int, int] | None:
         """(acknowledged SN, partition q, replica c) of the fed first-stage replica that has

@@ -17,6 +17,13 @@ is dead from the start: nobody sends to it, waits for it or acknowledges to it.
 
 With one replica nobody waits, and only the first stage acknowledges: to the ingress, whose
 admission counts what every first-stage replica has acknowledged (docs/flow-control.md).
+
+Racing replicas (``Layout.race``, ``--ha race``; Hwang et al.): every copy of a producer
+partition sends to and waits for every copy of each consumer partition, the egress included;
+every consumer copy (and the egress) takes stream p -> q from every complete copy of p
+(``sender`` = ``RACE``), passes the first copy of each row that arrives (``ConsumerSet``'s
+race filter) and acknowledges its progress to them all. A copy's failure needs no take-over:
+the others were sending all along.
 """
 
 from __future__ import annotations
@@ -25,11 +32,20 @@ import numpy as np
 
 from sparkflux.dataflow.placement import DRIVER, NOWHERE, Layout
 
+RACE = -1  # ``sender``: every complete copy of the producer partition it acknowledges to
+
 
 def producer_roles(layout: Layout, producers: dict[int, int], to_egress: bool
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(consumer_site[Q, C], send[Pn, Q, C], wait[Pn, Q, C]) for hosted producer replicas."""
     rep = np.array([producers[p] for p in sorted(producers)], dtype=np.int8)
+    if layout.race:
+        if to_egress:
+            every = np.ones((rep.size, 1, 1), dtype=bool)
+            return np.full((1, 1), DRIVER, dtype=np.int32), every, every.copy()
+        there = np.broadcast_to((layout.table() != NOWHERE)[None, :, :],
+                                (rep.size, layout.partitions, layout.columns))
+        return layout.table(), there, there.copy()
     if to_egress:
         site = np.full((1, 1), DRIVER, dtype=np.int32)
         send = (rep == 0)[:, None, None]
@@ -61,6 +77,11 @@ def consumer_roles(layout: Layout, consumers: dict[int, int], first_stage: bool
         # with one replica too: the ingress admits input by these acknowledgements
         ack_to = np.ones((rep.size, 1, 1), dtype=bool)
         return site, sender, ack_to
+    if layout.race:
+        sender = np.full((rep.size, layout.partitions), RACE, dtype=np.int8)
+        there = np.broadcast_to((layout.table() != NOWHERE)[None, :, :],
+                                (rep.size, layout.partitions, layout.columns))
+        return layout.table(), sender, there.copy()
     sender = np.repeat(rep[:, None], layout.partitions, axis=1)
     ack_to = ((sender[:, :, None] != np.arange(layout.columns)[None, None, :])
               & (layout.table() != NOWHERE)[None, :, :])
@@ -68,6 +89,8 @@ def consumer_roles(layout: Layout, consumers: dict[int, int], first_stage: bool
 
 
 def egress_roles(layout: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if layout.race:
+        return consumer_roles(layout, {0: 0}, first_stage=False)
     sender = np.zeros((1, layout.partitions), dtype=np.int8)
     ack_to = ((np.arange(layout.columns) != 0)[None, None, :]
               & (layout.table() != NOWHERE)[None, :, :])

@@ -229,6 +229,7 @@ class Beat:
     refused: int = 0
     held: int = 0
     memory_pause_s: float = 0.0  # the longest the loop spent at once on a spill or a load
+    sent_bytes: int = 0  # bytes the process has written to all its connections
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -627,7 +628,8 @@ class SiteBoundary:
             capacity_s=ev.capacity_s, at=ev.at,
             counts=core.processed.copy() if core else none, refused=ev.refused,
             in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part, held=ev.held,
-            pending=core.pending_rows() if core else 0, memory_pause_s=ev.memory_pause_s)
+            pending=core.pending_rows() if core else 0, memory_pause_s=ev.memory_pause_s,
+            sent_bytes=ev.sent_bytes)
         if core is not None and self._beats % STATE_EVERY == 0:
             op, part, keys, nbytes = core.state_sizes()
             wm_stage, wm_part, wm = core.watermarks()

@@ -60,7 +60,7 @@ from sparkflux.runtime.security import make_security
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.site_load import site_load
 from sparkflux.runtime.snapshots import SnapshotStore
-from sparkflux.runtime.transport import Connection, ConnectionLost, start_server
+from sparkflux.runtime.transport import Connection, ConnectionLost, bytes_sent_total, start_server
 
 log = logging.getLogger(__name__)
 STOP_DRAIN_S = 5.0  # at the run's end, how long the ``stop`` frames may take to leave, in all
@@ -102,7 +102,8 @@ class Host:
             heartbeat_timeout=cfg.heartbeat_timeout, recovery=cfg.recovery,
             balance=cfg.balance,
             policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s,
-                                mode=cfg.policy)), eventual=cfg.eventual)
+                                mode=cfg.policy)), eventual=cfg.eventual,
+            race=cfg.ha == "race")
         self.core.handle(StartTimes(fixed=cfg.standby_wait))  # nothing measured yet
         self.digest = self.digests[0]  # the output digest: the first sink's
         # the same rows, order and numbering aside (each sink's)
@@ -132,6 +133,9 @@ class Host:
         self.utilisation: dict[int, list[tuple[float, float, float]]] = {}  # t, busy, slept
         self.site_load: dict[int, dict[str, float]] = {}  # the last heartbeat's counters
         self.site_refused: dict[tuple[int, int], int] = {}  # (slot, attempt) -> refused
+        # (slot, attempt) -> bytes its process wrote to its connections, at its last heartbeat
+        self.site_sent: dict[tuple[int, int], int] = {}
+        self.sent_at_start = bytes_sent_total()  # the driver's process hosts run after run
         self.port: int | None = None
         self.failure: str | None = None
         self.done = threading.Event()
@@ -467,6 +471,7 @@ class Host:
                     if member:
                         self.progress.heartbeat(slot, msg)
                     self.site_refused[(slot, attempt)] = msg.refused
+                    self.site_sent[(slot, attempt)] = msg.sent_bytes
                 elif isinstance(msg, cm.Unreachable) and member:
                     # (a crash resets its links at every peer: the exclusion, if any, is
                     # the controller's warning)

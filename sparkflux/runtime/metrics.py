@@ -16,6 +16,8 @@ import pyarrow as pa
 
 from sparkflux.model.schema import T0
 
+LATENCY_BOUNDS_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)  # the metrics' ``latency_within``
+
 
 @dataclass
 class EgressMetrics:
@@ -123,8 +125,13 @@ class EgressMetrics:
         out: dict[str, Any] = {
             "latency_p50_s": round(float(np.percentile(lat, 50)), 6) if lat.size else 0.0,
             "latency_p99_s": round(float(np.percentile(lat, 99)), 6) if lat.size else 0.0,
+            "latency_p999_s": round(float(np.percentile(lat, 99.9)), 6) if lat.size else 0.0,
             "latency_max_s": round(float(lat.max()), 6) if lat.size else 0.0,
             "max_output_gap_s": round(self.max_gap(), 6),
+            # the share of the output delivered within each bound (seconds), as the racing
+            # replicas paper measures availability
+            "latency_within": {str(b): round(float((lat <= b).mean()), 6) if lat.size else 1.0
+                               for b in LATENCY_BOUNDS_S},
         }
         if self.eventual:
             # the availability bound's measure: the longest a row took to reach the output

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sparkflux.runtime.transport import bytes_sent_total
+
 if TYPE_CHECKING:
     from sparkflux.control.moves import MoveRecord
     from sparkflux.runtime.driver import Host
@@ -94,6 +96,9 @@ def result_metrics(host: Host) -> dict[str, Any]:
         "driver_cpu_share": (round((host.cpu_end - host.cpu_start) / duration, 3)
                              if host.cpu_end > host.cpu_start and duration > 0 else None),
         # connections closed before or right after authentication, never decoded
+        # what the run wrote to its connections (the sites' as of their last heartbeats)
+        "bytes_sent": {"driver": bytes_sent_total() - host.sent_at_start,
+                       "sites": sum(host.site_sent.values())},
         "refused_connections": {"driver": host.gate.total_refused,
                                 "sites": sum(host.site_refused.values()),
                                 "driver_reasons": dict(host.gate.refused)},

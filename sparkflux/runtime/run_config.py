@@ -93,7 +93,7 @@ class RunConfig:
     shipped: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.replicas is None or self.ha != "flux":  # --ha none keeps one copy
+        if self.replicas is None or self.ha == "none":  # --ha none keeps one copy
             object.__setattr__(self, "replicas", default_replicas(self.ha))
 
     @classmethod
@@ -113,7 +113,8 @@ class RunConfig:
             rescales=o.rescale, squeezes=o.squeeze, site_memory=o.site_memory,
             policy=o.policy,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
-            balance=o.balance, delta_min=o.balance_delta_min, window_s=o.balance_window,
+            balance=o.balance and o.ha != "race", delta_min=o.balance_delta_min,
+            window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,
             checkpoint=o.checkpoint, checkpoint_interval=o.checkpoint_interval,
             checkpoint_keep=o.checkpoint_keep)

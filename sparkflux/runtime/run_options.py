@@ -70,10 +70,12 @@ class RunOptions:
 
     sites: int = option(4, "number of sites (Spark tasks)")
     partitions: int = option(32, "mini-partitions per stage")
-    ha: str = option("none", "availability mode", choices=("none", "flux"))
+    ha: str = option("none", "availability mode: none, flux (process pairs with take-over) "
+                             "or race (racing replicas: every copy feeds every copy, the first "
+                             "to arrive wins)", choices=("none", "flux", "race"))
     replicas: int | None = option(
-        None, f"with --ha flux: copies of every partition, on different sites (default "
-              f"{FLUX_REPLICAS}; K copies survive any K-1 sites failing at once)")
+        None, f"with --ha flux or race: copies of every partition, on different sites "
+              f"(default {FLUX_REPLICAS}; K copies survive any K-1 sites failing at once)")
     master: str | None = option(
         None, "Spark master URL (default: embedded local mode local[SITES,400])")
     rate: float | None = option(
@@ -236,8 +238,8 @@ class RunOptions:
         sites = self.sites
         if isinstance(sites, bool) or not isinstance(sites, int) or sites < 1:
             raise PlanError(f"sites={sites!r}: give a number of sites, 1 or more")
-        if self.ha not in ("none", "flux"):
-            raise PlanError(f"ha={self.ha!r}: use 'none' or 'flux'")
+        if self.ha not in ("none", "flux", "race"):
+            raise PlanError(f"ha={self.ha!r}: use 'none', 'flux' or 'race'")
         if self.policy not in ("cpu", "memory", "hybrid"):
             raise PlanError(f"policy={self.policy!r}: use 'cpu', 'memory' or 'hybrid'")
         if self.recovery not in ("standby", "survivors"):
@@ -292,6 +294,7 @@ class RunOptions:
         restart_option(self.restart, self.checkpoint)
         consistency_options(self.consistency, self.max_delay, self.tentative_mode,
                             self.tentative_output)
+        race_options(self)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalised while constructed (frozen after)
@@ -311,18 +314,38 @@ class RunOptions:
 
 def default_replicas(ha: str) -> int:
     """The copies of every partition without ``--replicas``."""
-    return FLUX_REPLICAS if ha == "flux" else 1
+    return FLUX_REPLICAS if ha in ("flux", "race") else 1
+
+
+# What --ha race does not combine with yet: the option, and what it needs of the run
+RACE_ALONE = (("rescale", "--rescale"), ("checkpoint", "--checkpoint"),
+              ("site_memory", "--site-memory"))
+
+
+def race_options(o: RunOptions) -> None:
+    """``--ha race`` runs without moves (no balancing rounds: ``RunConfig`` turns them off),
+    checkpoints and eventual consistency for now: a combination fails fast, saying what to
+    drop."""
+    if o.ha != "race":
+        return
+    given = [flag for name, flag in RACE_ALONE if getattr(o, name)]
+    if o.consistency != "strict":
+        given.append("--consistency eventual")
+    if given:
+        raise PlanError(f"--ha race does not combine with {', '.join(given)} yet: drop "
+                        f"{'it' if len(given) == 1 else 'them'}, or use --ha flux")
 
 
 def replicas_option(ha: str, replicas: int | None, sites: int) -> int:
     """``--replicas``, checked against ``--ha`` and ``--sites`` (a bad one fails fast)."""
     if replicas is None:
         return default_replicas(ha)
-    if ha != "flux":
-        raise PlanError("--replicas needs --ha flux (--ha none keeps one copy of every "
-                        "partition)")
+    if ha not in ("flux", "race"):
+        raise PlanError("--replicas needs --ha flux or --ha race (--ha none keeps one copy of "
+                        "every partition)")
     if replicas < FLUX_REPLICAS:
-        raise PlanError(f"--replicas {replicas}: Flux-HA keeps at least {FLUX_REPLICAS} copies "
+        mode = "Flux-HA" if ha == "flux" else "Racing replicas"
+        raise PlanError(f"--replicas {replicas}: {mode} keeps at least {FLUX_REPLICAS} copies "
                         f"of every partition (for one copy, use --ha none)")
     if replicas > sites:
         raise PlanError(f"--replicas {replicas} keeps {replicas} copies of every partition on "

@@ -65,7 +65,13 @@ from sparkflux.runtime.site_door import Door
 from sparkflux.runtime.site_watch import Watch
 from sparkflux.runtime.snapshots import SnapshotStore
 from sparkflux.runtime.state_mover import StateMover
-from sparkflux.runtime.transport import Connection, ConnectionLost, connect, start_server
+from sparkflux.runtime.transport import (
+    Connection,
+    ConnectionLost,
+    bytes_sent_total,
+    connect,
+    start_server,
+)
 
 log = logging.getLogger(__name__)
 # what other modules import from here (``LINK_TIMEOUT_S``: the core's, the options' default)
@@ -97,6 +103,7 @@ class SiteConfig:
     advertise_host: str
     security: Security
     replicas: int = 1
+    race: bool = False  # --ha race: every copy feeds every copy (``protocol/roles.py``)
     # Heartbeats carry the load counters too: the driver answers the policy's collect from
     # the first one after it, so a round waits at most this long for each sample.
     heartbeat_interval: float = 0.1
@@ -143,10 +150,13 @@ class Site:
         self.on_registered = on_registered
         self.plan = plan
         self.boundary = SiteBoundary(cfg.site, cfg.attempt, plan,
-                                     Layout(plan.sites, plan.partitions, cfg.replicas),
+                                     Layout(plan.sites, plan.partitions, cfg.replicas,
+                                            race=cfg.race),
                                      cfg.link_timeout, site_door.CLAIM_WAIT_S,
                                      budget=cfg.memory)
         self.schema_of = schemas_of(plan)
+        # this process may have hosted a site before (Spark reuses its Python workers)
+        self.sent_at_start = bytes_sent_total()
         self.peers: dict[int, Connection] = {}
         self.driver: Connection | None = None  # data (and set-up) connection to the driver
         self.control: Connection | None = None  # the controller's: never behind data

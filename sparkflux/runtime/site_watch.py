@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sparkflux.protocol.site_boundary import Beat, LinkCheck, MemoryCheck
-from sparkflux.runtime.transport import Connection
+from sparkflux.runtime.transport import Connection, bytes_sent_total
 
 if TYPE_CHECKING:
     from sparkflux.runtime.site import Site
@@ -42,7 +42,8 @@ class Watch:
                              passes=sched.passes, cpu_s=time.process_time(),
                              capacity_s=sched.capacity_now(), at=time.monotonic(),
                              refused=host.gate.total_refused, held=host.outbox.held_rows(),
-                             memory_pause_s=host.memory_pause_s))
+                             memory_pause_s=host.memory_pause_s,
+                             sent_bytes=bytes_sent_total() - host.sent_at_start))
             host.memory_step(MemoryCheck(now=time.monotonic()))  # spills and loads, if any
 
     async def links(self) -> None:

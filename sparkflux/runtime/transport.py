@@ -32,6 +32,15 @@ READ_LIMIT = 1 << 14
 REPORT_MAX_FRAME = 1 << 20
 
 
+_SENT = [0]  # bytes this process wrote to all its connections
+
+
+def bytes_sent_total() -> int:
+    """Bytes this process has written to all its connections so far (the run's replication
+    cost: the heartbeats carry a site's, the metrics sum them)."""
+    return _SENT[0]
+
+
 class ConnectionLost(Exception):
     """The peer at the other end of a connection is gone (EOF, reset or bad frame)."""
 
@@ -87,7 +96,9 @@ class Connection:
         if self.closed or self.writer.is_closing():
             raise ConnectionLost(f"connection to {self.peer} is closed")
         self.writer.writelines(pieces)
-        self.bytes_sent += frame_size(pieces)
+        size = frame_size(pieces)
+        self.bytes_sent += size
+        _SENT[0] += size
 
     def send(self, msg: Any) -> None:
         self._write(encode(msg))

@@ -225,6 +225,9 @@ class SimResult:
     early: int = 0  # stable rows above an open episode's base delivered before its undo
     delivered_at: list[int] = field(default_factory=list)  # steps of stable rows delivered
     last_input: int = 0  # the step the last input batch was admitted
+    # --ha race: rows the duplicate filters dropped (another copy brought them first), at
+    # the egress and over the live sites' inputs
+    raced: int = 0
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -238,7 +241,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
              restore: tuple[dict[str, Any], list[Any]] | None = None,
              store: dict[str, Any] | None = None,
              eventual: Eventual | None = None, pace: int = 0,
-             pass_rows: tuple[int, ...] = ()) -> SimResult:
+             pass_rows: tuple[int, ...] = (), race: bool = False) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
@@ -268,6 +271,9 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
 
     ``eventual``: ``--consistency eventual`` (its delay bound in steps); the output kept is
     the stable rows, the rest of the deliveries go to ``SimResult.tentative``.
+
+    ``race``: racing replicas (``--ha race``): every copy of a producer partition sends to
+    every copy of each consumer partition, each taking the first copy of a row to arrive.
 
     ``pace``: at most one input batch every that many steps (a paced source, as the
     runtime's ``--rate``), so that the input flows through a failure; 0: as fast as the
@@ -305,7 +311,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     site_plan = plan.for_sites()
     if eventual is not None:  # every merge on the sites under the delay bound too
         site_plan = replace(site_plan, max_delay=eventual.max_delay)
-    layout = Layout(plan.sites, plan.partitions, replicas)
+    layout = Layout(plan.sites, plan.partitions, replicas, race=race)
     net = Network(rng) if fifo else Network(rng, overtakes=_overtakes)
     hung: dict[int, tuple[int, int]] = {}  # slot -> (hung since, wakes at)
     zombies: set[int] = set()  # excluded while hung: it still has its unread frames
@@ -349,7 +355,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
         heartbeat_timeout=float(clock.heartbeat_timeout) if clock else 1e9,
         recovery=recovery, balance=balance, policy=policy,
         link_settle=float(clock.settle if clock else 0)), end_with_output=False,
-        eventual=eventual)
+        eventual=eventual, race=race)
     store = store if store is not None else {}
     handed = [0] * len(plan.streams)  # records each source handed over (its position)
     if restore is not None:
@@ -837,7 +843,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      [m.reason for m in controller.moves], spills[1], tentative,
                      corrections[0], core.hold,
                      core.episodes.max_wait if core.episodes is not None else 0.0, overdue,
-                     early[0], delivered_at, last_admit)
+                     early[0], delivered_at, last_admit,
+                     core.egress.cons.duplicates + sum(
+                         c.duplicates for k, b in sites.items()
+                         if k not in crashed_now and b.core is not None for c in b.core.cons))
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

@@ -134,7 +134,7 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
         raise PlanError("--kill LEVEL:SITE@SECONDS kills a site's process, executor or Worker on "
                         "this machine: it needs a Spark standalone cluster here (--master "
                         "spark://...); in local mode the JVM above the sites is the driver's")
-    check_session(spark, tasks, cfg.ha == "flux", user_session=not own,
+    check_session(spark, tasks, cfg.ha != "none", user_session=not own,
                   source_slots={type(src).__name__: src.task_slots
                                 for src in plan.sources if src.task_slots})
     if dataflow_file is not None:

@@ -38,6 +38,7 @@ class SiteSettings:
     checkpoint: str | None = None  # --checkpoint: where the sites write their parts
     restore: int = -1  # the checkpoint the sites start from (-1: none)
     memory: int | None = None  # each site's memory budget in bytes (None: none)
+    race: bool = False  # --ha race
 
     @classmethod
     def of(cls, cfg: Any, controller: tuple[str, int], site_bind: str) -> SiteSettings:
@@ -48,7 +49,8 @@ class SiteSettings:
                    bind_host=site_bind, advertise_host=site_bind, security=cfg.security,
                    replicas=cfg.replicas, cpu_cap=cfg.site_cpu, link_timeout=cfg.link_timeout,
                    checkpoint=cfg.checkpoint, restore=cfg.restore,
-                   memory=None if cfg.site_memory is None else int(cfg.site_memory * (1 << 20)))
+                   memory=None if cfg.site_memory is None else int(cfg.site_memory * (1 << 20)),
+                   race=cfg.ha == "race")
 
 
 def make_site_task(blob: bytes, settings: SiteSettings
@@ -76,7 +78,7 @@ def make_site_task(blob: bytes, settings: SiteSettings
                              controller_port=port, bind_host=bind, advertise_host=advertise,
                              security=s.security, replicas=s.replicas, cpu_cap=s.cpu_cap,
                              link_timeout=s.link_timeout, checkpoint=s.checkpoint,
-                             restore=s.restore, memory=s.memory)
+                             restore=s.restore, memory=s.memory, race=s.race)
             plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
             yield run_site(cfg, plan, guard.registered)
 

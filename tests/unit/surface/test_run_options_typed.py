@@ -219,6 +219,34 @@ def test_the_sites_get_the_replica_count_and_timeouts_from_the_run() -> None:
     assert SiteSettings.of(none, ("h", 1), "127.0.0.1").replicas == 1
 
 
+def test_race_keeps_k_copies_turns_balancing_off_and_tells_the_sites() -> None:
+    assert RunOptions(ha="race").replica_count == 2
+    assert RunOptions(ha="race", replicas=3).replica_count == 3
+    cfg = dataclasses.replace(run_config(ha="race", replicas=3), security=object())
+    assert cfg.replicas == 3 and cfg.balance is False
+    assert run_config(ha="flux").balance is True
+    s = SiteSettings.of(cfg, ("h", 1), "")
+    assert s.race and s.replicas == 3
+    assert not SiteSettings.of(dataclasses.replace(run_config(ha="flux"), security=object()),
+                               ("h", 1), "").race
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"checkpoint": "/tmp/ck"}, r"--ha race does not combine with --checkpoint yet: drop it, "
+                                r"or use --ha flux"),
+    ({"site_memory": 64, "consistency": "eventual"},
+     r"--ha race does not combine with --site-memory, --consistency eventual yet: drop them"),
+    ({"rescale": ["6@10"]}, r"--rescale moves partitions .* add --ha flux"),
+    ({"replicas": 1}, r"--replicas 1: Racing replicas keeps at least 2 copies"),
+    ({"replicas": 5}, r"--replicas 5 keeps 5 copies of every partition on different sites: "
+                      r"use --sites >= 5"),
+])
+def test_race_refuses_what_it_does_not_combine_with(options: dict[str, Any], message: str
+                                                    ) -> None:
+    with pytest.raises(PlanError, match=message):
+        RunOptions(ha="race", **options)
+
+
 def test_the_cli_reference_page_is_the_parsers() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     assert page == cli.reference_page(), "run scripts/cli_reference.py"

@@ -1,0 +1,183 @@
+"""Racing replicas (``--ha race``) in the cores, driven by hand: the roles every party gets
+from a racing ``Layout``, a consumer copy taking each stream from both producer copies and
+passing the first copy of each row, a failure struck off without ``reverse``, a rebuilt copy
+raced again from its ``psync``, and the ingress admitting at the fastest copy's pace.
+
+Consumer partitions 0 and 1, copy 0 of each; producer partitions p = 0, 1 (copy 0 on site 1,
+copy 1 on site 3) and p = 2 (site 2, site 4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sparkflux.dataflow.placement import Layout
+from sparkflux.model.schema import PART, SN, SNM
+from sparkflux.protocol.consumer import ConsumerSet, PartitionLost
+from sparkflux.protocol.errors import ProtocolError
+from sparkflux.protocol.ingress import RACE_LAG
+from sparkflux.protocol.messages import SRC, Ack, Data, PSync, Rejoin, Streams
+from sparkflux.protocol.roles import (
+    RACE,
+    consumer_roles,
+    egress_roles,
+    ingress_roles,
+    producer_roles,
+)
+
+SCHEMA = pa.schema([pa.field(SN, pa.int64()), pa.field(SNM, pa.int64()),
+                    pa.field(PART, pa.int32()), pa.field(SRC, pa.int32())])
+SITES = np.array([[1, 3], [1, 3], [2, 4]], np.int32)  # [p, r] -> site
+
+
+def consumers() -> ConsumerSet:
+    return ConsumerSet(1, {0: 0, 1: 0}, SITES, np.full((2, 3), RACE, np.int8),
+                       np.ones((2, 3, 2), bool), SCHEMA)
+
+
+def frame(p: int, r: int, upto: int, rows: list[tuple[int, int]] = ()) -> Data:
+    """Copy r of producer p: its claim ``upto`` on its streams to q = 0, 1; ``rows`` as
+    (q, sn)."""
+    st = Streams(p=np.array([p, p], np.int32), r=np.full(2, r, np.int8),
+                 q=np.array([0, 1], np.int32), sn=np.full(2, upto, np.int64),
+                 wm=np.full(2, upto, np.int64))
+    batch = None
+    if rows:
+        batch = pa.record_batch([pa.array([x[1] for x in rows], pa.int64()),
+                                 pa.array([0] * len(rows), pa.int64()),
+                                 pa.array([x[0] for x in rows], pa.int32()),
+                                 pa.array([p] * len(rows), pa.int32())], schema=SCHEMA)
+    return Data(1, st, batch)
+
+
+def acks(outs: list) -> list[tuple[int, int, int, int, int]]:
+    """(site, p, q, c, upto) of every acknowledgement."""
+    got = []
+    for o in outs:
+        assert isinstance(o.message, Ack)
+        m = o.message
+        got += [(o.site, *map(int, e)) for e in zip(m.p, m.q, m.c, m.upto, strict=True)]
+    return sorted(got)
+
+
+def pending(c: ConsumerSet) -> list[tuple[int, int, int]]:
+    """(q, p, sn) of every row the merge holds."""
+    return sorted((int(q), int(p), int(s)) for b in c.pending for q, p, s in zip(
+        b.column(PART).to_pylist(), b.column(SRC).to_pylist(), b.column(SN).to_pylist(),
+        strict=True))
+
+
+def test_a_racing_layout_gives_every_party_the_racing_roles() -> None:
+    lay = Layout(4, 4, 2, race=True)  # a spare column too: NOWHERE, dead from the start
+    site, send, wait = producer_roles(lay, {0: 0, 3: 1}, to_egress=False)
+    there = lay.table() >= 0
+    assert (send == there).all() and (wait == there).all() and there.sum() == 8
+    _, send, wait = producer_roles(lay, {0: 0, 3: 1}, to_egress=True)
+    assert send.all() and wait.all()  # every last-stage copy sends to the egress
+    _, sender, ack_to = consumer_roles(lay, {1: 0, 2: 1}, first_stage=False)
+    assert (sender == RACE).all() and (ack_to == there).all()
+    _, sender, ack_to = consumer_roles(lay, {1: 0}, first_stage=True)
+    assert (sender == 0).all()  # the ingress is one producer: nothing to race
+    site, sender, ack_to = egress_roles(lay)
+    assert (sender == RACE).all() and (ack_to[0] == there).all()
+    site, send, wait = ingress_roles(lay)
+    assert (send[0] == there).all() and (wait[0] == there).all()
+    assert not Layout(4, 4, 2).race and lay.copy().race
+
+
+def test_both_copies_feed_the_consumer_and_the_first_copy_of_each_row_passes() -> None:
+    c = consumers()
+    assert c.race
+    # copy 1 of p = 0 runs ahead: its rows pass, and the progress goes to both copies
+    out = c.on_data(frame(0, 1, 6, [(0, 2), (1, 4), (0, 6)]), 3)
+    assert acks(out) == [(1, 0, 0, 0, 6), (1, 0, 1, 0, 6), (3, 0, 0, 0, 6), (3, 0, 1, 0, 6)]
+    # copy 0 catches up: rows at or below 6 came already, 8 is new
+    c.on_data(frame(0, 0, 8, [(0, 2), (1, 4), (0, 6), (1, 8)]), 1)
+    assert pending(c) == [(0, 0, 2), (0, 0, 6), (1, 0, 4), (1, 0, 8)]
+    assert c.duplicates == 3 and c.rows_in == 4
+    assert c.progress_sn[:, 0].tolist() == [8, 8]
+
+
+def test_a_copy_that_is_not_where_the_layout_says_is_not_raced() -> None:
+    c = consumers()
+    c.on_data(frame(0, 1, 6, [(0, 2)]), 2)  # copy 1 of p = 0 lives on site 3, not 2
+    assert pending(c) == [] and c.progress_sn[0, 0] < 0
+
+
+def test_a_row_above_its_frames_claim_stops_the_consumer() -> None:
+    with pytest.raises(ProtocolError, match=r"racing copies need every row covered by its "
+                                            r"frame's claim; rows of streams \(p, q\) "
+                                            r"\[\(0, 1\)\] came above it \(SNs \[9\]\)"):
+        consumers().on_data(frame(0, 0, 6, [(0, 2), (1, 9)]), 1)
+
+
+def test_a_failure_is_struck_off_without_reverse_and_the_last_copy_lost_is_named() -> None:
+    c = consumers()
+    dead = np.zeros((3, 2), bool)
+    dead[0, 1] = dead[1, 1] = True  # site 3
+    assert c.on_fail(dead) == []
+    assert not c.ack_to[:, :2, 1].any() and c.ack_to[:, 2, 1].all()
+    assert acks(c.on_data(frame(0, 0, 5), 1)) == [(1, 0, 0, 0, 5), (1, 0, 1, 0, 5)]
+    c.on_data(frame(0, 1, 9, [(0, 7)]), 3)  # a frame the dead copy sent before it died
+    assert pending(c) == []
+    dead[0, 0] = dead[1, 0] = True  # site 1 too: p = 0 and 1 have no copy left
+    with pytest.raises(PartitionLost, match="every replica of partitions 0, 1 of stage 0"):
+        c.on_fail(dead)
+
+
+def test_a_rebuilt_copy_is_raced_from_its_psync_on() -> None:
+    c = consumers()
+    dead = np.zeros((3, 2), bool)
+    dead[2, 1] = True  # site 4 fails: copy 1 of p = 2
+    c.on_fail(dead)
+    c.rebuilding(dead)  # a standby adopts site 4: the copy starts over empty
+    c.on_data(frame(2, 0, 7, [(0, 5)]), 2)
+    c.on_data(frame(2, 1, 9, [(0, 8)]), 4)  # not raced before its psync: ignored
+    assert pending(c) == [(0, 2, 5)]
+    out = c.on_psync(PSync(1, 2, 1, 1))
+    assert [o.site for o in out] == [4]
+    rj = out[0].message
+    assert isinstance(rj, Rejoin)
+    assert list(zip(rj.p.tolist(), rj.r.tolist(), rj.q.tolist(), rj.floor.tolist(),
+                    rj.send.tolist(), rj.wait.tolist(), strict=True)) == [
+        (2, 1, 0, 7, True, True), (2, 1, 1, 7, True, True)]
+    c.on_data(frame(2, 1, 9, [(0, 8)]), 4)
+    assert pending(c) == [(0, 2, 5), (0, 2, 8)]
+
+
+def test_a_new_consumer_copy_rejoins_every_complete_producer_copy_to_send_and_wait() -> None:
+    c = ConsumerSet(1, {0: 1}, SITES, np.full((1, 3), RACE, np.int8), np.ones((1, 3, 2), bool),
+                    SCHEMA, installed=False)
+    dead = np.zeros((3, 2), bool)
+    dead[1, 0] = True
+    c.rebuilding(np.eye(3, 2, k=-2, dtype=bool))  # copy 0 of p = 2 is being rebuilt
+    snap = c.snapshot(0)
+    snap.progress_sn[:] = [4, 5, 6]
+    out = c.install(0, snap, dead)
+    got = sorted((o.site, int(p), int(r), int(f), bool(s), bool(w)) for o in out
+                 for p, r, f, s, w in zip(o.message.p, o.message.r, o.message.floor,
+                                          o.message.send, o.message.wait, strict=True))
+    assert got == [(1, 0, 0, 4, True, True), (3, 0, 1, 4, True, True),
+                   (3, 1, 1, 5, True, True), (4, 2, 1, 6, True, True)]
+
+
+def test_the_ingress_admits_at_the_fastest_copys_pace_within_the_lag_bound() -> None:
+    from sparkflux.protocol.ingress import Ingress
+    from sparkflux.sim.workload import tiny_plan
+
+    plan = tiny_plan(sites=4, partitions=4)[0]
+    ing = Ingress(plan, Layout(4, 4, 2, race=True))
+    ing.next_isn = 1001  # SNs up to 1000 admitted
+    acked = ing.buffer.acked[0]
+    acked[:, :2] = 100  # both copies of every partition have 100
+    assert ing.unacknowledged() == 900
+    acked[:, 0] = 990  # copy 0 of every partition runs ahead
+    assert ing.unacknowledged() == max(10, -(-900 // RACE_LAG))
+    acked[3, 0] = 400  # partition 3's fastest copy is behind: it sets the pace
+    assert ing.unacknowledged() == 600
+    flux = Ingress(plan, Layout(4, 4, 2))
+    flux.next_isn = 1001
+    flux.buffer.acked[0][:, :2] = 990
+    flux.buffer.acked[0][2, 1] = 100
+    assert flux.unacknowledged() == 900  # Flux-HA waits for its slowest copy
