@@ -95,10 +95,12 @@ def result_metrics(host: Host) -> dict[str, Any]:
         # GIL, limits the input rate
         "driver_cpu_share": (round((host.cpu_end - host.cpu_start) / duration, 3)
                              if host.cpu_end > host.cpu_start and duration > 0 else None),
-        # connections closed before or right after authentication, never decoded
         # what the run wrote to its connections (the sites' as of their last heartbeats)
         "bytes_sent": {"driver": bytes_sent_total() - host.sent_at_start,
                        "sites": sum(host.site_sent.values())},
+        # --ha race: output rows the egress dropped because another copy brought them first
+        "raced_rows": host.core.egress.cons.duplicates,
+        # connections closed before or right after authentication, never decoded
         "refused_connections": {"driver": host.gate.total_refused,
                                 "sites": sum(host.site_refused.values()),
                                 "driver_reasons": dict(host.gate.refused)},

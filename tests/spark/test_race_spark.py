@@ -41,6 +41,8 @@ def test_a_killed_copy_is_raced_past_and_rebuilt(netmon: Any, spark: Any,
     assert m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected
     assert m["recoveries"], "the killed site's copies were not caught up again"
+    # both copies of the last stage reached the egress: about one row in two was a duplicate
+    assert m["raced_rows"] > expected[1] // 4
 
 
 def test_a_hung_site_does_not_stall_the_output(netmon: Any, spark: Any,
