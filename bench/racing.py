@@ -13,10 +13,13 @@ race --replicas 3`` (and ``--ha flux --replicas 3`` where two sites die), in sce
 - ``hang``: site 1 stopped (SIGSTOP) from 2 s for 4 s, past the heartbeat timeout (2 s);
 - ``kill2``: sites 1 and 2 killed at the same moment (three copies only).
 
+``--wan FILE``: every run over that model of wide-area links (``runtime/wan.py``; e.g.
+``examples/wan/three_regions.json``: the driver and sites 0 and 1 in one place, site 2 30 ms
+away, site 3 60 ms).
+
 Per run: output latency p50 / p99 / p99.9, the share of the output within 0.2 s and 0.5 s,
 the longest output gap, and the replication cost: bytes written to every connection of the
-run (driver and sites) per input tuple. Every run's output must equal the reference. The
-links are this machine's loopback: no wide-area latency model (``--wan``) exists yet.
+run (driver and sites) per input tuple. Every run's output must equal the reference.
 """
 
 from __future__ import annotations
@@ -49,14 +52,14 @@ SCENARIOS = {  # scenario -> (fault options, the modes it runs)
 }
 
 
-def args_for(events: int, rate: float, site_cpu: float, mode: str, **fault: Any
-             ) -> argparse.Namespace:
+def args_for(events: int, rate: float, site_cpu: float, mode: str, wan: str | None = None,
+             **fault: Any) -> argparse.Namespace:
     ha, replicas = MODES[mode]
     base: dict[str, Any] = dict(
         events=events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, sites=SITES,
         partitions=32, ha=ha, replicas=replicas, master=None, rate=rate,
         ingress_buffer=400_000, window=300_000, output=None, dead_letter=None, kill=[],
-        hang=[], slow=[], site_cpu=site_cpu, heartbeat_timeout=2.0, no_balance=True)
+        hang=[], slow=[], site_cpu=site_cpu, heartbeat_timeout=2.0, no_balance=True, wan=wan)
     base.update(fault)
     return argparse.Namespace(**base)
 
@@ -66,6 +69,8 @@ def main() -> int:
     p.add_argument("--events", type=int, default=600_000)
     p.add_argument("--rate", type=float, default=50_000)
     p.add_argument("--site-cpu", type=float, default=0.3)
+    p.add_argument("--wan", default=None, metavar="FILE",
+                   help="every run over this wide-area links model (runtime/wan.py)")
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     p.add_argument("--json", default=None)
     a = p.parse_args()
@@ -78,7 +83,7 @@ def main() -> int:
     for scenario in a.scenarios:
         fault, modes = SCENARIOS[scenario]
         for mode in modes:
-            m = run_example(module, args_for(a.events, a.rate, a.site_cpu, mode, **fault),
+            m = run_example(module, args_for(a.events, a.rate, a.site_cpu, mode, a.wan, **fault),
                             sink=NullSink(), dead=DeadLetters(), spark=spark).metrics
             sent = m["bytes_sent"]["driver"] + m["bytes_sent"]["sites"]
             row = {"scenario": scenario, "mode": mode, "p50": m["latency_p50_s"],
@@ -93,7 +98,7 @@ def main() -> int:
                           f"{row['gap']:.2f} s, {row['bytes_per_tuple']:,.0f} B/tuple, "
                           f"{'equal' if row['equal'] else 'DIFFERS'}")
     t = Table(title=f"netmon, {a.events:,} events at {a.rate:,.0f}/s, 4 sites, "
-                    f"--site-cpu {a.site_cpu}")
+                    f"--site-cpu {a.site_cpu}, links: {a.wan or 'loopback'}")
     for col in ("scenario", "mode", "p50 ms", "p99 ms", "p99.9 ms", "<= 0.2 s", "<= 0.5 s",
                 "longest gap s", "bytes / input tuple", "output"):
         t.add_column(col, justify="left" if col in ("scenario", "mode") else "right")

@@ -61,6 +61,7 @@ from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.site_load import site_load
 from sparkflux.runtime.snapshots import SnapshotStore
 from sparkflux.runtime.transport import Connection, ConnectionLost, bytes_sent_total, start_server
+from sparkflux.runtime.wan import DRIVER_NODE, LinkDelay
 
 log = logging.getLogger(__name__)
 STOP_DRAIN_S = 5.0  # at the run's end, how long the ``stop`` frames may take to leave, in all
@@ -452,6 +453,15 @@ class Host:
             except ConnectionLost:
                 pass
         return sent
+
+    def wan_link(self, conn: Connection, slot: int) -> Connection:
+        """``--wan``: the frames the driver writes to site ``slot``, on its data and its
+        control connection, wait for the link's latency and outages (``runtime/wan.py``)."""
+        if self.cfg.wan is not None:
+            for c in (conn, self.control_of.get(conn)):
+                if c is not None:
+                    c.delay = LinkDelay(self.cfg.wan, DRIVER_NODE, slot, self.cfg.wan_start)
+        return conn
 
     async def pump(self, conn: Connection) -> None:
         """Frames from one of a site process's two connections; its identity (slot,

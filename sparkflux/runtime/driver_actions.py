@@ -159,7 +159,7 @@ class Actions:
                                "after_s": round(now - failed_at, 3)})
         self.measure_standby_wait()
         host.identity[conn] = (a.slot, a.attempt, a.pid)
-        host.conns[a.slot] = conn
+        host.conns[a.slot] = host.wan_link(conn, a.slot)
         host.stats.phase = f"recovering site {a.slot}"
         host.progress.note("adoption", a.slot, f"standby process {a.pid} adopted site "
                                                f"{a.slot} {now - failed_at:.2f} s after it "

@@ -124,7 +124,7 @@ class Door:
             conn.send(answer.message)
             host.standbys.append(conn)
         else:
-            host.conns[addr.site] = conn
+            host.conns[addr.site] = host.wan_link(conn, addr.site)
         host.actions.carry_out(actions)
         try:
             await host.pump(conn)

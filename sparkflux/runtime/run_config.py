@@ -24,6 +24,7 @@ from sparkflux.runtime.fault_specs import (
 from sparkflux.runtime.metrics import EgressMetrics
 from sparkflux.runtime.run_options import RunOptions, default_replicas
 from sparkflux.runtime.security import Security
+from sparkflux.runtime.wan import WanModel
 
 K = TypeVar("K")
 
@@ -87,6 +88,8 @@ class RunConfig:
     checkpoint_interval: float = Opts.checkpoint_interval
     checkpoint_keep: int = Opts.checkpoint_keep
     restore: int = -1  # the checkpoint this run goes on from (the launch finds it), or -1
+    wan: WanModel | None = None  # --wan: the wide-area links' model (``runtime/wan.py``)
+    wan_start: float = 0.0  # the run's start on the wall clock (the outages count from it)
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
     dataflow: str = ""
@@ -117,7 +120,8 @@ class RunConfig:
             window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,
             checkpoint=o.checkpoint, checkpoint_interval=o.checkpoint_interval,
-            checkpoint_keep=o.checkpoint_keep)
+            checkpoint_keep=o.checkpoint_keep,
+            wan=WanModel.load(o.wan, o.sites) if o.wan is not None else None)
 
     def kills_of(self, kind: type[K]) -> tuple[K, ...]:
         """The ``--kill`` records of one form."""

@@ -37,6 +37,7 @@ from sparkflux.runtime.fault_specs import (
     parse_squeeze,
 )
 from sparkflux.runtime.site import SiteConfig
+from sparkflux.runtime.wan import WanModel
 
 # The smallest --heartbeat-timeout: the longest a live site's heartbeats were seen apart, with
 # a margin. The sites send one every HEARTBEAT_INTERVAL_S on their event loop, and the driver
@@ -120,6 +121,9 @@ class RunOptions:
     squeeze: tuple[Squeeze, ...] = option(
         (), "cut a site's memory budget to MB megabytes at WHEN (as --kill's): a site short "
             "of memory spills", metavar="SITE@WHEN=MB")
+    wan: str | None = option(
+        None, "wide-area links on this machine: a JSON file of one-way latencies between the "
+              "driver and every site, jitter and link outages (docs/racing.md)", metavar="FILE")
     rescale: tuple[RescaleAt, ...] = option(
         (), "with --ha flux: rescale the running query to SITES sites at WHEN (as --kill's): "
             "new site tasks adopt new slots, or the highest slots retire, the copies moving "
@@ -295,6 +299,11 @@ class RunOptions:
         consistency_options(self.consistency, self.max_delay, self.tentative_mode,
                             self.tentative_output)
         race_options(self)
+        if self.wan is not None:
+            if self.rescale:
+                raise PlanError("--wan does not combine with --rescale yet: its matrix names "
+                                "the sites the run starts with")
+            WanModel.load(self.wan, sites)  # a bad file fails now, saying what to change
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalised while constructed (frozen after)

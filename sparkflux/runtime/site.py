@@ -72,6 +72,7 @@ from sparkflux.runtime.transport import (
     connect,
     start_server,
 )
+from sparkflux.runtime.wan import LinkDelay, WanModel
 
 log = logging.getLogger(__name__)
 # what other modules import from here (``LINK_TIMEOUT_S``: the core's, the options' default)
@@ -104,6 +105,8 @@ class SiteConfig:
     security: Security
     replicas: int = 1
     race: bool = False  # --ha race: every copy feeds every copy (``protocol/roles.py``)
+    wan: WanModel | None = None  # --wan: the links' model, and the run's start (its clock)
+    wan_start: float = 0.0
     # Heartbeats carry the load counters too: the driver answers the policy's collect from
     # the first one after it, so a round waits at most this long for each sample.
     heartbeat_interval: float = 0.1
@@ -200,6 +203,13 @@ class Site:
         """The site's protocol core, once a view or an adoption has given it one."""
         return self.boundary.core
 
+    def wan_link(self, conn: Connection, dst: int) -> Connection:
+        """``--wan``: the frames this site writes to ``dst`` (a slot, or the driver) wait for
+        the link's latency and outages (``runtime/wan.py``)."""
+        if self.cfg.wan is not None:
+            conn.delay = LinkDelay(self.cfg.wan, lambda: self.id, dst, self.cfg.wan_start)
+        return conn
+
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """``coro`` as a task of the site's, kept until it ends."""
         task = asyncio.get_running_loop().create_task(coro)
@@ -225,11 +235,12 @@ class Site:
         token = secrets.token_hex(8)
         host, cport = self.cfg.controller_host, self.cfg.controller_port
         driver = (DRIVER, 0)
-        self.control = await connect(host, cport, "driver (control)", sec,
-                                     self.claim(handshake.CONTROL), driver)
+        self.control = self.wan_link(await connect(host, cport, "driver (control)", sec,
+                                                   self.claim(handshake.CONTROL), driver),
+                                     DRIVER)
         self.control.send(cm.OpenControl(token=token))
-        self.driver = await connect(host, cport, "driver", sec, self.claim(handshake.DATA),
-                                    driver)
+        self.driver = self.wan_link(await connect(host, cport, "driver", sec,
+                                                  self.claim(handshake.DATA), driver), DRIVER)
         domain = failure_domain.of_this_process()
         self.driver.send(cm.Register(site=self.id, attempt=self.cfg.attempt,
                                      host=self.cfg.advertise_host, port=port, pid=os.getpid(),

@@ -106,7 +106,7 @@ class Door:
         if any(isinstance(a, Reject) for a in actions):
             conn.close()
             return False
-        host.peers[j] = conn
+        host.peers[j] = host.wan_link(conn, j)
         host.actions.carry_out(actions)
         return True
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
+from collections import deque
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +25,7 @@ from sparkflux.runtime import handshake
 from sparkflux.runtime.frames import FRAME_HEADER, FrameError, decode, encode, frame_size
 from sparkflux.runtime.handshake import Claim, Gate, HandshakeFailed
 from sparkflux.runtime.security import TLS_NAME, Security
+from sparkflux.runtime.wan import LinkDelay
 
 SOCKET_BUFFER = 1 << 15
 # asyncio's reader buffers up to twice this before it stops reading the socket: keep it
@@ -63,6 +66,14 @@ class Connection:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         self.bytes_sent = 0
+        # ``--wan``: when each frame written may leave (None: at once), the frames waiting
+        # for their time, in order, and their bytes (``runtime/wan.py``)
+        self.delay: LinkDelay | None = None
+        self._delayed: deque[tuple[float, list[Any], int]] = deque()
+        self._delayed_bytes = 0
+        self._sent_all = asyncio.Event()
+        self._sent_all.set()
+        self._close_after = False
 
     def _lost(self, why: str, cause: BaseException | None = None) -> ConnectionLost:
         self.close()
@@ -95,33 +106,70 @@ class Connection:
     def _write(self, pieces: list[Any]) -> None:
         if self.closed or self.writer.is_closing():
             raise ConnectionLost(f"connection to {self.peer} is closed")
-        self.writer.writelines(pieces)
         size = frame_size(pieces)
         self.bytes_sent += size
         _SENT[0] += size
+        if self.delay is None:
+            self.writer.writelines(pieces)
+            return
+        # a copy: a piece may view a buffer its owner changes before the frame's time
+        self._delayed.append((self.delay.due(time.time()), [b"".join(pieces)], size))
+        self._delayed_bytes += size
+        if len(self._delayed) == 1:
+            self._sent_all.clear()
+            self._arm()
+
+    def _arm(self) -> None:
+        due = self._delayed[0][0]
+        asyncio.get_running_loop().call_later(max(0.0, due - time.time()), self._release)
+
+    def _release(self) -> None:
+        """Write the delayed frames whose time has come (a lost connection drops them)."""
+        now = time.time()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, pieces, size = self._delayed.popleft()
+            self._delayed_bytes -= size
+            if not self.writer.is_closing():
+                self.writer.writelines(pieces)
+        if self._delayed:
+            self._arm()
+            return
+        self._sent_all.set()
+        if self._close_after:
+            self._shut()
 
     def send(self, msg: Any) -> None:
         self._write(encode(msg))
 
     def buffered(self) -> int:
-        """Bytes queued in the transport but not yet handed to the kernel."""
+        """Bytes queued in the transport (or waiting for their time on a ``--wan`` link) but
+        not yet handed to the kernel."""
         t = self.writer.transport
         if t is None or self.closed or t.is_closing():
             return 0
         try:
-            return t.get_write_buffer_size()
+            return t.get_write_buffer_size() + self._delayed_bytes
         except AttributeError:  # a TLS transport whose socket has just gone
             return 0
 
     async def drain(self) -> None:
         try:
+            await self._sent_all.wait()
             await self.writer.drain()
         except (ConnectionError, OSError) as e:
             self.closed = True
             raise ConnectionLost(f"connection to {self.peer} lost: {e!r}") from e
 
     def close(self) -> None:
+        """Close; on a ``--wan`` link the frames written before still leave first (as TCP
+        sends what it holds before its FIN), unless the connection is lost."""
         self.closed = True
+        if self._delayed and not self.writer.is_closing():
+            self._close_after = True
+            return
+        self._shut()
+
+    def _shut(self) -> None:
         try:
             self.writer.close()
         except Exception:  # noqa: BLE001, S110 - closing a dead socket may fail any way

@@ -148,7 +148,7 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
     if cfg.site_memory is None:
         cfg = replace(cfg, site_memory=derived_site_memory(conf, tasks))
     bind, advertise = driver_addresses(master, conf, cfg.bind_host)
-    cfg = replace(cfg, local=is_local(master), bind_host=bind)
+    cfg = replace(cfg, local=is_local(master), bind_host=bind, wan_start=time.time())
     host = Host(plan, cfg, None, dead_letters, announce, opened=sinks, restored=restored)
     hosts.append(host)
     thread = threading.Thread(target=host.serve_forever, name="sparkflux-host", daemon=True)

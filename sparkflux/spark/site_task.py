@@ -39,6 +39,8 @@ class SiteSettings:
     restore: int = -1  # the checkpoint the sites start from (-1: none)
     memory: int | None = None  # each site's memory budget in bytes (None: none)
     race: bool = False  # --ha race
+    wan: Any = None  # --wan: the links' model (``runtime/wan.py``), and the run's start
+    wan_start: float = 0.0
 
     @classmethod
     def of(cls, cfg: Any, controller: tuple[str, int], site_bind: str) -> SiteSettings:
@@ -50,7 +52,7 @@ class SiteSettings:
                    replicas=cfg.replicas, cpu_cap=cfg.site_cpu, link_timeout=cfg.link_timeout,
                    checkpoint=cfg.checkpoint, restore=cfg.restore,
                    memory=None if cfg.site_memory is None else int(cfg.site_memory * (1 << 20)),
-                   race=cfg.ha == "race")
+                   race=cfg.ha == "race", wan=cfg.wan, wan_start=cfg.wan_start)
 
 
 def make_site_task(blob: bytes, settings: SiteSettings
@@ -78,7 +80,8 @@ def make_site_task(blob: bytes, settings: SiteSettings
                              controller_port=port, bind_host=bind, advertise_host=advertise,
                              security=s.security, replicas=s.replicas, cpu_cap=s.cpu_cap,
                              link_timeout=s.link_timeout, checkpoint=s.checkpoint,
-                             restore=s.restore, memory=s.memory, race=s.race)
+                             restore=s.restore, memory=s.memory, race=s.race, wan=s.wan,
+                             wan_start=s.wan_start)
             plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
             yield run_site(cfg, plan, guard.registered)
 

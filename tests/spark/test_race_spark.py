@@ -85,3 +85,18 @@ def test_nexmark_races_through_a_kill(nexmark: Any, spark: Any, query: int) -> N
     assert ref.rows > 0 and m["output_tuples"] == ref.rows
     assert m["rows_digest"] == ref.rows_digest
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
+
+
+@pytest.mark.parametrize("ha", ["flux", "race"])
+def test_a_run_over_wide_area_links_matches_through_a_kill(netmon: Any, spark: Any,
+                                                            expected: tuple[str, int],
+                                                            ha: str) -> None:
+    """``--wan``: the sites 0 to 60 ms apart (``examples/wan/three_regions.json``), every
+    frame held for its link's latency and jitter, site 3 (the farthest) killed."""
+    from tests.conftest import ROOT
+
+    wan = str(ROOT / "examples" / "wan" / "three_regions.json")
+    m = run_race(netmon, spark, ha=ha, wan=wan, kill=["3@input+100000"])
+    assert [f["site"] for f in m["failures"]] == [3]
+    assert m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected

@@ -247,6 +247,24 @@ def test_race_refuses_what_it_does_not_combine_with(options: dict[str, Any], mes
         RunOptions(ha="race", **options)
 
 
+def test_a_wan_model_is_checked_with_the_options_and_reaches_the_sites(tmp_path: Any
+                                                                     ) -> None:
+    from sparkflux.runtime.wan import WanModel
+
+    wan = ROOT / "examples" / "wan" / "three_regions.json"
+    cfg = dataclasses.replace(run_config(ha="race", wan=str(wan)), security=object())
+    assert cfg.wan == WanModel.load(wan, 4) and cfg.wan.latency_s(-1, 3) == 0.06
+    assert SiteSettings.of(cfg, ("h", 1), "").wan == cfg.wan
+    with pytest.raises(PlanError, match=r"latency_ms must be 3 rows of 3 numbers"):
+        RunOptions(sites=2, wan=str(wan))
+    bad = tmp_path / "x.json"
+    bad.write_text("{")
+    with pytest.raises(PlanError, match=r"--wan .*x.json: cannot read it as JSON"):
+        RunOptions(wan=str(bad))
+    with pytest.raises(PlanError, match="--wan does not combine with --rescale"):
+        RunOptions(ha="flux", wan=str(wan), rescale=["6@10"])
+
+
 def test_the_cli_reference_page_is_the_parsers() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     assert page == cli.reference_page(), "run scripts/cli_reference.py"
