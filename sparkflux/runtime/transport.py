@@ -66,11 +66,10 @@ class Connection:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         self.bytes_sent = 0
-        # ``--wan``: when each frame written may leave (None: at once), the frames waiting
-        # for their time, in order, and their bytes (``runtime/wan.py``)
+        # ``--wan``: when each frame written may leave (None: at once), and the frames waiting
+        # for their time, in order (``runtime/wan.py``)
         self.delay: LinkDelay | None = None
-        self._delayed: deque[tuple[float, list[Any], int]] = deque()
-        self._delayed_bytes = 0
+        self._delayed: deque[tuple[float, list[Any]]] = deque()
         self._sent_all = asyncio.Event()
         self._sent_all.set()
         self._close_after = False
@@ -113,8 +112,7 @@ class Connection:
             self.writer.writelines(pieces)
             return
         # a copy: a piece may view a buffer its owner changes before the frame's time
-        self._delayed.append((self.delay.due(time.time()), [b"".join(pieces)], size))
-        self._delayed_bytes += size
+        self._delayed.append((self.delay.due(time.time()), [b"".join(pieces)]))
         if len(self._delayed) == 1:
             self._sent_all.clear()
             self._arm()
@@ -127,8 +125,7 @@ class Connection:
         """Write the delayed frames whose time has come (a lost connection drops them)."""
         now = time.time()
         while self._delayed and self._delayed[0][0] <= now:
-            _, pieces, size = self._delayed.popleft()
-            self._delayed_bytes -= size
+            _, pieces = self._delayed.popleft()
             if not self.writer.is_closing():
                 self.writer.writelines(pieces)
         if self._delayed:
@@ -142,13 +139,14 @@ class Connection:
         self._write(encode(msg))
 
     def buffered(self) -> int:
-        """Bytes queued in the transport (or waiting for their time on a ``--wan`` link) but
-        not yet handed to the kernel."""
+        """Bytes queued in the transport but not yet handed to the kernel. Frames on their way
+        over a ``--wan`` link are not counted: they are in flight, as on a wide-area link
+        whose TCP window covers its latency, not held up by a reader that does not read."""
         t = self.writer.transport
         if t is None or self.closed or t.is_closing():
             return 0
         try:
-            return t.get_write_buffer_size() + self._delayed_bytes
+            return t.get_write_buffer_size()
         except AttributeError:  # a TLS transport whose socket has just gone
             return 0
 
