@@ -22,7 +22,7 @@ Racing replicas (``sender`` = ``RACE`` everywhere, ``roles.py``): a consumer cop
 stream p -> q from every complete copy of p it acknowledges to, and passes the first copy of
 each row to arrive: the duplicate filter of Hwang et al. (Algorithm 1). The copies' streams
 carry the same rows under the same ``(SN, SNM)``. A frame's claim is the paper's
-punctuation, and it covers every row in the frame (``_race_check``), so the stream's
+punctuation, and it covers every row in the frame (``_first_copies``), so the stream's
 progress, the highest claim any copy made, decides alone: a row at or below it came already,
 from this copy's earlier frames or another's; a row above it is new. The filter keeps no
 keys. A dead copy is only struck off (no ``reverse``); a rebuilt one is raced again from its
@@ -133,8 +133,7 @@ class ConsumerSet:
         st = msg.streams if not more else Streams(
             *(np.concatenate([getattr(f.streams, k) for f in frames])
               for k in ("p", "r", "q", "sn", "wm")))
-        qi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
-                      -1)
+        qi = self._qi(st.q)
         ok = qi >= 0
         if src is not None:
             ok &= self.producer_site[st.p, st.r] == src
@@ -157,6 +156,10 @@ class ConsumerSet:
             qi, p = qi[first], p[first]
         self._remember_claims(qi, p)
         return self._acks(qi, p)
+
+    def _qi(self, q: np.ndarray) -> np.ndarray:
+        """Each consumer partition's index here, -1 for one not among this set's."""
+        return np.where(q < self.index.size, self.index[np.minimum(q, self.index.size - 1)], -1)
 
     def _remember_claims(self, qi: np.ndarray, p: np.ndarray) -> None:
         """Queue the streams' latest claims (sn, wm). A full queue merges the new claim into
@@ -194,8 +197,7 @@ class ConsumerSet:
             src = batch.column(SRC).to_numpy()
             q = batch.column(PART).to_numpy()
             sn = batch.column(SN).to_numpy()
-            rqi = np.where(q < self.index.size, self.index[np.minimum(q, self.index.size - 1)],
-                           -1)
+            rqi = self._qi(q)
             keep = rqi >= 0
             keep[keep] &= key_ok[rqi[keep], src[keep]]
             if keep.any() and self.race:  # another copy's rows came first: dropped
@@ -228,8 +230,7 @@ class ConsumerSet:
         reported."""
         st = f.streams
         claim = np.full((self.parts.size, self.sender.shape[1]), NO_PROGRESS, dtype=np.int64)
-        sqi = np.where(st.q < self.index.size, self.index[np.minimum(st.q, self.index.size - 1)],
-                       -1)
+        sqi = self._qi(st.q)
         mine = sqi >= 0
         np.maximum.at(claim, (sqi[mine], st.p[mine]), st.sn[mine])
         above = sn > claim[qi, p]

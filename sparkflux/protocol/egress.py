@@ -6,7 +6,7 @@ it receives to the other (S-Prod^S, whose buffer is the duplicate filter), merge
 up to the minimum progress, and hands the rows to the sink. On a failure of the replica it
 reads from, it sends ``reverse`` to the survivor (SIGMOD Fig. 4, action 1). With racing
 replicas (``--ha race``) every copy sends, and the egress delivers the first copy of each row
-to arrive (``ConsumerSet``'s race filter): a failure needs no take-over.
+to arrive (``ConsumerSet._first_copies``): a failure needs no take-over.
 """
 
 from __future__ import annotations

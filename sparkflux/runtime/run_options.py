@@ -332,9 +332,9 @@ RACE_ALONE = (("rescale", "--rescale"), ("checkpoint", "--checkpoint"),
 
 
 def race_options(o: RunOptions) -> None:
-    """``--ha race`` runs without moves (no balancing rounds: ``RunConfig`` turns them off),
-    checkpoints and eventual consistency for now: a combination fails fast, saying what to
-    drop."""
+    """``--ha race`` runs without rescaling, checkpoints, memory budgets and eventual
+    consistency for now (and without balancing rounds: ``RunConfig`` turns them off; the
+    moves of recovery do run): a combination fails fast, saying what to drop."""
     if o.ha != "race":
         return
     given = [flag for name, flag in RACE_ALONE if getattr(o, name)]

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 
 from sparkflux.dataflow.placement import Layout
-from sparkflux.model.schema import PART, SN, SNM
+from sparkflux.model.schema import PART, SN
 from sparkflux.protocol.consumer import ConsumerSet, PartitionLost
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.ingress import RACE_LAG
-from sparkflux.protocol.messages import SRC, Ack, Data, PSync, Rejoin, Streams
+from sparkflux.protocol.messages import SRC, Data, PSync, Rejoin, Streams
 from sparkflux.protocol.roles import (
     RACE,
     consumer_roles,
@@ -26,8 +26,8 @@ from sparkflux.protocol.roles import (
     producer_roles,
 )
 
-SCHEMA = pa.schema([pa.field(SN, pa.int64()), pa.field(SNM, pa.int64()),
-                    pa.field(PART, pa.int32()), pa.field(SRC, pa.int32())])
+from .test_consumer import SCHEMA, acks
+
 SITES = np.array([[1, 3], [1, 3], [2, 4]], np.int32)  # [p, r] -> site
 
 
@@ -49,16 +49,6 @@ def frame(p: int, r: int, upto: int, rows: list[tuple[int, int]] = ()) -> Data:
                                  pa.array([x[0] for x in rows], pa.int32()),
                                  pa.array([p] * len(rows), pa.int32())], schema=SCHEMA)
     return Data(1, st, batch)
-
-
-def acks(outs: list) -> list[tuple[int, int, int, int, int]]:
-    """(site, p, q, c, upto) of every acknowledgement."""
-    got = []
-    for o in outs:
-        assert isinstance(o.message, Ack)
-        m = o.message
-        got += [(o.site, *map(int, e)) for e in zip(m.p, m.q, m.c, m.upto, strict=True)]
-    return sorted(got)
 
 
 def pending(c: ConsumerSet) -> list[tuple[int, int, int]]:
