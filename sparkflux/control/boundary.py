@@ -761,7 +761,7 @@ class Boundary:
         out: list[BoundaryAction] = []
         for a in actions:
             match a:
-                case InstallView(view=view, ring=ring):
+                case InstallView(view=view, ring=ring, table=table):
                     members = {s: cm.Member(host=m.host, port=m.port, attempt=m.attempt,
                                             registered=s) for s, m in view.members.items()}
                     self.registered = {s: s for s in view.members}
@@ -771,9 +771,12 @@ class Boundary:
                     if ring:
                         self.ingress.layout.set_ring(ring)
                         self.egress.layout.set_ring(ring)
+                    if table is not None:  # --placement latency
+                        self.ingress.layout.place(table)
+                        self.egress.layout.place(table)
                     out.append(a)
                     out += [SendView(site=s, view=cm.View(number=view.number, members=members,
-                                                          ring=ring))
+                                                          ring=ring, table=table))
                             for s in view.members]
                 case FailSites(view=view, dead=dead):
                     out.append(a)

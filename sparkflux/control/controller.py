@@ -34,6 +34,10 @@ idle ones by its domain, and once its recovery is complete, every replica it hol
 shares a domain with another copy of its partition is moved (``request_moves``, reason
 ``domain``) to a live site that shares none, if there is one. Recovery onto the survivors and
 the load-balancing policy choose their destinations by the same rule.
+
+With ``--placement latency`` (``dataflow/deployment.py``) view 1 places the copies by the
+latency matrix instead (the racing-replicas paper's replica deployment) and sends the whole
+table with the view; the ring stays the one chosen, for the record.
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ from sparkflux.control.rescale import RescaleRecord
 from sparkflux.control.rescaling import Rescaling
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
+from sparkflux.dataflow.deployment import deploy, latency_bound, network_cost
 from sparkflux.dataflow.placement import (
     DRIVER,
     NOWHERE,
@@ -125,6 +130,14 @@ class PlacementReport(TypedDict, total=False):
     domains: dict[int, str]  # slot -> "host/executor"
     executors: int
     hosts: int
+    # "chained" or "latency"; the worst partition's round trip from the driver through its
+    # nearest copy, and the paper's network cost, for the table used and for chained
+    # declustering's (with a latency matrix only)
+    mode: str
+    latency_bound_ms: float
+    network_cost: float
+    chained_latency_bound_ms: float
+    chained_network_cost: float
 
 
 class RecoveryRecord(TypedDict):
@@ -150,6 +163,10 @@ class ControlOptions:
     balance: bool = False
     policy: PolicyConfig | None = None
     link_settle: float = SETTLE_S
+    # --placement: "chained" (over the failure domains) or "latency" (``deployment.py``),
+    # and the one-way latencies it places by (the driver first, then every site slot)
+    placement: str = "chained"
+    latencies: tuple[tuple[float, ...], ...] | None = None
 
 
 class Controller(Balancing, Rescaling):
@@ -228,6 +245,11 @@ class Controller(Balancing, Rescaling):
         self.domains: dict[int, Domain] = {}  # slot -> its live process's failure domain
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
         self.placement: PlacementReport = {}  # empty until view 1
+        self.placement_mode, self.latencies = o.placement, o.latencies
+        if o.placement not in ("chained", "latency"):
+            raise ValueError(f"placement must be 'chained' or 'latency' (got {o.placement!r})")
+        if o.placement == "latency" and o.latencies is None:
+            raise ValueError("--placement latency needs a latency matrix")
         self.rounds: list[RoundRecord] = []  # per round: utilisation and the moves it planned
         # the last round's U and busy fractions (the policy's hysteresis); none after a start
         # or a failure
@@ -405,7 +427,8 @@ class Controller(Balancing, Rescaling):
         for s in self.view.members:
             self._last_seen[s] = ev.now
         log.info("view 1 installed with %d sites", self.sites)
-        return [InstallView(view=self.view, ring=self._choose_ring())]
+        ring = self._choose_ring()
+        return [InstallView(view=self.view, ring=ring, table=self._deploy())]
 
     def _choose_ring(self) -> tuple[int, ...]:
         """View 1's chained-declustering ring over the members' failure domains (module
@@ -437,6 +460,29 @@ class Controller(Balancing, Rescaling):
             log.info("every site is in one failure domain (%s): its loss is the run's",
                      self.placement["domains"][0])
         return tuple(ring)
+
+    def _deploy(self) -> np.ndarray | None:
+        """``--placement latency``: view 1's table placed by latency (``deployment.py``),
+        loaded into the controller's layout; with any latency matrix, both placements'
+        latency bound and network cost in ``placement``. None: chained declustering."""
+        if self.layout is None or self.latencies is None:
+            return None
+        k, m = self.layout.replicas, self.latencies
+        exchanges = max(self.stages - 1, 0)
+        chained = self.layout.table()[:, :k].copy()
+        self.placement["mode"] = self.placement_mode
+        self.placement["chained_latency_bound_ms"] = round(latency_bound(chained, m), 3)
+        self.placement["chained_network_cost"] = round(network_cost(chained, m, exchanges), 3)
+        if self.placement_mode != "latency":
+            return None
+        table = deploy(m, self.layout.partitions, k, exchanges, self.domains)
+        self.layout.place(table)
+        self.placement["latency_bound_ms"] = round(latency_bound(table, m), 3)
+        self.placement["network_cost"] = round(network_cost(table, m, exchanges), 3)
+        log.info("copies placed by latency: bound %.1f ms (chained %.1f ms)",
+                 self.placement["latency_bound_ms"],
+                 self.placement["chained_latency_bound_ms"])
+        return self.layout.table().copy()
 
     def _ready_site(self, ev: SiteReady) -> list[Action]:
         if (self.recovery_phase is Recovery.ADOPTING and self.recovering == ev.site

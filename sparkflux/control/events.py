@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sparkflux.dataflow.placement import Domain
 
 
@@ -126,6 +128,9 @@ class InstallView:
 
     view: View
     ring: tuple[int, ...] = ()
+    # --placement latency: the whole table ([P, columns] site slots), which every party
+    # loads instead of the ring's (``Layout.place``); None: chained declustering
+    table: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,7 +45,8 @@ def lost_partition(layout: Layout, stages: int, complete: Callable[[int, int, in
               "instead of after Spark restarts the failed task" if recovery ==
               "standby" else "")
     n = layout.sites
-    start = (f"on site (q + r) mod {n}" if layout.ring == tuple(range(n)) else
+    start = ("where --placement latency put it, by the latency matrix" if layout.deployed else
+             f"on site (q + r) mod {n}" if layout.ring == tuple(range(n)) else
              f"on site ring[(q + r) mod {n}], ring {', '.join(map(str, layout.ring))}")
     return (f"{who}; no complete replica is left of {gone}. Their state is lost, so the "
             f"run cannot go on. Each partition has {replicas} "

@@ -268,6 +268,8 @@ class Layout:
         self.race = race
         self._site = np.full((partitions, self.columns), NOWHERE, dtype=np.int32)
         self.ring: tuple[int, ...] = ()
+        # True once view 1 placed the copies by latency (``deployment.py``), not by the ring
+        self.deployed = False
         self.set_ring(range(sites) if ring is None else ring)
 
     def set_ring(self, ring: Sequence[int]) -> None:
@@ -284,6 +286,23 @@ class Layout:
         self._site[:, :self.replicas] = np.asarray(ring, dtype=np.int32)[(q + r) % self.sites]
         self._site[:, self.replicas:] = NOWHERE
 
+    def place(self, table: np.ndarray) -> None:
+        """View 1's placement by latency (``--placement latency``, ``deployment.py``):
+        ``table`` is [P, replicas] or the whole [P, columns]; the spare columns hold
+        ``NOWHERE``. Like ``set_ring``, only before any data flows."""
+        t = np.asarray(table, dtype=np.int32)
+        if t.shape not in ((self.partitions, self.replicas), (self.partitions, self.columns)):
+            raise PlanError(f"a placement table is {self.partitions} x {self.replicas} "
+                            f"(got {' x '.join(map(str, t.shape))})")
+        live = t[:, :self.replicas]
+        if ((live < 0) | (live >= self.sites)).any() or any(
+                len(set(row)) < self.replicas for row in live.tolist()):
+            raise PlanError("a placement table puts every copy of a partition on its own "
+                            "site slot")
+        self._site[:, :self.replicas] = live
+        self._site[:, self.replicas:] = NOWHERE
+        self.deployed = True
+
     def grow(self, sites: int) -> None:
         """Slots up to ``sites`` exist from now on (a rescale opened them, or a standby
         adopts one a rescale opened): every party addresses them. Never shrinks: a retired
@@ -295,6 +314,7 @@ class Layout:
                      self.race)
         out._site[...] = self._site
         out.sites = self.sites
+        out.deployed = self.deployed
         return out
 
     def site_of(self, part: int, replica: int) -> int:

@@ -220,6 +220,8 @@ class View:
     number: int
     members: dict[int, Member]
     ring: tuple[int, ...] = ()
+    # --placement latency: the whole placement table ([P, columns]), loaded over the ring's
+    table: npt.NDArray[np.int32] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

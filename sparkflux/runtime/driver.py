@@ -103,7 +103,8 @@ class Host:
             heartbeat_timeout=cfg.heartbeat_timeout, recovery=cfg.recovery,
             balance=cfg.balance,
             policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s,
-                                mode=cfg.policy)), eventual=cfg.eventual,
+                                mode=cfg.policy),
+            placement=cfg.placement, latencies=cfg.latencies), eventual=cfg.eventual,
             race=cfg.ha == "race")
         self.core.handle(StartTimes(fixed=cfg.standby_wait))  # nothing measured yet
         self.digest = self.digests[0]  # the output digest: the first sink's

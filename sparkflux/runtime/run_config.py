@@ -22,7 +22,7 @@ from sparkflux.runtime.fault_specs import (
     Squeeze,
 )
 from sparkflux.runtime.metrics import EgressMetrics
-from sparkflux.runtime.run_options import RunOptions, default_replicas
+from sparkflux.runtime.run_options import RunOptions, default_replicas, latency_matrix
 from sparkflux.runtime.security import Security
 from sparkflux.runtime.wan import WanModel
 
@@ -90,6 +90,9 @@ class RunConfig:
     restore: int = -1  # the checkpoint this run goes on from (the launch finds it), or -1
     wan: WanModel | None = None  # --wan: the wide-area links' model (``runtime/wan.py``)
     wan_start: float = 0.0  # the run's start on the wall clock (the outages count from it)
+    # --placement and the one-way latencies it places by (``dataflow/deployment.py``)
+    placement: str = Opts.placement
+    latencies: tuple[tuple[float, ...], ...] | None = None
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
     dataflow: str = ""
@@ -121,7 +124,8 @@ class RunConfig:
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,
             checkpoint=o.checkpoint, checkpoint_interval=o.checkpoint_interval,
             checkpoint_keep=o.checkpoint_keep,
-            wan=WanModel.load(o.wan, o.sites) if o.wan is not None else None)
+            wan=WanModel.load(o.wan, o.sites) if o.wan is not None else None,
+            placement=o.placement, latencies=latency_matrix(o))
 
     def kills_of(self, kind: type[K]) -> tuple[K, ...]:
         """The ``--kill`` records of one form."""

@@ -124,6 +124,15 @@ class RunOptions:
     wan: str | None = option(
         None, "wide-area links on this machine: a JSON file of one-way latencies between the "
               "driver and every site, jitter and link outages (docs/racing.md)", metavar="FILE")
+    placement: str = option(
+        "chained", "where the copies of each partition go: chained (chained declustering over "
+                   "the sites' failure domains) or latency (each partition near the driver "
+                   "and its copies far apart, by a latency matrix: --latencies, else --wan's; "
+                   "docs/racing.md)", choices=("chained", "latency"))
+    latencies: str | None = option(
+        None, "with --placement latency: the one-way latencies between the driver and every "
+              "site measured on your cluster, a JSON file in --wan's format (only its "
+              "latency_ms is read; default: the --wan file)", metavar="FILE")
     rescale: tuple[RescaleAt, ...] = option(
         (), "with --ha flux: rescale the running query to SITES sites at WHEN (as --kill's): "
             "new site tasks adopt new slots, or the highest slots retire, the copies moving "
@@ -304,6 +313,7 @@ class RunOptions:
                 raise PlanError("--wan does not combine with --rescale yet: its matrix names "
                                 "the sites the run starts with")
             WanModel.load(self.wan, sites)  # a bad file fails now, saying what to change
+        placement_options(self)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # normalised while constructed (frozen after)
@@ -343,6 +353,35 @@ def race_options(o: RunOptions) -> None:
     if given:
         raise PlanError(f"--ha race does not combine with {', '.join(given)} yet: drop "
                         f"{'it' if len(given) == 1 else 'them'}, or use --ha flux")
+
+
+def placement_options(o: RunOptions) -> None:
+    """``--placement latency`` needs a latency matrix (``--latencies``, else ``--wan``'s)
+    and a fixed set of sites; ``--latencies`` means nothing without it."""
+    if o.placement == "chained":
+        if o.latencies is not None:
+            raise PlanError("--latencies places the copies with --placement latency: add it, "
+                            "or drop --latencies")
+        return
+    if o.latencies is None and o.wan is None:
+        raise PlanError("--placement latency places the copies by a latency matrix: give "
+                        "--latencies FILE (one-way milliseconds between the driver and every "
+                        "site, docs/racing.md) or --wan FILE")
+    if o.rescale:
+        raise PlanError("--placement latency does not combine with --rescale yet: a rescale "
+                        "re-places the copies by chained declustering; drop one of them")
+    if o.latencies is not None:
+        WanModel.load(o.latencies, o.sites, "--latencies")
+
+
+def latency_matrix(o: RunOptions) -> tuple[tuple[float, ...], ...] | None:
+    """The one-way latencies the copies are placed by (``--latencies``, else ``--wan``'s),
+    or None without a file."""
+    path = o.latencies if o.latencies is not None else o.wan
+    if path is None:
+        return None
+    flag = "--latencies" if o.latencies is not None else "--wan"
+    return WanModel.load(path, o.sites, flag).latency_ms
 
 
 def replicas_option(ha: str, replicas: int | None, sites: int) -> int:

@@ -63,18 +63,19 @@ class WanModel:
         return self.latency_ms[src + 1][dst + 1] / 1000.0
 
     @classmethod
-    def load(cls, path: str | Path, sites: int) -> WanModel:
+    def load(cls, path: str | Path, sites: int, flag: str = "--wan") -> WanModel:
         """The model in ``path`` for a run of ``sites`` sites, checked (``PlanError`` says
-        what to change)."""
+        what to change, naming the option ``flag`` that gave the file)."""
         try:
             raw = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
-            raise PlanError(f"--wan {path}: cannot read it as JSON ({e})") from e
-        return cls.of(raw, sites, str(path))
+            raise PlanError(f"{flag} {path}: cannot read it as JSON ({e})") from e
+        return cls.of(raw, sites, str(path), flag)
 
     @classmethod
-    def of(cls, raw: Any, sites: int, name: str = "the model") -> WanModel:
-        where = f"--wan {name}"
+    def of(cls, raw: Any, sites: int, name: str = "the model", flag: str = "--wan"
+           ) -> WanModel:
+        where = f"{flag} {name}"
         if not isinstance(raw, dict) or "latency_ms" not in raw:
             raise PlanError(f"{where}: give an object with \"latency_ms\": a matrix of one-way "
                             f"latencies, the driver first, then site 0 .. {sites - 1}")

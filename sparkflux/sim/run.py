@@ -241,7 +241,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
              restore: tuple[dict[str, Any], list[Any]] | None = None,
              store: dict[str, Any] | None = None,
              eventual: Eventual | None = None, pace: int = 0,
-             pass_rows: tuple[int, ...] = (), race: bool = False) -> SimResult:
+             pass_rows: tuple[int, ...] = (), race: bool = False,
+             wan: np.ndarray | None = None, placement: str = "chained") -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
     ``batches``: the input in arrival order, each a batch of source 0 or ``(source, batch)``.
@@ -253,6 +254,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     ``fifo``: every link strictly FIFO, no frame overtaking another. Only to compare with
     the runtime's order (the default), e.g. to show that a mutant is caught only because
     acknowledgements and control frames may pass held data.
+
+    ``wan``: wide-area links, a matrix of one-way latencies in steps (the driver first, then
+    every site slot), each frame up to a quarter of its link's latency later at random
+    (``sim/network.py``); ``placement``: ``"latency"`` places the copies by that matrix at
+    view 1 (``dataflow/deployment.py``), as ``--placement latency`` does.
 
     ``dial_delay``: a link that a site dials (to an adopted standby) comes up, at both ends,
     that many steps later (random in the range), as a connect and handshake take time; None:
@@ -351,10 +357,16 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     settled_crashes = list(failures.after_settled)
     executor_now = {s: failures.executors[s] if s < len(failures.executors) else ""
                     for s in range(plan.sites)}  # slot -> its live process's executor
+    if wan is not None:
+        steps = np.asarray(wan, dtype=np.int64)
+        net.latency = lambda src, dst: int(steps[src + 1, dst + 1]) + int(
+            rng.integers(steps[src + 1, dst + 1] // 4 + 1))
     core = boundary_for(plan, replicas, ControlOptions(
         heartbeat_timeout=float(clock.heartbeat_timeout) if clock else 1e9,
         recovery=recovery, balance=balance, policy=policy,
-        link_settle=float(clock.settle if clock else 0)), end_with_output=False,
+        link_settle=float(clock.settle if clock else 0), placement=placement,
+        latencies=(tuple(tuple(float(x) for x in row) for row in wan)
+                   if wan is not None else None)), end_with_output=False,
         eventual=eventual, race=race)
     store = store if store is not None else {}
     handed = [0] * len(plan.streams)  # records each source handed over (its position)
@@ -574,9 +586,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     def heal(k: int) -> None:
         """Slot ``k``'s cut heals: TCP delivers what it held, except on links whose reader
         closed them meanwhile (it learned the writer failed)."""
-        for (src, dst, _), q in net.links.items():
+        for (src, dst, c), q in net.links.items():
             if k in (src, dst) and src != dst and dst in sites and src in sites[dst].dead_sites:
                 q.clear()
+                net.due[(src, dst, c)].clear()
 
     def heartbeat(s: int) -> Beat:
         """A synthetic load for the core's heartbeat: every row costs the same; a slow site
@@ -612,6 +625,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     try:
         while step < max_steps:
             step += 1
+            net.now = step
             if driver_crash is not None and step >= driver_crash:
                 driver_crashed = True  # the driver dies, its sites with it (fail-stop)
                 break
@@ -768,7 +782,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 one_pass(busy_k[0], [])
                 continue
             if item is None:
-                if pending_detect or dials or resets or deferred or (
+                if net.in_flight() or pending_detect or dials or resets or deferred or (
                         room and next_batch < len(batches)):
                     continue  # a detection or an admission is still to come
                 if hung or cut or split or any(at > step for at in hang_at) \

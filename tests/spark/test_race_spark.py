@@ -87,16 +87,23 @@ def test_nexmark_races_through_a_kill(nexmark: Any, spark: Any, query: int) -> N
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
 
 
+@pytest.mark.parametrize("placement", ["chained", "latency"])
 @pytest.mark.parametrize("ha", ["flux", "race"])
 def test_a_run_over_wide_area_links_matches_through_a_kill(netmon: Any, spark: Any,
                                                             expected: tuple[str, int],
-                                                            ha: str) -> None:
+                                                            ha: str, placement: str) -> None:
     """``--wan``: the sites 0 to 60 ms apart (``examples/wan/three_regions.json``), every
-    frame held for its link's latency and jitter, site 3 (the farthest) killed."""
+    frame held for its link's latency and jitter, site 3 (the farthest) killed; the copies
+    placed by chained declustering or by that matrix (``--placement latency``)."""
     from tests.conftest import ROOT
 
     wan = str(ROOT / "examples" / "wan" / "three_regions.json")
-    m = run_race(netmon, spark, ha=ha, wan=wan, kill=["3@input+100000"])
+    m = run_race(netmon, spark, ha=ha, wan=wan, placement=placement, kill=["3@input+100000"])
     assert [f["site"] for f in m["failures"]] == [3]
     assert m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected
+    # the worst partition's round trip through its nearest copy: 60 ms (sites 2 and 3 only)
+    # under chained declustering, 2 ms once every partition has a copy near the driver
+    bound = m["placement"].get("latency_bound_ms", m["placement"]["chained_latency_bound_ms"])
+    assert (m["placement"]["mode"], bound) == (placement, 60.0 if placement == "chained"
+                                               else 2.0)

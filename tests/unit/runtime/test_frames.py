@@ -129,6 +129,8 @@ EXAMPLES: list[Any] = [
                    traceback="Traceback ..."),
     cm.View(number=1, members={0: cm.Member(host="h", port=1, attempt=0, registered=0),
                                1: cm.Member(host="g", port=2, attempt=3, registered=5)}),
+    cm.View(number=1, members={0: cm.Member(host="h", port=1, attempt=0, registered=0)},
+            ring=(1, 0), table=np.array([[0, 1, -2], [1, 0, -2]], np.int32)),
     cm.Standby(),
     Keepalive(),
     cm.Adopt(slot=1, members={0: cm.Member(host="h", port=1, attempt=0, registered=0)},

@@ -5,6 +5,7 @@ as the spec they came from; a bad spec says what to write."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -263,6 +264,33 @@ def test_a_wan_model_is_checked_with_the_options_and_reaches_the_sites(tmp_path:
         RunOptions(wan=str(bad))
     with pytest.raises(PlanError, match="--wan does not combine with --rescale"):
         RunOptions(ha="flux", wan=str(wan), rescale=["6@10"])
+
+
+def test_placement_by_latency_takes_its_matrix_from_latencies_or_wan(tmp_path: Any
+                                                                     ) -> None:
+    wan = ROOT / "examples" / "wan" / "three_regions.json"
+    matrix = tuple(tuple(float(x) for x in row)
+                   for row in json.loads(wan.read_text())["latency_ms"])
+    cfg = run_config(ha="race", wan=str(wan), placement="latency")
+    assert cfg.placement == "latency" and cfg.latencies == matrix
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps({"latency_ms": [[0, 5, 5, 5, 5], [5, 0, 1, 1, 1],
+                                                   [5, 1, 0, 1, 1], [5, 1, 1, 0, 1],
+                                                   [5, 1, 1, 1, 0]]}))
+    cfg = run_config(ha="flux", placement="latency", latencies=str(measured))
+    assert cfg.latencies is not None and cfg.latencies[0][1] == 5.0 and cfg.wan is None
+    assert run_config().placement == "chained" and run_config().latencies is None
+    with pytest.raises(PlanError, match="--placement latency places the copies by a latency "
+                                        "matrix: give --latencies FILE"):
+        RunOptions(ha="race", placement="latency")
+    with pytest.raises(PlanError, match="--latencies places the copies with --placement "
+                                        "latency: add it"):
+        RunOptions(latencies=str(measured))
+    with pytest.raises(PlanError, match=r"--latencies .*: latency_ms must be 3 rows"):
+        RunOptions(sites=2, ha="flux", placement="latency", latencies=str(measured))
+    with pytest.raises(PlanError, match="--placement latency does not combine with --rescale"):
+        RunOptions(ha="flux", placement="latency", latencies=str(measured),
+                   rescale=["6@10"])
 
 
 def test_the_cli_reference_page_is_the_parsers() -> None:
