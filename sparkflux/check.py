@@ -8,7 +8,9 @@ session (``runner.reference_result``) and compared with the output:
   and a few rows found only in the output or only in the reference, or a match when the
   differing rows are equal with floats to a relative ``FLOAT_RTOL``;
 - numbering, when the reference has ``_sn``/``_snm``: the ordered ``output_digest`` too, and
-  if only that differs, the rows with their sequence numbers that differ.
+  if only that differs, the rows with their sequence numbers that differ. With
+  ``--unordered-output`` the order is not the run's promise: the rows with their sequence
+  numbers are compared as multisets.
 
 The output is kept for the comparison: read back from ``--output`` when there is one, else
 collected in memory.
@@ -67,6 +69,13 @@ def check_output(output: pa.Table, metrics: dict[str, Any], expected: Expected) 
     if not expected.numbered:
         return Check(True, [*lines, f"match: {rows} (the reference does not number its rows, "
                                     f"so their order is not compared)", *tolerated])
+    if metrics.get("unordered_output"):
+        numbered = compare_rows(output, expected.table, [*columns, SN, SNM])
+        if numbered.match:
+            return Check(True, [*lines, f"match: {rows} with the same sequence numbers, order "
+                                        f"aside (--unordered-output)", *tolerated])
+        return Check(False, [*lines, f"MISMATCH: {rows}, but not with the same sequence "
+                                     f"numbers", *numbered.summary()[1:]], numbered)
     if metrics["output_digest"] == expected.output_digest:
         return Check(True, [*lines, f"match: {rows}, in the same order with the same "
                                     f"sequence numbers", *tolerated])

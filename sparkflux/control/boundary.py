@@ -324,7 +324,8 @@ class Boundary:
     """Controller + ingress + egress of one run; no I/O. One entry point: ``handle``."""
 
     def __init__(self, plan: PhysicalPlan, layout: Layout, controller: Controller,
-                 end_with_output: bool = True, eventual: Eventual | None = None) -> None:
+                 end_with_output: bool = True, eventual: Eventual | None = None,
+                 unordered: bool = False) -> None:
         self.plan = plan
         # A run ends with its output: the controller then ignores the sites' departures.
         # The simulator keeps going past it, so that recoveries it schedules late still run.
@@ -336,7 +337,7 @@ class Boundary:
         self.sequencer = Sequencer(list(plan.streams), align=(
             lambda i, rows: encode_source(ports, rows_schema, ports[i], rows)))
         self.ingress = Ingress(plan, layout)
-        self.egress = Egress(plan, layout)
+        self.egress = Egress(plan, layout, unordered)  # --unordered-output
         # --consistency eventual: the input's failure episodes (``control/eventual.py``)
         self.episodes: InputEpisodes | None = None
         if eventual is not None:
@@ -876,14 +877,14 @@ class Boundary:
 def boundary_for(plan: PhysicalPlan, replicas: int,
                  options: ControlOptions = ControlOptions(),  # noqa: B008 - frozen
                  end_with_output: bool = True, eventual: Eventual | None = None,
-                 race: bool = False) -> Boundary:
+                 race: bool = False, unordered: bool = False) -> Boundary:
     """A boundary with a fresh controller over chained declustering of ``replicas`` copies,
     run as ``options`` say (``eventual``: ``--consistency eventual``; ``race``: racing
-    replicas, ``--ha race``)."""
+    replicas, ``--ha race``; ``unordered``: ``--unordered-output``)."""
     layout = Layout(plan.sites, plan.partitions, replicas, race=race)
     controller = Controller(plan.sites, ha=replicas > 1, layout=layout,
                             stages=len(plan.stages), options=options)
-    return Boundary(plan, layout, controller, end_with_output, eventual)
+    return Boundary(plan, layout, controller, end_with_output, eventual, unordered)
 
 
 __all__ = ["Answer", "Boundary", "BoundaryAction", "BoundaryEvent", "boundary_for"]

@@ -294,6 +294,17 @@ class ConsumerSet:
             self.claims_n -= n_cov
         return f_sn, self.safe_wm.min(axis=1)
 
+    def take_arrived(self) -> pa.RecordBatch | None:
+        """Every row received and not released yet, in arrival order, or None
+        (``--unordered-output``: the egress hands rows on once they passed the duplicate
+        filter, without the SN-ordered merge). Each was accepted at or below its stream's
+        claim, so it is final; the frontier (``release``) moves on as before, over no rows."""
+        if not self.pending:
+            return None
+        out = concat(self.pending, self.schema)
+        self.pending, self._lowest = [], {}
+        return out
+
     def release(self, cap: np.ndarray | None = None, limit: int | None = None
                 ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
         """Rows at or below each partition's frontier (held at ``cap``, a checkpoint's cut,

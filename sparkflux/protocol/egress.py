@@ -7,6 +7,12 @@ up to the minimum progress, and hands the rows to the sink. On a failure of the 
 reads from, it sends ``reverse`` to the survivor (SIGMOD Fig. 4, action 1). With racing
 replicas (``--ha race``) every copy sends, and the egress delivers the first copy of each row
 to arrive (``ConsumerSet._first_copies``): a failure needs no take-over.
+
+``unordered`` (``--unordered-output``, for a consumer that does not care about order): rows
+are handed on as soon as they pass the duplicate filter, in arrival order, without waiting
+for the SN-ordered merge across the last stage's partitions (the racing-replicas paper's
+unordered delivery); each still carries its ``(SN, SNM)``, and the progress handed with them
+is the merge's frontier as before, so rows above it may come before it.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ class Delivery:
 
 
 class Egress:
-    def __init__(self, plan: PhysicalPlan, layout: Layout) -> None:
+    def __init__(self, plan: PhysicalPlan, layout: Layout, unordered: bool = False) -> None:
         self.layout = layout.copy()  # the egress's view of the placement; moves change it
+        self.unordered = unordered
         self.schema = plan.output_schema
         site, sender, ack_to = egress_roles(self.layout)
         self.cons = ConsumerSet(len(plan.stages), {0: 0}, site, sender, ack_to,
@@ -54,11 +61,15 @@ class Egress:
     def on_data(self, msg: Data, src: int | None = None
                 ) -> tuple[Delivery | None, list[Outgoing]]:
         acks = self.cons.on_data(msg, src)
+        early = self.cons.take_arrived() if self.unordered else None
         rel = self.cons.release()
-        if rel is None:
+        if rel is None and early is None:
             return None, acks
-        rows, f_sn, f_wm = rel
-        self.progress = Progress(int(f_sn[0]), int(f_wm[0]))
+        if rel is not None:
+            rows, f_sn, f_wm = rel
+            self.progress = Progress(int(f_sn[0]), int(f_wm[0]))
+        if early is not None:  # (release had nothing left: every pending row came early)
+            rows = early
         if self.holding is not None and rows.num_rows:
             rows, later = split_at_sn(rows, self.holding)
             if later.num_rows:  # (with their partition: ``InputEpisodes.caught_up``)

@@ -105,7 +105,7 @@ class Host:
             policy=PolicyConfig(delta_min=cfg.delta_min, window_s=cfg.window_s,
                                 mode=cfg.policy),
             placement=cfg.placement, latencies=cfg.latencies), eventual=cfg.eventual,
-            race=cfg.ha == "race")
+            race=cfg.ha == "race", unordered=cfg.unordered_output)
         self.core.handle(StartTimes(fixed=cfg.standby_wait))  # nothing measured yet
         self.digest = self.digests[0]  # the output digest: the first sink's
         # the same rows, order and numbering aside (each sink's)

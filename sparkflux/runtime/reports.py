@@ -100,6 +100,9 @@ def result_metrics(host: Host) -> dict[str, Any]:
                        "sites": sum(host.site_sent.values())},
         # --ha race: output rows the egress dropped because another copy brought them first
         "raced_rows": host.core.egress.cons.duplicates,
+        # --unordered-output: rows handed on as they passed the filter (output_digest then
+        # follows their arrival; rows_digest does not)
+        "unordered_output": host.core.egress.unordered,
         # connections closed before or right after authentication, never decoded
         "refused_connections": {"driver": host.gate.total_refused,
                                 "sites": sum(host.site_refused.values()),

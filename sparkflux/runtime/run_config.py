@@ -92,6 +92,7 @@ class RunConfig:
     wan_start: float = 0.0  # the run's start on the wall clock (the outages count from it)
     # --placement and the one-way latencies it places by (``dataflow/deployment.py``)
     placement: str = Opts.placement
+    unordered_output: bool = Opts.unordered_output  # --unordered-output
     latencies: tuple[tuple[float, ...], ...] | None = None
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
@@ -125,7 +126,8 @@ class RunConfig:
             checkpoint=o.checkpoint, checkpoint_interval=o.checkpoint_interval,
             checkpoint_keep=o.checkpoint_keep,
             wan=WanModel.load(o.wan, o.sites) if o.wan is not None else None,
-            placement=o.placement, latencies=latency_matrix(o))
+            placement=o.placement, latencies=latency_matrix(o),
+            unordered_output=o.unordered_output)
 
     def kills_of(self, kind: type[K]) -> tuple[K, ...]:
         """The ``--kill`` records of one form."""

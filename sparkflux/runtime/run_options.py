@@ -172,6 +172,11 @@ class RunOptions:
         None, "with --consistency eventual: write the whole output stream a live consumer "
               "saw there (Parquet, a column _op: insert, tentative, undo, rec_done)",
         metavar="PATH")
+    unordered_output: bool = option(
+        False, "hand each output row on as soon as it passes the egress's duplicate filter, "
+               "without waiting for the sequence-number order across partitions (lower "
+               "latency for a consumer that does not care about order; every row keeps its "
+               "_sn/_snm; docs/racing.md)")
     hang: tuple[Hang, ...] = option(
         (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
             "let it go on (SIGCONT): a hung site, found by its heartbeat",
@@ -308,6 +313,7 @@ class RunOptions:
         consistency_options(self.consistency, self.max_delay, self.tentative_mode,
                             self.tentative_output)
         race_options(self)
+        unordered_options(self)
         if self.wan is not None:
             if self.rescale:
                 raise PlanError("--wan does not combine with --rescale yet: its matrix names "
@@ -353,6 +359,21 @@ def race_options(o: RunOptions) -> None:
     if given:
         raise PlanError(f"--ha race does not combine with {', '.join(given)} yet: drop "
                         f"{'it' if len(given) == 1 else 'them'}, or use --ha flux")
+
+
+def unordered_options(o: RunOptions) -> None:
+    """``--unordered-output`` hands rows on above the merge's frontier: a checkpoint's cut
+    (the output delivered up to it) and eventual consistency's corrections (held above the
+    episode's start) both count on the order, so those combinations fail fast."""
+    if not o.unordered_output:
+        return
+    given = [flag for flag, on in (("--checkpoint", o.checkpoint is not None),
+                                   ("--consistency eventual", o.consistency != "strict"))
+             if on]
+    if given:
+        raise PlanError(f"--unordered-output does not combine with {', '.join(given)}: the "
+                        f"output order is what {'they count' if len(given) > 1 else 'it counts'}"
+                        f" on; drop one of them")
 
 
 def placement_options(o: RunOptions) -> None:

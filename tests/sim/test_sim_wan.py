@@ -11,7 +11,11 @@ The driver and sites 0 and 1 are near each other, sites 2 and 3 in two far regio
   without replication, row for row;
 - three racing copies placed by latency, two sites crashing;
 - a mutation: sites that ignore the table the view carries (they place by the ring, the
-  driver by latency) is caught, and the seed that catches it passes unmutated.
+  driver by latency) is caught, and the seed that catches it passes unmutated;
+- ``--unordered-output``: the egress hands rows on as they pass its filter; the output, put
+  in SN order, equals the run without replication through crashes with flux and race, and it
+  did arrive out of order; an egress that hands rows on and still merges them (each row
+  twice) is caught.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pytest
 from sparkflux.dataflow.deployment import deploy
 from sparkflux.dataflow.placement import Layout
 from sparkflux.protocol import site_boundary
+from sparkflux.protocol.consumer import ConsumerSet
 from sparkflux.protocol.site_boundary import SiteBoundary
 from sparkflux.sim.run import FailurePlan, Violation, check, simulate
 from sparkflux.sim.workload import tiny_plan
@@ -140,3 +145,41 @@ def test_mutation_sites_that_ignore_the_views_table_are_caught(
     assert caught is not None, "no seed caught sites placing by the ring"
     monkeypatch.undo()
     run(base, caught, FailurePlan(), "latency", race=True)
+
+
+def test_unordered_output_is_the_same_rows_in_another_order(base: Any) -> None:
+    batches, expected, steps = base
+    raw = simulate(plan(), batches, 1, FailurePlan(), replicas=2, race=True, wan=WAN,
+                   unordered=True).output
+    sn = raw.column("_sn").to_numpy()
+    assert (sn[1:] < sn[:-1]).any(), "the rows came in SN order: nothing was unordered"
+    failed = []
+    for race in (False, True):
+        for seed in range(seeds(40)):
+            fp = schedule(seed, steps, "chained")
+            try:
+                check(plan, batches, seed, fp, expected=expected, race=race, wan=WAN,
+                      unordered=True)
+            except Violation as e:
+                failed.append(f"{'race' if race else 'flux'}: {e} [{fp}]")
+    assert not failed, "\n".join(failed[:5])
+
+
+def test_mutation_rows_handed_on_early_and_merged_again_are_caught(
+        base: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    batches, expected, _ = base
+    take = ConsumerSet.take_arrived
+
+    def keep_them(self: ConsumerSet) -> Any:
+        pending = list(self.pending)
+        out = take(self)
+        self.pending = pending
+        return out
+
+    monkeypatch.setattr(ConsumerSet, "take_arrived", keep_them)
+    with pytest.raises(Violation, match="differs"):
+        check(plan, batches, 0, FailurePlan(), expected=expected, race=True, wan=WAN,
+              unordered=True)
+    monkeypatch.undo()
+    check(plan, batches, 0, FailurePlan(), expected=expected, race=True, wan=WAN,
+          unordered=True)

@@ -107,3 +107,19 @@ def test_a_run_over_wide_area_links_matches_through_a_kill(netmon: Any, spark: A
     bound = m["placement"].get("latency_bound_ms", m["placement"]["chained_latency_bound_ms"])
     assert (m["placement"]["mode"], bound) == (placement, 60.0 if placement == "chained"
                                                else 2.0)
+
+
+@pytest.mark.parametrize("ha", ["flux", "race"])
+def test_unordered_output_is_the_reference_order_aside_through_a_kill(
+        netmon: Any, spark: Any, ha: str) -> None:
+    """``--unordered-output``: rows handed on as they pass the egress's filter; ``--check``
+    compares the rows with their sequence numbers, order aside."""
+    from sparkflux.check import check_example
+
+    args = netmon_args(**{"events": EVENTS, "rate": RATE, "ha": ha, "sites": 4,
+                          "partitions": 16, "batch_size": 8192, "window": 400_000,
+                          "unordered_output": True, "kill": ["1@input+100000"]})
+    result, verdict = check_example(netmon, args, spark=spark)
+    assert verdict.match, verdict.lines
+    assert "order aside (--unordered-output)" in "\n".join(verdict.lines)
+    assert result.metrics["unordered_output"] and result.metrics["kills"] == 1

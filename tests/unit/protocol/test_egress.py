@@ -125,3 +125,21 @@ def test_a_stall_report_names_the_copy_read_and_the_copies_acknowledged() -> Non
     assert e.reads_from(3) == "it reads it from copy 1 on site 0; copy 0 not yet folded in"
     e.on_fail({1})
     assert e.reads_from(5) == "it reads it from copy 1 on site 2"
+
+
+def test_unordered_output_hands_rows_on_as_they_pass_the_filter() -> None:
+    """``--unordered-output``: each partition's rows go at once, in arrival order, though the
+    other partitions have not progressed; the progress handed with them stays the merge's
+    frontier, which moves as before (with no rows left to release)."""
+    e = Egress(tiny_plan()[0], Layout(SITES, PARTITIONS, 2), unordered=True)
+    got: list[int] = []
+    for q, sns in ((2, [20]), (1, [3, 12]), (6, [7])):
+        d, outs = e.on_data(data(e, q, 0, sns, 25 if q == 2 else 15), src=q % SITES)
+        assert d is not None and d.progress.sn == NO_PROGRESS
+        assert acked(outs) == [((q + 1) % SITES, q, 25 if q == 2 else 15)]
+        got += d.batch.column(SN).to_pylist()
+    assert got == [20, 3, 12, 7] and e.delivered == 4
+    for q in (0, 3, 4, 5, 7):
+        d, _ = e.on_data(data(e, q, 0, [], 15), src=q % SITES)
+    assert d is not None and d.batch.num_rows == 0 and d.progress.sn == 15
+    assert e.delivered == 4

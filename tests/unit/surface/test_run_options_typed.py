@@ -293,6 +293,17 @@ def test_placement_by_latency_takes_its_matrix_from_latencies_or_wan(tmp_path: A
                    rescale=["6@10"])
 
 
+def test_unordered_output_reaches_the_egress_and_refuses_what_counts_on_order() -> None:
+    assert run_config(ha="race", unordered_output=True).unordered_output
+    assert not run_config().unordered_output
+    with pytest.raises(PlanError, match="--unordered-output does not combine with "
+                                        "--checkpoint"):
+        RunOptions(ha="flux", unordered_output=True, checkpoint="file:///tmp/x")
+    with pytest.raises(PlanError, match="--unordered-output does not combine with "
+                                        "--consistency eventual"):
+        RunOptions(ha="flux", unordered_output=True, consistency="eventual", max_delay=1.0)
+
+
 def test_the_cli_reference_page_is_the_parsers() -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     assert page == cli.reference_page(), "run scripts/cli_reference.py"
