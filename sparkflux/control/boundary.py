@@ -776,8 +776,9 @@ class Boundary:
                         self.ingress.layout.place(table)
                         self.egress.layout.place(table)
                     out.append(a)
+                    placed = {} if table is None else {"table": table}
                     out += [SendView(site=s, view=cm.View(number=view.number, members=members,
-                                                          ring=ring, table=table))
+                                                          ring=ring, **placed))
                             for s in view.members]
                 case FailSites(view=view, dead=dead):
                     out.append(a)

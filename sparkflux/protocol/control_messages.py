@@ -24,6 +24,10 @@ import numpy as np
 import numpy.typing as npt
 
 
+def _no_table() -> npt.NDArray[np.int32]:
+    return np.zeros((0, 0), dtype=np.int32)
+
+
 def _empty() -> npt.NDArray[np.int64]:
     return np.zeros(0, dtype=np.int64)
 
@@ -220,8 +224,10 @@ class View:
     number: int
     members: dict[int, Member]
     ring: tuple[int, ...] = ()
-    # --placement latency: the whole placement table ([P, columns]), loaded over the ring's
-    table: npt.NDArray[np.int32] | None = None
+    # --placement latency: the whole placement table ([P, columns]), loaded over the ring's;
+    # empty (0 x 0): chained declustering over the ring. Left out of ``==`` (an array's
+    # truth is ambiguous); the ring and the members say which view it is
+    table: npt.NDArray[np.int32] = field(default_factory=_no_table, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -494,7 +494,7 @@ class SiteBoundary:
         view = ev.message
         if view.ring:  # chained declustering over the failure domains (``placement.py``)
             self.layout.set_ring(view.ring)
-        if view.table is not None:  # --placement latency (``deployment.py``)
+        if view.table.size:  # --placement latency (``deployment.py``)
             self.layout.place(view.table)
         self.core = SiteCore(self.site, self.plan, self.layout)
         self.core.memory.budget = self.budget

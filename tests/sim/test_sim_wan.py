@@ -132,7 +132,7 @@ def test_mutation_sites_that_ignore_the_views_table_are_caught(
 
     def by_the_ring(self: SiteBoundary, ev: Any) -> Any:
         return install(self, dataclasses.replace(
-            ev, message=dataclasses.replace(ev.message, table=None)))
+            ev, message=dataclasses.replace(ev.message, table=np.zeros((0, 0), np.int32))))
 
     monkeypatch.setitem(site_boundary._ACTIONS, "install-view", by_the_ring)
     caught = None

@@ -40,6 +40,7 @@ def test_the_defaults() -> None:
     assert cm.Move(q=1, r=0, dst=2, epoch=3).survivor == -1  # the next replica after r
     assert cm.Stop(reason="done").excluded is False
     assert cm.View(number=1, members={}).ring == ()  # the identity ring
+    assert cm.View(number=1, members={}).table.size == 0  # placed by the ring
 
 
 def test_positional_arguments_are_refused() -> None:
