@@ -264,7 +264,7 @@ class Layout:
         # How the copies feed each other (``protocol/roles.py``): False, Flux-HA's process
         # pairs (copy r of a producer sends to copy r of its consumer, the others hold); True,
         # racing replicas (every producer copy sends to every consumer copy, and each input
-        # passes the first copy of a row that arrives: ``protocol/dedup.py``)
+        # passes the first copy of a row that arrives: ``ConsumerSet._first_copies``)
         self.race = race
         self._site = np.full((partitions, self.columns), NOWHERE, dtype=np.int32)
         self.ring: tuple[int, ...] = ()
