@@ -337,6 +337,8 @@ class Boundary:
         self.sequencer = Sequencer(list(plan.streams), align=(
             lambda i, rows: encode_source(ports, rows_schema, ports[i], rows)))
         self.ingress = Ingress(plan, layout)
+        if unordered and eventual is not None:  # corrections are split at an SN: in order
+            raise PlanError("--unordered-output does not combine with --consistency eventual")
         self.egress = Egress(plan, layout, unordered)  # --unordered-output
         # --consistency eventual: the input's failure episodes (``control/eventual.py``)
         self.episodes: InputEpisodes | None = None

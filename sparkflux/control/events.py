@@ -130,7 +130,8 @@ class InstallView:
     ring: tuple[int, ...] = ()
     # --placement latency: the whole table ([P, columns] site slots), which every party
     # loads instead of the ring's (``Layout.place``); None: chained declustering
-    table: np.ndarray | None = None
+    table: np.ndarray | None = field(default=None, compare=False)  # (an array's truth is
+    # ambiguous: the view and the ring say which action it is)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,18 +5,16 @@ driver and every site.
 Chained declustering (``placement.py``) knows nothing of distance: over wide-area links it
 may put every copy of a partition far from the driver and from each other's consumers, and
 with racing replicas a partition is as fast as its fastest copy. Algorithm 5 deploys the
-copies in K phases: each phase gives every partition one more copy, on the site that adds the
-least *network cost*, the sum over the streams the copy would send and receive of their rate
-times their latency (the paper's bandwidth-delay product), among the sites that
-
-- hold no copy of the partition yet (two copies never share a site);
-- stay under their capacity (the paper's ``load(s) + load(o) < alpha * capacity(s)``): every
-  site holds at most ``ceil(P * K / N)`` copies, the load chained declustering gives it, so
-  the placement moves no work onto a site;
-- share no failure domain with the partition's other copies where another site can take it
-  (``placement.clash``), then are at least ``DMIN_MS`` away from them (the paper's
-  ``d_min``, 30-70 ms in its tests: copies far apart do not fall into one network partition),
-  each only where some candidate satisfies it.
+copies in K phases: each phase gives every partition one more copy. Where the paper picks
+the site that adds the least *network cost* (the sum over the streams the copy would send and
+receive of their rate times their latency, the bandwidth-delay product) among the sites with
+room and far enough from the other copies, this deployment first keeps the sites' loads at
+chained declustering's (no work moves) and the failure domains apart, then minimises the
+partition's *latency bound* (its round trip from the driver through its nearest copy), then
+keeps the copies at least ``DMIN_MS`` apart (the paper's ``d_min``, 30-70 ms in its tests:
+copies far apart do not fall into one network partition), and only then the network cost
+(``deploy`` has the exact order). With every copy feeding every copy and equal loads, the
+network cost of a whole table is the same for any pairing, so the latency bound decides.
 
 Streams and their rates (unit input rate; the rates are not known before the run, the
 paper's first-phase case): the ingress sends 1/P to every copy of every partition of the
@@ -91,10 +89,11 @@ def deploy(latency_ms: Sequence[Sequence[float]], partitions: int, replicas: int
     """Algorithm 5 (module docstring): ``[partitions, replicas]`` site slots, column r the
     copy placed in phase r + 1.
 
-    Each phase places ``ceil(P / N)`` copies at most on a site (so every phase, and the
-    whole table, loads the sites as chained declustering does), the partitions with the
-    worst round trip so far first. A copy goes where, in this order: the site has room in
-    this phase (over it only where no site with room can take the copy), no failure domain
+    No site takes more than ``ceil(P * K / N)`` copies, chained declustering's most, and
+    each phase places ``ceil(P / N)`` at most on a site, the partitions with the worst round
+    trip so far first; either limit gives way only where no site within it can take the copy
+    (every such site holds one already). A copy goes where, in this order: the site is
+    within both limits, no failure domain
     is shared with the partition's other copies, the partition's round trip through its
     nearest copy is least (the latency bound), the site is ``dmin_ms`` from the other
     copies, the network cost added is least, then the least loaded and lowest slot.
@@ -105,6 +104,7 @@ def deploy(latency_ms: Sequence[Sequence[float]], partitions: int, replicas: int
         raise PlanError(f"{replicas} copies of a partition need {replicas} sites "
                         f"(the matrix has {sites})")
     per_phase = math.ceil(partitions / sites)
+    cap = math.ceil(partitions * replicas / sites)  # chained declustering's most per site
     rt = np.round(round_trips(latency_ms), 9)
     load = np.zeros(sites, dtype=np.int64)
     # incoming plus outgoing latency to every copy placed so far, per candidate site
@@ -126,7 +126,8 @@ def deploy(latency_ms: Sequence[Sequence[float]], partitions: int, replicas: int
                     continue
                 near = min((min(m[s + 1, p + 1], m[p + 1, s + 1]) for p in peers),
                            default=math.inf)
-                key = (bool(phase[s] >= per_phase), clash(s, peers, domains),
+                key = (bool(load[s] >= cap), bool(phase[s] >= per_phase),
+                       clash(s, peers, domains),
                        float(min(reach[q], rt[s])), bool(near < dmin_ms),
                        round(float(cost[s]), 9), int(load[s]), s)
                 if best is None or key < best:
@@ -136,10 +137,48 @@ def deploy(latency_ms: Sequence[Sequence[float]], partitions: int, replicas: int
             phase[pick] += 1
             pull += sym[:, pick]
             reach[q] = min(reach[q], rt[pick])
+    _within(table, cap, sites)
     # the nearest copy first in every row: column 0 is the copy Flux-HA's egress reads and
     # whose pairs carry the data (the others hold), so it should be the fastest one too
     order = np.argsort(rt[table], axis=1, kind="stable")
     return np.take_along_axis(table, order, axis=1)
+
+
+def _within(table: np.ndarray, cap: int, sites: int) -> None:
+    """Where the greedy phases had to put a copy over a site's limit, move copies until no
+    site holds more than ``cap``: a copy from a site over it to one under it that holds no
+    copy of that partition, or, where no such site exists, through a swap with a third site
+    (its copy of another partition moves to the one under the limit, that copy into its
+    place). In place; copies of a partition stay on distinct sites."""
+    def load() -> np.ndarray:
+        return np.bincount(table.ravel(), minlength=sites)
+
+    for _ in range(table.size):
+        n = load()
+        over = [int(x) for x in np.flatnonzero(n > cap)]
+        under = [int(x) for x in np.flatnonzero(n < cap)]
+        if not over or not under:
+            return
+        s, moved = over[0], False
+        for q, c in zip(*np.nonzero(table == s), strict=True):
+            u = next((u for u in under if u not in table[q]), None)
+            if u is not None:
+                table[q, c] = u
+                moved = True
+                break
+            for u in under:  # s -> t for q, and t -> u for a partition q2 t holds, u lacks
+                for q2, c2 in zip(*np.nonzero(table != s), strict=True):
+                    t = int(table[q2, c2])
+                    if t not in table[q] and u not in table[q2] and t != u:
+                        table[q, c], table[q2, c2] = t, u
+                        moved = True
+                        break
+                if moved:
+                    break
+            if moved:
+                break
+        if not moved:
+            return
 
 
 __all__ = ["DMIN_MS", "deploy", "latency_bound", "network_cost", "round_trips"]

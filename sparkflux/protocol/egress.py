@@ -68,7 +68,8 @@ class Egress:
         if rel is not None:
             rows, f_sn, f_wm = rel
             self.progress = Progress(int(f_sn[0]), int(f_wm[0]))
-        if early is not None:  # (release had nothing left: every pending row came early)
+        if early is not None:  # release had nothing left: every pending row came early
+            assert rel is None or not rel[0].num_rows, "rows released after take_arrived"
             rows = early
         if self.holding is not None and rows.num_rows:
             rows, later = split_at_sn(rows, self.holding)

@@ -14,8 +14,8 @@ The driver and sites 0 and 1 are near each other, sites 2 and 3 in two far regio
   driver by latency) is caught, and the seed that catches it passes unmutated;
 - ``--unordered-output``: the egress hands rows on as they pass its filter; the output, put
   in SN order, equals the run without replication through crashes with flux and race, and it
-  did arrive out of order; an egress that hands rows on and still merges them (each row
-  twice) is caught.
+  did arrive out of order; an egress that hands rows on early but keeps them pending (each
+  row handed on again at the next frame) is caught.
 """
 
 from __future__ import annotations
@@ -177,7 +177,8 @@ def test_mutation_rows_handed_on_early_and_merged_again_are_caught(
         return out
 
     monkeypatch.setattr(ConsumerSet, "take_arrived", keep_them)
-    with pytest.raises(Violation, match="differs"):
+    # the egress's own check that nothing is released after the early rows, or the output
+    with pytest.raises((Violation, AssertionError), match="differs|released after"):
         check(plan, batches, 0, FailurePlan(), expected=expected, race=True, wan=WAN,
               unordered=True)
     monkeypatch.undo()

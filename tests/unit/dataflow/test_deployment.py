@@ -32,6 +32,22 @@ def test_copies_load_every_site_as_chained_declustering_does(k: int) -> None:
         np.bincount(chained(k).ravel(), minlength=4).tolist()
 
 
+def test_no_site_takes_more_than_chained_declusterings_most() -> None:
+    # partitions that do not divide over the sites, random matrices: the greedy phases may
+    # run into a partition whose only sites with room hold it already; copies are then
+    # moved until every site is within ceil(P K / N)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(3, 7))
+        parts, k = int(rng.integers(n, 40)), int(rng.integers(2, n + 1))
+        m = rng.integers(1, 100, (n + 1, n + 1)).astype(float)
+        np.fill_diagonal(m, 0)
+        t = deploy(m.tolist(), parts, k, exchanges=1)
+        assert all(len(set(row)) == k for row in t.tolist())
+        assert np.bincount(t.ravel(), minlength=n).max() <= -(-parts * k // n), (n, parts, k)
+    assert np.bincount(deploy(THREE_REGIONS, 9, 3, 1).ravel()).tolist() == [7, 7, 7, 6]
+
+
 def test_two_copies_give_every_partition_a_copy_near_the_driver() -> None:
     # the driver with sites 0 and 1 (1 ms), site 2 at 30 ms, site 3 at 60 ms: chained
     # declustering puts a quarter of the partitions on sites 2 and 3 only
