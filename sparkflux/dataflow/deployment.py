@@ -110,7 +110,7 @@ def deploy(latency_ms: Sequence[Sequence[float]], partitions: int, replicas: int
     # incoming plus outgoing latency to every copy placed so far, per candidate site
     pull = np.zeros(sites, dtype=np.float64)
     sym = m[1:, 1:] + m[1:, 1:].T
-    edge = (m[0, 1:] + m[1:, 0]) / partitions
+    edge = rt / partitions  # the ingress's and the egress's streams of a copy
     table = np.full((partitions, replicas), -1, dtype=np.int32)
     reach = np.full(partitions, math.inf)
     domains = domains or {}
@@ -145,40 +145,32 @@ def deploy(latency_ms: Sequence[Sequence[float]], partitions: int, replicas: int
 
 
 def _within(table: np.ndarray, cap: int, sites: int) -> None:
-    """Where the greedy phases had to put a copy over a site's limit, move copies until no
-    site holds more than ``cap``: a copy from a site over it to one under it that holds no
-    copy of that partition, or, where no such site exists, through a swap with a third site
-    (its copy of another partition moves to the one under the limit, that copy into its
-    place). In place; copies of a partition stay on distinct sites."""
-    def load() -> np.ndarray:
-        return np.bincount(table.ravel(), minlength=sites)
-
+    """Where the greedy phases had to put a copy over a site's limit, move copies
+    (``_move_one``) until no site holds more than ``cap``. In place; copies of a partition
+    stay on distinct sites."""
     for _ in range(table.size):
-        n = load()
-        over = [int(x) for x in np.flatnonzero(n > cap)]
-        under = [int(x) for x in np.flatnonzero(n < cap)]
-        if not over or not under:
+        n = np.bincount(table.ravel(), minlength=sites)
+        over, under = np.flatnonzero(n > cap), [int(x) for x in np.flatnonzero(n < cap)]
+        if not over.size or not under or not _move_one(table, int(over[0]), under):
             return
-        s, moved = over[0], False
-        for q, c in zip(*np.nonzero(table == s), strict=True):
-            u = next((u for u in under if u not in table[q]), None)
-            if u is not None:
-                table[q, c] = u
-                moved = True
-                break
-            for u in under:  # s -> t for q, and t -> u for a partition q2 t holds, u lacks
-                for q2, c2 in zip(*np.nonzero(table != s), strict=True):
-                    t = int(table[q2, c2])
-                    if t not in table[q] and u not in table[q2] and t != u:
-                        table[q, c], table[q2, c2] = t, u
-                        moved = True
-                        break
-                if moved:
-                    break
-            if moved:
-                break
-        if not moved:
-            return
+
+
+def _move_one(table: np.ndarray, s: int, under: list[int]) -> bool:
+    """One copy off site ``s``: to a site under the limit that holds no copy of its
+    partition, or, where none does, through a third site t (the copy goes to t, and t's copy
+    of another partition that the site under the limit lacks goes there). False: none can."""
+    for q, c in zip(*np.nonzero(table == s), strict=True):
+        u = next((u for u in under if u not in table[q]), None)
+        if u is not None:
+            table[q, c] = u
+            return True
+        for u in under:
+            for q2, c2 in zip(*np.nonzero(table != s), strict=True):
+                t = int(table[q2, c2])
+                if t != u and t not in table[q] and u not in table[q2]:
+                    table[q, c], table[q2, c2] = t, u
+                    return True
+    return False
 
 
 __all__ = ["DMIN_MS", "deploy", "latency_bound", "network_cost", "round_trips"]
