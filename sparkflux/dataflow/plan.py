@@ -75,6 +75,17 @@ class PhysicalPlan:
     # --consistency eventual's delay bound X (seconds): every merge on the sites releases
     # what it has held for X tentatively (``protocol/merge_waits.py``); None: strict
     max_delay: float | None = None
+    # --arrival-order: racing copies run the order-insensitive stages' rows as they arrive
+    # (False: every stage merges its input in SN order)
+    arrival_order: bool = False
+
+    def arrival(self, race: bool) -> tuple[bool, ...]:
+        """Per stage: whether it runs its rows as they arrive, without the SN-ordered merge
+        (racing replicas, an order-insensitive stage, ``arrival_order`` on). Its output
+        stream then comes in arrival order too, and every consumer of it (the next stage,
+        or the egress after the last) filters duplicates per row."""
+        on = race and self.arrival_order
+        return tuple(on and st.program.order_insensitive for st in self.stages)
 
     @property
     def output_schema(self) -> pa.Schema:

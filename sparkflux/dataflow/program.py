@@ -82,6 +82,15 @@ class StageProgram:
         rows held above the stage's claim last."""
         return (*(s.operator for s in self.steps if s.operator is not None), self.held)
 
+    @property
+    def order_insensitive(self) -> bool:
+        """Whether the stage gives the same rows whatever order its input comes in: heads,
+        unions and operators that say so (``Operator.order_insensitive``), no join. Its rows
+        may then be run as they arrive, and its output claim is its input frontier."""
+        return all(s.kind in ("head", "union") or (
+            s.kind == "apply" and s.operator is not None and s.operator.order_insensitive)
+            for s in self.steps)
+
     def run(self, rows: pa.RecordBatch, frontier: Frontier, hold: bool = True
             ) -> tuple[pa.RecordBatch, Frontier]:
         """The stage's input rows (exchange rows, SN order) and each partition's input

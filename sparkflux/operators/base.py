@@ -67,6 +67,12 @@ class Operator(ABC):
     stateful: bool = False
     #: The contract the operator is written against; a different one is refused at build.
     contract: int = CONTRACT
+    #: True when every output row depends on one input row alone, and its ``(_sn, _snm)`` on
+    #: that row's (rules 1 and 2 of docs/operators.md with a fan-out that no other row
+    #: decides): the operator gives the same rows whatever order its input comes in. Racing
+    #: copies then feed a stage of such operators rows as they arrive, without the
+    #: SN-ordered merge (the racing-replicas paper's replica-consistent operators).
+    order_insensitive: bool = False
 
     def __init__(self) -> None:
         self._output_schema: pa.Schema | None = None

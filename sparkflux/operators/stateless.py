@@ -40,6 +40,8 @@ class Filter(Operator):
     [1, 2]
     """
 
+    order_insensitive = True
+
     def __init__(self, predicate: Predicate) -> None:
         super().__init__()
         if not isinstance(predicate, pc.Expression) and not callable(predicate):
@@ -89,6 +91,8 @@ class Map(Operator):
     >>> op.process(batch).to_pydict()["y"]
     [6, 16]
     """
+
+    order_insensitive = True
 
     def __init__(self, fn: Callable[[pa.RecordBatch], MapResult],
                  fields: Sequence[pa.Field]) -> None:
@@ -143,6 +147,8 @@ class Project(Operator):
     >>> op.bind(batch.schema).names[:2]
     ['b', 'a']
     """
+
+    order_insensitive = True
 
     def __init__(self, columns: Sequence[str] | Mapping[str, str]) -> None:
         super().__init__()

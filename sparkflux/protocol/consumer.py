@@ -27,6 +27,15 @@ progress, the highest claim any copy made, decides alone: a row at or below it c
 from this copy's earlier frames or another's; a row above it is new. The filter keeps no
 keys. A dead copy is only struck off (no ``reverse``); a rebuilt one is raced again from its
 ``psync`` on, when its buffer holds everything above what the consumer has.
+
+``unordered``: the producer stage runs its rows as they arrive (``PhysicalPlan.arrival``, an
+order-insensitive stage of racing copies), so its streams come out of SN order, and a frame
+may carry rows above its claim. The filter is then Algorithm 1 with its per-tuple counts: a
+row at or below the stream's progress (the highest punctuation) came already; above it, a row
+passes once, its key ``(SN, SNM, port)`` kept until the progress covers it (``seen_keys.py``; a
+catch-up's snapshot carries the keys). ``release_arrived`` is the consuming side's Algorithm
+2: a stage of order-insensitive operators takes every row that passed, in arrival order; an
+order-sensitive one keeps the merge, which sorts what the punctuations cover (Algorithm 4).
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ import pyarrow as pa
 from sparkflux.dataflow.ports import sort_rows
 from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
-from sparkflux.model.schema import PART, SN
+from sparkflux.model.schema import PART, PORT, SN, SNM
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
     SRC,
@@ -54,6 +63,7 @@ from sparkflux.protocol.messages import (
     Streams,
 )
 from sparkflux.protocol.roles import RACE
+from sparkflux.protocol.seen_keys import SeenKeys
 
 
 class PartitionLost(ProtocolError):
@@ -73,7 +83,8 @@ class ConsumerSet:
 
     def __init__(self, stage: int, consumers: dict[int, int], producer_site: np.ndarray,
                  sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema,
-                 installed: bool | np.ndarray = True, name: str | None = None) -> None:
+                 installed: bool | np.ndarray = True, name: str | None = None,
+                 unordered: bool = False) -> None:
         self.stage = stage
         self.name = name or f"stage {stage}"
         # what the producers are called: the previous stage, or the ingress for stage 0
@@ -88,6 +99,12 @@ class ConsumerSet:
         self.sender = sender.astype(np.int8).copy()  # [Qn, P]
         self.race = bool(self.sender.size) and bool((self.sender == RACE).all())
         self.duplicates = 0  # racing replicas: rows dropped, another copy brought them first
+        # racing copies of a stage run in arrival order: the streams come out of SN order, and
+        # the filter keeps the keys (qi * P + p, SN, SNM, port) of the rows passed above their
+        # stream's progress; ``early``: rows released above their partition's frontier
+        self.unordered = unordered
+        self.seen = SeenKeys(self.sender.shape[1])
+        self.early = 0
         self.ack_to = _ack_mask(ack_to, self.producer_site.shape[1])  # [Qn, P, R]
         self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
         self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
@@ -150,6 +167,8 @@ class ConsumerSet:
             self._accept_rows(frames, qi, p, sn, frame)
         np.maximum.at(self.progress_sn, (qi, p), sn)
         np.maximum.at(self.progress_wm, (qi, p), st.wm[ok])
+        if len(self.seen):
+            self.seen.prune(self.progress_sn)
         if (more or qi.size > 1) and qi.size:  # one acknowledgement (and claim) per stream
             _, first = np.unique(qi.astype(np.int64) * self.sender.shape[1] + p,
                                  return_index=True)
@@ -200,7 +219,10 @@ class ConsumerSet:
             rqi = self._qi(q)
             keep = rqi >= 0
             keep[keep] &= key_ok[rqi[keep], src[keep]]
-            if keep.any() and self.race:  # another copy's rows came first: dropped
+            if keep.any() and self.race and self.unordered:  # per row, out of order
+                keep[keep] = self._first_arrivals(batch, keep, rqi[keep], src[keep], sn[keep],
+                                                  floor[rqi[keep], src[keep]])
+            elif keep.any() and self.race:  # another copy's rows came first: dropped
                 keep[keep] = self._first_copies(f, rqi[keep], src[keep], sn[keep],
                                                 floor[rqi[keep], src[keep]])
             elif keep.any():
@@ -242,6 +264,25 @@ class ConsumerSet:
                 f"frame's claim; rows of streams (p, q) {streams[:3]} came above it "
                 f"(SNs {sn[above][:3].tolist()})")
         first: np.ndarray = sn > floor
+        self.duplicates += int(first.size - first.sum())
+        return first
+
+    def _first_arrivals(self, batch: pa.RecordBatch, keep: np.ndarray, qi: np.ndarray,
+                        p: np.ndarray, sn: np.ndarray, floor: np.ndarray) -> np.ndarray:
+        """The duplicate filter of streams out of SN order (Algorithm 1): a row at or below
+        its stream's progress before the frame (``floor``, the highest punctuation any copy
+        gave) came already; above it, the first copy of each ``(SN, SNM, port)`` passes and
+        its key is kept (``seen``) until the progress covers it. Each copy sends a row
+        once (a rebuilt one resends above the floor only), so a count per key is 0 or 1."""
+        first: np.ndarray = sn > floor
+        if first.any():
+            at = np.flatnonzero(keep)[first]
+            snm = batch.column(SNM).to_numpy()[at]
+            port = batch.column(PORT).to_numpy()[at] if batch.schema.get_field_index(PORT) >= 0 \
+                else np.zeros(at.size, dtype=np.int64)
+            keys = np.stack([qi[first].astype(np.int64) * self.sender.shape[1] + p[first],
+                             sn[first], snm.astype(np.int64), port.astype(np.int64)], axis=1)
+            first[first] = self.seen.first(keys)
         self.duplicates += int(first.size - first.sum())
         return first
 
@@ -304,6 +345,22 @@ class ConsumerSet:
         out = concat(self.pending, self.schema)
         self.pending, self._lowest = [], {}
         return out
+
+    def release_arrived(self) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
+        """An order-insensitive stage's input (the racing-replicas paper's Algorithm 2):
+        every row that passed the filter, in arrival order, with each partition's frontier
+        as ``release`` gives it; None when neither rows came nor the frontier moved. The
+        stage's operators give the same rows whatever the order, and claim the frontier."""
+        f_sn, f_wm = self.frontier()
+        rows = self.take_arrived()
+        moved = bool((f_sn > self.released_sn).any() or (f_wm > self.released_wm).any())
+        if rows is None and not moved:
+            return None
+        if rows is not None:
+            part = self.index[rows.column(PART).to_numpy()]
+            self.early += int((rows.column(SN).to_numpy() > f_sn[part]).sum())
+        self.released_sn, self.released_wm = f_sn, f_wm
+        return (rows if rows is not None else concat([], self.schema)), f_sn, f_wm
 
     def release(self, cap: np.ndarray | None = None, limit: int | None = None
                 ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
@@ -500,6 +557,7 @@ class ConsumerSet:
         self.progress_sn[i] = NO_PROGRESS
         self.progress_wm[i] = NO_WATERMARK
         self._forget_claims(i, NO_WATERMARK)
+        self.seen.forget(i)
         self.released_sn[i] = NO_PROGRESS
         self.released_wm[i] = NO_WATERMARK
         if self.pending:
@@ -549,7 +607,9 @@ class ConsumerSet:
         return ConsumerSnapshot(progress_sn=self.progress_sn[i].copy(),
                                 progress_wm=self.progress_wm[i].copy(),
                                 released_sn=int(self.released_sn[i]),
-                                released_wm=int(self.released_wm[i]), pending=rows)
+                                released_wm=int(self.released_wm[i]), pending=rows,
+                                seen=(self.seen.of(i, self.progress_sn) if self.unordered
+                                      else None))
 
     def install(self, q: int, snap: ConsumerSnapshot, dead: np.ndarray) -> list[Outgoing]:
         """Install a snapshot as this site's replica of q and rejoin its input streams:
@@ -564,6 +624,11 @@ class ConsumerSet:
         self.released_wm[i] = snap.released_wm
         if snap.pending is not None and snap.pending.num_rows:
             self.pending.append(snap.pending)
+        self.seen.forget(i)
+        if snap.seen is not None and snap.seen.shape[0]:  # what the survivor passed above
+            keys = snap.seen.astype(np.int64)                # its progress: no second time
+            keys[:, 0] += i * self.sender.shape[1]
+            self.seen.add(keys)
         self.installed[i] = True
         n_rep = self.producer_site.shape[1]
         entries: list[tuple[int, int, int, bool, bool]] = []  # (site, p, r, send, wait)

@@ -120,6 +120,9 @@ class ConsumerSnapshot:
     released_sn: int  # the frontier already handed to the operators
     released_wm: int
     pending: pa.RecordBatch | None  # received, not yet released (wire schema); None: none
+    # an input out of SN order (``ConsumerSet.unordered``): the keys (p, SN, SNM, port) of
+    # the rows passed above their stream's progress, which the new copy must not pass again
+    seen: npt.NDArray[np.int64] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

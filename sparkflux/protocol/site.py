@@ -112,11 +112,15 @@ class SiteCore:
         mine[list(hosted)] = True
         self.cons: list[ConsumerSet] = []
         self.prods: list[ProducerBuffer] = []
+        # per stage: it runs its rows as they arrive (racing copies, order-insensitive), and
+        # so its consumers take its streams out of SN order (``PhysicalPlan.arrival``)
+        self.arrival = plan.arrival(self.layout.race)
         for s, stage in enumerate(plan.stages):
             psite, sender, ack_to = consumer_roles(self.layout, every, first_stage=s == 0)
             self.cons.append(ConsumerSet(s, every, psite, sender, ack_to,
                                          wire_schema(stage.input_schema),
-                                         installed=mine & (not standby)))
+                                         installed=mine & (not standby),
+                                         unordered=s > 0 and self.arrival[s - 1]))
             last = s == n - 1
             csite, send, wait = producer_roles(self.layout, every, to_egress=last)
             out_schema = plan.output_schema if last else plan.stages[s + 1].input_schema
@@ -540,7 +544,8 @@ class SiteCore:
                     self.backlog.add(s)
                     break
                 cap = self._cap(s)
-                rel = self.cons[s].release(cap, left)
+                rel = self.cons[s].release_arrived() if self.arrival[s] \
+                    else self.cons[s].release(cap, left)
                 if self.cons[s].backlog:
                     self.backlog.add(s)
                 if rel is not None:
@@ -855,7 +860,8 @@ class SiteCore:
             self.processed += np.bincount(rows.column(PART).to_numpy(),
                                           minlength=self.processed.size)
         out, frontier = self.plan.stages[s].program.run(rows.drop_columns([SRC]),
-                                                        Frontier(f_sn, f_wm))
+                                                        Frontier(f_sn, f_wm),
+                                                        hold=not self.arrival[s])
         return out, frontier.sn, frontier.wm
 
     # -- introspection -----------------------------------------------------------------------

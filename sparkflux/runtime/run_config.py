@@ -93,6 +93,7 @@ class RunConfig:
     # --placement and the one-way latencies it places by (``dataflow/deployment.py``)
     placement: str = Opts.placement
     unordered_output: bool = Opts.unordered_output  # --unordered-output
+    arrival_order: bool = Opts.arrival_order  # --arrival-order
     latencies: tuple[tuple[float, ...], ...] | None = None
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
@@ -127,7 +128,7 @@ class RunConfig:
             checkpoint_keep=o.checkpoint_keep,
             wan=WanModel.load(o.wan, o.sites) if o.wan is not None else None,
             placement=o.placement, latencies=latency_matrix(o),
-            unordered_output=o.unordered_output)
+            unordered_output=o.unordered_output, arrival_order=o.arrival_order)
 
     def kills_of(self, kind: type[K]) -> tuple[K, ...]:
         """The ``--kill`` records of one form."""

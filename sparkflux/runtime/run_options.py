@@ -177,6 +177,11 @@ class RunOptions:
                "without waiting for the sequence-number order across partitions (lower "
                "latency for a consumer that does not care about order; every row keeps its "
                "_sn/_snm; docs/racing.md)")
+    arrival_order: bool = option(
+        False, "with --ha race: run the stages of order-insensitive operators (filters, "
+               "maps, projections, unions) on their rows as they arrive, without the "
+               "sequence-number merge (the racing-replicas paper's replica-consistent "
+               "operators; docs/racing.md)")
     hang: tuple[Hang, ...] = option(
         (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
             "let it go on (SIGCONT): a hung site, found by its heartbeat",
@@ -351,6 +356,9 @@ def race_options(o: RunOptions) -> None:
     """``--ha race`` runs without rescaling, checkpoints, memory budgets and eventual
     consistency for now (and without balancing rounds: ``RunConfig`` turns them off; the
     moves of recovery do run): a combination fails fast, saying what to drop."""
+    if o.arrival_order and o.ha != "race":
+        raise PlanError("--arrival-order is an option of --ha race (only racing copies "
+                        "run stages in arrival order): drop it, or add --ha race")
     if o.ha != "race":
         return
     given = [flag for name, flag in RACE_ALONE if getattr(o, name)]

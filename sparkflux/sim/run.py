@@ -229,6 +229,9 @@ class SimResult:
     # --ha race: rows the duplicate filters dropped (another copy brought them first), at
     # the egress and over the live sites' inputs
     raced: int = 0
+    # rows the live sites' order-insensitive stages ran above their frontier (in arrival
+    # order, ``ConsumerSet.release_arrived``): racing copies did not wait for the merge
+    arrived_early: int = 0
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -864,6 +867,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                      early[0], delivered_at, last_admit,
                      core.egress.cons.duplicates + sum(
                          c.duplicates for k, b in sites.items()
+                         if k not in crashed_now and b.core is not None for c in b.core.cons),
+                     sum(c.early for k, b in sites.items()
                          if k not in crashed_now and b.core is not None for c in b.core.cons))
 
 

@@ -9,6 +9,7 @@ runs in a fraction of a second.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -100,6 +101,41 @@ def tiny_chain_plan(events: int = 400, batch: int = 40, sites: int = 4, partitio
               name="stats")
        .sink())
     return compile_plan(df, partitions, sites), list(src.batches())
+
+
+def tiny_relay_plan(events: int = 400, batch: int = 40, sites: int = 4, partitions: int = 8,
+                    seed: int = 1, arrival_order: bool = True
+                    ) -> tuple[PhysicalPlan, list[pa.RecordBatch]]:
+    """``tiny_chain_plan`` with order-insensitive stages between its stateful ones: an
+    identity map after an exchange by ``ts``; the sessions; a map after an exchange by
+    ``app`` (its input from every partition of the sessions' stage); the count windows; a
+    filter after an exchange by ``app``, which the egress reads. Racing copies run the maps
+    and the filter in arrival order (``PhysicalPlan.arrival``): the count windows' stage and
+    the egress take streams out of SN order, and the count windows count every row they
+    get, so a duplicate let through changes the output. ``arrival_order`` (on here, as
+    ``--arrival-order``): off, every stage merges in SN order."""
+    src = TinySessions(events, batch, seed)
+    df = Dataflow("tiny_relay")
+    (df.source(src, name="events")
+       .apply(Filter(pc.field("dst") != 3), name="drop_dst3")
+       .exchange(by=["ts"])
+       .apply(Map(lambda b: {"app": b.column("app")}, [pa.field("app", pa.int32())]),
+              name="same")
+       .exchange(by=["src", "dst"])
+       .apply(SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
+                                    carry=["app", "src"]), name="sessions")
+       .exchange(by=["app"])
+       .apply(Map(lambda b: {"app": pc.add(b.column("app"), 1)},
+                  [pa.field("app", pa.int32())]), name="bump")
+       .exchange(by=["app", "src"])
+       .apply(CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
+                                   aggs={"mx": "max", "n": "count", "avg": "avg"}),
+              name="stats")
+       .exchange(by=["app"])
+       .apply(Filter(pc.field("n") >= 1), name="kept")
+       .sink())
+    plan = compile_plan(df, partitions, sites)
+    return replace(plan, arrival_order=arrival_order), list(src.batches())
 
 
 # The two chained windows of ``tiny_windows_plan`` (event time ``ts`` = 5 x event index).

@@ -76,6 +76,8 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     with every setting the job needs. ``dataflow_file``: the file the dataflow came from;
     the modules beside it are shipped. ``announce`` gets the run's milestones (the input's
     start)."""
+    if cfg.arrival_order:  # the driver's egress and every site read it from the plan
+        plan = replace(plan, arrival_order=True)
     sinks = sinks_of(plan, sink)
     restored = restore_point(plan, cfg)
     if restored is not None:  # the sinks go on after the checkpoint's cut

@@ -123,3 +123,38 @@ def test_unordered_output_is_the_reference_order_aside_through_a_kill(
     assert verdict.match, verdict.lines
     assert "order aside (--unordered-output)" in "\n".join(verdict.lines)
     assert result.metrics["unordered_output"] and result.metrics["kills"] == 1
+
+
+@pytest.fixture(scope="module")
+def sensors() -> Any:
+    from sparkflux.dataflow.examples import load_example
+    from tests.conftest import ROOT
+
+    return load_example(ROOT / "examples" / "sensors.py")
+
+
+@pytest.mark.parametrize(("ha", "extra"), [
+    ("none", {}),
+    ("flux", {"kill": ["1@input+30000"]}),
+    ("race", {"kill": ["1@input+30000"]}),
+    ("race", {"kill": ["1@input+30000"], "arrival_order": True}),
+    ("race", {"kill": ["2@input+30000"], "arrival_order": True, "unordered_output": True}),
+], ids=["none", "flux-kill", "race-kill", "race-kill-arrival", "race-kill-arrival-unordered"])
+def test_a_chain_of_maps_runs_in_arrival_order_and_matches(sensors: Any, spark: Any, ha: str,
+                                                           extra: dict[str, Any]) -> None:
+    """The sensors' chain of four map stages, each after an exchange: with
+    ``--arrival-order`` racing copies run every one of them as rows arrive
+    (``arrival_stages``), their streams out of SN order, and the output is the Spark SQL
+    reference's through a kill; without it, and in the other modes, every stage merges."""
+    from sparkflux.check import check_example
+    from sparkflux.cli import run_args
+    from tests.conftest import ROOT
+
+    args = run_args(ROOT / "examples" / "sensors.py", events=40_000, stages=4, sites=4,
+                    partitions=16, rate=40_000.0, ha=ha, **extra)
+    result, verdict = check_example(sensors, args, spark=spark)
+    assert verdict.match, verdict.lines
+    m = result.metrics
+    arrival = bool(extra.get("arrival_order"))
+    assert m["arrival_stages"] == (["hop1", "hop2", "hop3", "hop4"] if arrival else [])
+    assert m["kills"] == len(extra.get("kill", []))

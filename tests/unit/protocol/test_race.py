@@ -171,3 +171,64 @@ def test_the_ingress_admits_at_the_fastest_copys_pace_within_the_lag_bound() -> 
     flux.buffer.acked[0][:, :2] = 990
     flux.buffer.acked[0][2, 1] = 100
     assert flux.unacknowledged() == 900  # Flux-HA waits for its slowest copy
+
+
+# -- streams out of SN order (an order-insensitive producer stage run in arrival order) -----
+def kept(c: ConsumerSet) -> np.ndarray:
+    """The keys the filter keeps above the progress (the covered ones dropped)."""
+    return c.seen.array(c.progress_sn)
+
+
+def unordered() -> ConsumerSet:
+    return ConsumerSet(1, {0: 0, 1: 0}, SITES, np.full((2, 3), RACE, np.int8),
+                       np.ones((2, 3, 2), bool), SCHEMA, unordered=True)
+
+
+def test_out_of_order_rows_above_the_claim_pass_once_and_are_forgotten_when_covered() -> None:
+    c = unordered()
+    # copy 1 of p = 0 claims 2 and already sends 7 and 5 (its input ran ahead elsewhere)
+    c.on_data(frame(0, 1, 2, [(0, 7), (0, 2), (1, 5)]), 3)
+    assert pending(c) == [(0, 0, 2), (0, 0, 7), (1, 0, 5)]
+    assert sorted(map(tuple, kept(c)[:, :2].tolist())) == [(0, 7), (3, 5)]  # (qi*P + p, sn)
+    # copy 0 brings 5 and 7 again, and 6, with a claim of 6: 5 and 7 came already
+    c.on_data(frame(0, 0, 6, [(1, 5), (0, 6), (0, 7)]), 1)
+    assert pending(c) == [(0, 0, 2), (0, 0, 6), (0, 0, 7), (1, 0, 5)]
+    assert c.duplicates == 2
+    # the claim of 6 covers 5 (and 6): only 7 is kept
+    assert kept(c)[:, 1].tolist() == [7]
+    # copy 1 claims 9 with 6 and 9: 6 is at or below the progress (6), 9 new; 7 forgotten
+    c.on_data(frame(0, 1, 9, [(0, 6), (0, 9)]), 3)
+    assert pending(c)[-2:] == [(0, 0, 9), (1, 0, 5)] and c.duplicates == 3
+    assert kept(c).shape[0] == 0
+
+
+def test_an_order_insensitive_stage_takes_every_row_with_the_frontier() -> None:
+    c = unordered()
+    c.on_data(frame(0, 0, 4, [(0, 9), (0, 3)]), 1)
+    c.on_data(frame(1, 0, 2, [(1, 2)]), 1)
+    c.on_data(frame(2, 0, 7, [(0, 7)]), 2)
+    rows, f_sn, _ = c.release_arrived()
+    # in arrival order; 9, 3 and 7 above partition 0's frontier (2, p = 1's claim)
+    assert rows.column(SN).to_pylist() == [9, 3, 2, 7]
+    assert f_sn.tolist() == [2, 2] and c.early == 3
+    assert c.pending == [] and c.release_arrived() is None  # nothing new, nothing moved
+    c.on_data(frame(1, 0, 5), 1)
+    rows, f_sn, _ = c.release_arrived()
+    assert rows.num_rows == 0 and f_sn.tolist() == [4, 4]
+
+
+def test_a_snapshot_carries_the_keys_passed_and_the_new_copy_drops_them_again() -> None:
+    c = unordered()
+    c.on_data(frame(0, 1, 2, [(0, 7), (1, 5)]), 3)
+    c.release_arrived()  # the stage ran 7 and 5 at once: no pending rows move, their keys do
+    snap = c.snapshot(0)
+    assert snap.pending is None
+    assert snap.seen.tolist() == [[0, 7, 0, 0]]  # (p, SN, SNM, port) of partition 0's keys
+    new = ConsumerSet(1, {0: 1}, SITES, np.full((1, 3), RACE, np.int8),
+                      np.ones((1, 3, 2), bool), SCHEMA, installed=False, unordered=True)
+    out = new.install(0, snap, np.zeros((3, 2), bool))
+    rejoin = [m.message for m in out if isinstance(m.message, Rejoin)]
+    assert all(r.floor[r.p == 0].tolist() == [2] for r in rejoin if (r.p == 0).any())
+    # copy 0 of p = 0 resends from above the floor: 7 ran on the survivor already
+    new.on_data(frame(0, 0, 8, [(0, 7), (0, 8)]), 1)
+    assert pending(new) == [(0, 0, 8)] and new.duplicates == 1

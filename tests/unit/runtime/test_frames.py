@@ -82,7 +82,8 @@ def i64(*v: int) -> np.ndarray:
 BATCH = pa.RecordBatch.from_pydict({"v": [1, 2, 3], "_src": [1, 1, 2]}, schema=SCHEMA)
 TABLE = pa.table({"k": ["a", "b"], "x": [1.5, None]})
 CONS = ConsumerSnapshot(progress_sn=i64(3, 4), progress_wm=i64(-1, 7), released_sn=2,
-                        released_wm=-1, pending=BATCH)
+                        released_wm=-1, pending=BATCH,
+                        seen=np.array([[1, 9, 0, 0], [0, 7, 3, 1]], dtype=np.int64))
 SNAPSHOT = PartitionSnapshot(
     cons=CONS,
     ops=(None, {"code": i64(5, 6), "sub": i64(0, 0), "keys": TABLE,
@@ -177,6 +178,8 @@ def test_the_snapshot_survives_as_its_records() -> None:
     assert type(snap.ops) is tuple and type(snap.cons.pending) is pa.RecordBatch
     assert snap.cons.progress_sn.dtype == np.int64 and snap.cons.progress_sn.tolist() == [3, 4]
     assert (snap.out_sn, snap.out_wm, snap.cons.released_sn) == (12, 40, 2)
+    assert snap.cons.seen.tolist() == [[1, 9, 0, 0], [0, 7, 3, 1]]  # keys of an input out
+    assert snap.cons.seen.dtype == np.int64                          # of order (race)
 
 
 def _msg_frame(items: Any, buffers: list[bytes] = ()) -> bytes:  # type: ignore[assignment]
