@@ -88,7 +88,7 @@ class StageProgram:
         unions and operators that say so (``Operator.order_insensitive``), no join. Its rows
         may then be run as they arrive, and its output claim is its input frontier."""
         return all(s.kind in ("head", "union") or (
-            s.kind == "apply" and s.operator is not None and s.operator.order_insensitive)
+            s.kind == "apply" and s.operator is not None and _insensitive(s.operator))
             for s in self.steps)
 
     def run(self, rows: pa.RecordBatch, frontier: Frontier, hold: bool = True
@@ -166,6 +166,12 @@ class StageProgram:
                 return (batch.column(SN).to_numpy() % self.partitions).astype(np.int32)
             return part
         return partition_of(batch, list(port.key), self.partitions)
+
+
+def _insensitive(op: Operator) -> bool:
+    """An operator that says it is order-insensitive, keeps no state and holds no progress
+    back (a subclass of ``Map`` that does either is taken at its word no further)."""
+    return op.order_insensitive and not op.stateful and type(op).advance is Operator.advance
 
 
 class HeldRows(Operator):

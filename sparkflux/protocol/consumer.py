@@ -338,21 +338,30 @@ class ConsumerSet:
     def take_arrived(self) -> pa.RecordBatch | None:
         """Every row received and not released yet, in arrival order, or None
         (``--unordered-output``: the egress hands rows on once they passed the duplicate
-        filter, without the SN-ordered merge). Each was accepted at or below its stream's
-        claim, so it is final; the frontier (``release``) moves on as before, over no rows."""
+        filter, without the SN-ordered merge; ``release_arrived``). Each passed the filter,
+        so it is the first copy of its row; the frontier (``release``) moves on as before,
+        over no rows."""
         if not self.pending:
             return None
         out = concat(self.pending, self.schema)
         self.pending, self._lowest = [], {}
         return out
 
-    def release_arrived(self) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
+    def release_arrived(self, cap: np.ndarray | None = None
+                        ) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None:
         """An order-insensitive stage's input (the racing-replicas paper's Algorithm 2):
         every row that passed the filter, in arrival order, with each partition's frontier
         as ``release`` gives it; None when neither rows came nor the frontier moved. The
-        stage's operators give the same rows whatever the order, and claim the frontier."""
-        f_sn, f_wm = self.frontier()
+        stage's operators give the same rows whatever the order, and claim the frontier.
+        ``cap`` (a partition on disk, a checkpoint's cut: ``release``'s): rows above it
+        stay, and the frontier goes no further."""
+        f_sn, f_wm = self.frontier(cap)
         rows = self.take_arrived()
+        if rows is not None and cap is not None:
+            over = rows.column(SN).to_numpy() > cap[self.index[rows.column(PART).to_numpy()]]
+            if over.any():
+                self.pending = [rows.filter(pa.array(over))]
+                rows = rows.filter(pa.array(~over)) if not over.all() else None
         moved = bool((f_sn > self.released_sn).any() or (f_wm > self.released_wm).any())
         if rows is None and not moved:
             return None

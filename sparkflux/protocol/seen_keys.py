@@ -14,8 +14,6 @@ the progress is dropped before the memory is asked, and a key names one row of o
 
 from __future__ import annotations
 
-from itertools import compress
-
 import numpy as np
 
 PRUNE_AT = 4096  # keys kept before the first bulk drop of the covered ones
@@ -43,13 +41,14 @@ class SeenKeys:
         return self._n
 
     def first(self, keys: np.ndarray) -> np.ndarray:
-        """Which of ``keys`` (an [n, 4] int64 array, distinct) were not passed before; those
-        are kept from now on."""
+        """Which of ``keys`` (an [n, 4] int64 array) were not passed before (nor earlier in
+        ``keys``); those are kept from now on."""
         kb = as_bytes(keys)
-        seen = self._set
-        new = np.fromiter((k not in seen for k in kb), dtype=bool, count=len(kb))
+        seen, add = self._set, self._set.add
+        # each key is added as it is met (``add`` returns None): one twice passes once
+        new = np.fromiter((k not in seen and add(k) is None for k in kb), dtype=bool,
+                          count=len(kb))
         if new.any():
-            seen.update(compress(kb, new))
             self._parts.append(keys[new])
             self._n += int(new.sum())
         return new

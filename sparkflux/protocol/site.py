@@ -544,7 +544,7 @@ class SiteCore:
                     self.backlog.add(s)
                     break
                 cap = self._cap(s)
-                rel = self.cons[s].release_arrived() if self.arrival[s] \
+                rel = self.cons[s].release_arrived(cap) if self.arrival[s] \
                     else self.cons[s].release(cap, left)
                 if self.cons[s].backlog:
                     self.backlog.add(s)

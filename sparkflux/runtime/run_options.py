@@ -179,7 +179,7 @@ class RunOptions:
                "_sn/_snm; docs/racing.md)")
     arrival_order: bool = option(
         False, "with --ha race: run the stages of order-insensitive operators (filters, "
-               "maps, projections, unions) on their rows as they arrive, without the "
+               "maps, projections) on their rows as they arrive, without the "
                "sequence-number merge (the racing-replicas paper's replica-consistent "
                "operators; docs/racing.md)")
     hang: tuple[Hang, ...] = option(
@@ -349,7 +349,7 @@ def default_replicas(ha: str) -> int:
 
 # What --ha race does not combine with yet: the option, and what it needs of the run
 RACE_ALONE = (("rescale", "--rescale"), ("checkpoint", "--checkpoint"),
-              ("site_memory", "--site-memory"))
+              ("site_memory", "--site-memory"), ("squeeze", "--squeeze"))
 
 
 def race_options(o: RunOptions) -> None:

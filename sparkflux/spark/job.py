@@ -147,7 +147,7 @@ def _launch(plan: PhysicalPlan, cfg: RunConfig, sinks: list[Sink], dead_letters:
         secret, origin = resolve_secret(conf.get(SECRET_CONF, None))
         log.info("run secret: %s", origin)
         cfg = replace(cfg, security=make_security(secret, cfg.tls, cfg.max_frame_mb))
-    if cfg.site_memory is None:
+    if cfg.site_memory is None and cfg.ha != "race":  # racing copies spill nothing yet
         cfg = replace(cfg, site_memory=derived_site_memory(conf, tasks))
     bind, advertise = driver_addresses(master, conf, cfg.bind_host)
     cfg = replace(cfg, local=is_local(master), bind_host=bind, wan_start=time.time())

@@ -232,3 +232,17 @@ def test_a_snapshot_carries_the_keys_passed_and_the_new_copy_drops_them_again() 
     # copy 0 of p = 0 resends from above the floor: 7 ran on the survivor already
     new.on_data(frame(0, 0, 8, [(0, 7), (0, 8)]), 1)
     assert pending(new) == [(0, 0, 8)] and new.duplicates == 1
+
+
+def test_a_capped_partition_keeps_its_rows_above_the_cap() -> None:
+    """A partition on disk (or short of a cut) stops the stage where it stands: its rows
+    above the cap stay, the others run."""
+    c = unordered()
+    c.on_data(frame(0, 0, 6, [(0, 5), (1, 6), (0, 3)]), 1)
+    c.on_data(frame(1, 0, 6), 1)
+    c.on_data(frame(2, 0, 6), 2)
+    rows, f_sn, _ = c.release_arrived(np.array([4, 9], np.int64))
+    assert sorted(rows.column(SN).to_pylist()) == [3, 6] and f_sn.tolist() == [4, 6]
+    assert pending(c) == [(0, 0, 5)]
+    rows, f_sn, _ = c.release_arrived()
+    assert rows.column(SN).to_pylist() == [5] and f_sn.tolist() == [6, 6]

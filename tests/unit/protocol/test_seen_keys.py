@@ -21,6 +21,7 @@ def test_a_key_passes_once() -> None:
     assert s.first(keys((0, 5, 0, 0), (0, 5, 0, 1), (1, 5, 0, 0))).tolist() == \
         [False, True, False]
     assert len(s) == 4
+    assert s.first(keys((2, 1, 0, 0), (2, 1, 0, 0))).tolist() == [True, False]  # one call
 
 
 def test_covered_keys_go_in_bulk_once_the_memory_doubled(monkeypatch: pytest.MonkeyPatch) -> None:

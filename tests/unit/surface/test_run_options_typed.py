@@ -238,6 +238,7 @@ def test_race_keeps_k_copies_turns_balancing_off_and_tells_the_sites() -> None:
     ({"site_memory": 64, "consistency": "eventual"},
      r"--ha race does not combine with --site-memory, --consistency eventual yet: drop them"),
     ({"rescale": ["6@10"]}, r"--rescale moves partitions .* add --ha flux"),
+    ({"squeeze": ["1@5=32"]}, r"--ha race does not combine with --squeeze yet: drop it"),
     ({"replicas": 1}, r"--replicas 1: Racing replicas keeps at least 2 copies"),
     ({"replicas": 5}, r"--replicas 5 keeps 5 copies of every partition on different sites: "
                       r"use --sites >= 5"),
@@ -406,3 +407,10 @@ def test_partitions_and_source_cuts_are_records_that_print_back() -> None:
                                      cut_source=["bids@1+2"]))
     assert cfg.partitions_cut == (Partition(((0, 1), (2, 3)), None, 5.0, 10.0),)
     assert cfg.source_cuts == (CutSource("bids", 1.0, 2.0),)
+
+
+def test_arrival_order_is_an_option_of_racing_copies() -> None:
+    assert RunOptions(ha="race", arrival_order=True).arrival_order
+    with pytest.raises(PlanError, match=r"--arrival-order is an option of --ha race .* add "
+                                        r"--ha race"):
+        RunOptions(ha="flux", arrival_order=True)
