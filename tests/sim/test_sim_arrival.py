@@ -96,7 +96,7 @@ def test_rows_run_as_they_arrive_and_the_output_is_the_unreplicated_one(base: An
 def test_any_k_minus_one_sites_may_crash(base: Any, k: int, standbys: bool) -> None:
     _, _, steps = base
     failed = []
-    for seed in range(seeds(120)):
+    for seed in range(seeds(80)):
         fp = crashes(seed, k, steps[k], standbys)
         try:
             res = run(base, seed, k, fp)
