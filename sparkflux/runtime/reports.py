@@ -106,8 +106,8 @@ def result_metrics(host: Host) -> dict[str, Any]:
         # --ha race: the stages run in arrival order, without the SN-ordered merge (their
         # operators are order-insensitive, and --arrival-order was given)
         "arrival_stages": [st.name for st, on in zip(
-            host.plan.stages, host.core.plan.arrival(host.cfg.ha == "race"), strict=True)
-            if on],
+            host.core.plan.stages, host.core.plan.arrival(host.cfg.ha == "race"),
+            strict=True) if on],
         # connections closed before or right after authentication, never decoded
         "refused_connections": {"driver": host.gate.total_refused,
                                 "sites": sum(host.site_refused.values()),

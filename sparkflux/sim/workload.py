@@ -58,6 +58,25 @@ class TinySessions(Source):
         ], schema=SCHEMA)
 
 
+def _same() -> Map:
+    """The identity map on ``app`` (a stage of its own after an exchange)."""
+    return Map(lambda b: {"app": b.column("app")}, [pa.field("app", pa.int32())])
+
+
+def _bump() -> Map:
+    return Map(lambda b: {"app": pc.add(b.column("app"), 1)}, [pa.field("app", pa.int32())])
+
+
+def _sessions() -> SessionReconstruction:
+    return SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
+                                 carry=["app", "src"])
+
+
+def _stats() -> CountWindowAggregate:
+    return CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
+                                aggs={"mx": "max", "n": "count", "avg": "avg"})
+
+
 def tiny_plan(events: int = 400, batch: int = 40, sites: int = 4, partitions: int = 8,
               seed: int = 1) -> tuple[PhysicalPlan, list[pa.RecordBatch]]:
     src = TinySessions(events, batch, seed)
@@ -65,14 +84,10 @@ def tiny_plan(events: int = 400, batch: int = 40, sites: int = 4, partitions: in
     (df.source(src, name="events")
        .apply(Filter(pc.field("dst") != 3), name="drop_dst3")
        .exchange(by=["src", "dst"])
-       .apply(Map(lambda b: {"app": pc.add(b.column("app"), 1)},
-                  [pa.field("app", pa.int32())]), name="bump")
-       .apply(SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
-                                    carry=["app", "src"]), name="sessions")
+       .apply(_bump(), name="bump")
+       .apply(_sessions(), name="sessions")
        .exchange(by=["app", "src"])
-       .apply(CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
-                                   aggs={"mx": "max", "n": "count", "avg": "avg"}),
-              name="stats")
+       .apply(_stats(), name="stats")
        .sink())
     return compile_plan(df, partitions, sites), list(src.batches())
 
@@ -88,17 +103,12 @@ def tiny_chain_plan(events: int = 400, batch: int = 40, sites: int = 4, partitio
     (df.source(src, name="events")
        .apply(Filter(pc.field("dst") != 3), name="drop_dst3")
        .exchange(by=["ts"])
-       .apply(Map(lambda b: {"app": b.column("app")}, [pa.field("app", pa.int32())]),
-              name="same")
+       .apply(_same(), name="same")
        .exchange(by=["src", "dst"])
-       .apply(Map(lambda b: {"app": pc.add(b.column("app"), 1)},
-                  [pa.field("app", pa.int32())]), name="bump")
-       .apply(SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
-                                    carry=["app", "src"]), name="sessions")
+       .apply(_bump(), name="bump")
+       .apply(_sessions(), name="sessions")
        .exchange(by=["app", "src"])
-       .apply(CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
-                                   aggs={"mx": "max", "n": "count", "avg": "avg"}),
-              name="stats")
+       .apply(_stats(), name="stats")
        .sink())
     return compile_plan(df, partitions, sites), list(src.batches())
 
@@ -119,18 +129,13 @@ def tiny_relay_plan(events: int = 400, batch: int = 40, sites: int = 4, partitio
     (df.source(src, name="events")
        .apply(Filter(pc.field("dst") != 3), name="drop_dst3")
        .exchange(by=["ts"])
-       .apply(Map(lambda b: {"app": b.column("app")}, [pa.field("app", pa.int32())]),
-              name="same")
+       .apply(_same(), name="same")
        .exchange(by=["src", "dst"])
-       .apply(SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
-                                    carry=["app", "src"]), name="sessions")
+       .apply(_sessions(), name="sessions")
        .exchange(by=["app"])
-       .apply(Map(lambda b: {"app": pc.add(b.column("app"), 1)},
-                  [pa.field("app", pa.int32())]), name="bump")
+       .apply(_bump(), name="bump")
        .exchange(by=["app", "src"])
-       .apply(CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
-                                   aggs={"mx": "max", "n": "count", "avg": "avg"}),
-              name="stats")
+       .apply(_stats(), name="stats")
        .exchange(by=["app"])
        .apply(Filter(pc.field("n") >= 1), name="kept")
        .sink())
@@ -347,14 +352,10 @@ def tiny_files_plan(directory: str, sites: int = 4, partitions: int = 8, chunk_r
     (df.source(src, name="events")
        .apply(Filter(pc.field("dst") != 3), name="drop_dst3")
        .exchange(by=["src", "dst"])
-       .apply(Map(lambda b: {"app": pc.add(b.column("app"), 1)},
-                  [pa.field("app", pa.int32())]), name="bump")
-       .apply(SessionReconstruction(key=["src", "dst"], kind="kind", start=0, end=1, time="ts",
-                                    carry=["app", "src"]), name="sessions")
+       .apply(_bump(), name="bump")
+       .apply(_sessions(), name="sessions")
        .exchange(by=["app", "src"])
-       .apply(CountWindowAggregate(by=["app", "src"], value="dur", history=3, slide=1, every=2,
-                                   aggs={"mx": "max", "n": "count", "avg": "avg"}),
-              name="stats")
+       .apply(_stats(), name="stats")
        .sink())
     plan = compile_plan(df, partitions, sites)
     if not deal:

@@ -36,6 +36,8 @@ from sparkflux.sim.run import FailurePlan, SimClock, SimResult, Violation, check
 from sparkflux.sim.workload import tiny_relay_plan
 from tests.support.seeds import hunt_order, seeds
 
+from .test_sim_race import crashes as race_crashes
+
 SITES, PARTITIONS = 5, 10
 CLOCK = SimClock()
 
@@ -55,16 +57,8 @@ def base() -> tuple[list[pa.RecordBatch], pa.Table, dict[int, int]]:
 
 
 def crashes(seed: int, k: int, steps: int, standbys: bool) -> FailurePlan:
-    """K - 1 distinct sites crash at random steps; with ``standbys`` one adopts each slot
-    after the last crash."""
-    rng = np.random.default_rng((seed, 53, k))
-    victims = [int(x) for x in rng.choice(SITES, k - 1, replace=False)]
-    at = [(v, int(rng.integers(1, steps))) for v in victims]
-    if not standbys:
-        return FailurePlan(tuple(at))
-    last = max(t for _, t in at)
-    return FailurePlan(tuple(at), standbys=tuple(last + int(rng.integers(1, 200))
-                                                 for _ in victims))
+    """``test_sim_race``'s crash plans (K - 1 sites, standbys after the last), drawn apart."""
+    return race_crashes(seed, k, steps, standbys, salt=53)
 
 
 def run(base: Any, seed: int, k: int, fp: FailurePlan, **kw: Any) -> SimResult:

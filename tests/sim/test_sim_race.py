@@ -64,10 +64,10 @@ def base() -> tuple[list[pa.RecordBatch], pa.Table, dict[int, int]]:
     return batches, expected, steps
 
 
-def crashes(seed: int, k: int, steps: int, standbys: bool) -> FailurePlan:
+def crashes(seed: int, k: int, steps: int, standbys: bool, salt: int = 41) -> FailurePlan:
     """K - 1 distinct sites crash at random steps; with ``standbys`` one adopts each slot
-    after the last crash."""
-    rng = np.random.default_rng((seed, 41, k))
+    after the last crash (``salt``: another file's seeds draw their own plans)."""
+    rng = np.random.default_rng((seed, salt, k))
     victims = [int(x) for x in rng.choice(SITES, k - 1, replace=False)]
     at = [(v, int(rng.integers(1, steps))) for v in victims]
     if not standbys:
