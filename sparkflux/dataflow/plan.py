@@ -81,11 +81,19 @@ class PhysicalPlan:
 
     def arrival(self, race: bool) -> tuple[bool, ...]:
         """Per stage: whether it runs its rows as they arrive, without the SN-ordered merge
-        (racing replicas, an order-insensitive stage, ``arrival_order`` on). Its output
-        stream then comes in arrival order too, and every consumer of it (the next stage,
-        or the egress after the last) filters duplicates per row."""
+        (racing replicas, ``arrival_order`` on, a stage whose operators take any order:
+        ``StageProgram.arrival_input``). It filters its input's duplicates per row, so that
+        a row it ran above its frontier runs once."""
         on = race and self.arrival_order
-        return tuple(on and st.program.order_insensitive for st in self.stages)
+        return tuple(on and st.program.arrival_input for st in self.stages)
+
+    def unordered(self, race: bool) -> tuple[bool, ...]:
+        """Per stage: whether its output stream leaves out of SN order (a stage run in
+        arrival order whose operators are all order-insensitive: rows above its claim go at
+        once). Every consumer of it (the next stage, or the egress after the last) filters
+        duplicates per row."""
+        return tuple(a and st.program.order_insensitive
+                     for a, st in zip(self.arrival(race), self.stages, strict=True))
 
     @property
     def output_schema(self) -> pa.Schema:

@@ -91,6 +91,17 @@ class StageProgram:
             s.kind == "apply" and s.operator is not None and _insensitive(s.operator))
             for s in self.steps)
 
+    @property
+    def arrival_input(self) -> bool:
+        """Whether the stage may take its input in arrival order: every step a head, a
+        union, an order-insensitive operator or one that folds any order and emits in SN
+        order at its claim (``Operator.arrival_input``), no join. Its output then leaves in
+        SN order unless the stage is ``order_insensitive`` too."""
+        return all(s.kind in ("head", "union") or (
+            s.kind == "apply" and s.operator is not None and (
+                _insensitive(s.operator) or s.operator.arrival_input))
+            for s in self.steps)
+
     def run(self, rows: pa.RecordBatch, frontier: Frontier, hold: bool = True
             ) -> tuple[pa.RecordBatch, Frontier]:
         """The stage's input rows (exchange rows, SN order) and each partition's input

@@ -73,6 +73,12 @@ class Operator(ABC):
     #: copies then feed a stage of such operators rows as they arrive, without the
     #: SN-ordered merge (the racing-replicas paper's replica-consistent operators).
     order_insensitive: bool = False
+    #: True when the operator folds its input into state whatever order it comes in and
+    #: emits only in ``advance``, in SN order at or below its output claim, each output row
+    #: numbered after the highest ``(_sn, _snm)`` of the rows it descends from (the
+    #: racing-replicas paper's Algorithm 3: a time-window aggregate closed by punctuations).
+    #: Racing copies may then feed it rows as they arrive; its output stays in SN order.
+    arrival_input: bool = False
 
     def __init__(self) -> None:
         self._output_schema: pa.Schema | None = None

@@ -24,6 +24,16 @@ they come.
 Everything is per mini-partition: a window closes when *its* partition's watermark passes
 its end, whatever the other partitions of the shell (the site hosts only some of them).
 
+Input in any order (the racing-replicas paper's Algorithm 3, ``arrival_input``): the partial
+aggregates fold the same whatever order the tuples come in, a window is numbered after its
+highest ``(_sn, _snm)``, not its last-folded tuple, and windows close and leave only in
+``advance``, by the watermark and at or below the output claim. So racing copies may feed it
+rows as they arrive, above the input's SN frontier, and it emits the rows it would have
+emitted from the SN-ordered input. This rests on the watermark being true (no tuple of a
+window comes after the watermark passed its end): the ingress makes it so for sources
+(late records go to the dead letters); floating sums differ in their last bits with the
+order of additions, as they do with batch boundaries.
+
 A tuple that arrives for a window already released (a watermark that was wrong) opens that
 window again, and it is emitted once more at the next ``advance``.
 """
@@ -36,7 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sparkflux.model.batch import child_minor, empty, sn_array, snm_array
+from sparkflux.model.batch import child_minor, empty, sn_array, snm_array, sort_by_sn
 from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import END_OF_STREAM, NO_WATERMARK, Frontier, release_closed
 from sparkflux.model.schema import T0
@@ -67,6 +77,14 @@ from sparkflux.operators.keyed import (
 Spec = dict[str, tuple[np.dtype, tuple[int, ...]]]
 # The partial aggregates of a column that each function needs.
 _PARTIALS = {"sum": ("sum",), "avg": ("sum",), "min": ("min",), "max": ("max",), "count": ()}
+
+
+def after(sn: np.ndarray, snm: np.ndarray, than_sn: np.ndarray, than_snm: np.ndarray
+          ) -> np.ndarray:
+    """Which ``(sn, snm)`` come after ``(than_sn, than_snm)``: a window is numbered after
+    the highest of its tuples, whichever came last."""
+    later: np.ndarray = (sn > than_sn) | ((sn == than_sn) & (snm > than_snm))
+    return later
 
 
 class TimeWindowAggregate(TableState, Operator):
@@ -103,6 +121,7 @@ class TimeWindowAggregate(TableState, Operator):
     """
 
     stateful = True
+    arrival_input = True
 
     def __init__(
         self,
@@ -175,6 +194,7 @@ class TimeWindowAggregate(TableState, Operator):
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if batch.num_rows == 0:
             return empty(self.output_schema)
+        batch = sort_by_sn(batch)  # (in arrival order under racing copies: Algorithm 3)
         op = "TimeWindowAggregate"
         w, n = self.windows, batch.num_rows
         time = int64_column(op, batch, self.time)
@@ -209,8 +229,11 @@ class TimeWindowAggregate(TableState, Operator):
         for name in self._partials():
             fold = folds[name.split(":", 1)[0]]
             cols[name][at] = fold(cols[name][at], partial[name][hit])
-        for name in ("sn", "snm", "t0"):  # the batch's tuples come after the stored ones
-            cols[name][at] = partial[name][hit]
+        # a window is numbered after its highest (SN, SNM): the batch's latest tuple, unless
+        # the window holds a later one already (input in arrival order)
+        later = after(partial["sn"][hit], partial["snm"][hit], cols["sn"][at], cols["snm"][at])
+        for name in ("sn", "snm", "t0"):
+            cols[name][at[later]] = partial[name][hit][later]
         new = ~hit
         table.insert(part[head[new]], code[head[new]], wstart[new],
                      {k: a[new] for k, a in partial.items()},

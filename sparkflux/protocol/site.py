@@ -112,15 +112,17 @@ class SiteCore:
         mine[list(hosted)] = True
         self.cons: list[ConsumerSet] = []
         self.prods: list[ProducerBuffer] = []
-        # per stage: it runs its rows as they arrive (racing copies, order-insensitive), and
-        # so its consumers take its streams out of SN order (``PhysicalPlan.arrival``)
+        # per stage: it runs its rows as they arrive (racing copies, ``PhysicalPlan.arrival``),
+        # and its rows leave above its claim (``unordered``: its consumers filter per row; a
+        # row of an ordered stream is covered by its own stream's claim, which judges it)
         self.arrival = plan.arrival(self.layout.race)
+        self.unordered = plan.unordered(self.layout.race)
         for s, stage in enumerate(plan.stages):
             psite, sender, ack_to = consumer_roles(self.layout, every, first_stage=s == 0)
             self.cons.append(ConsumerSet(s, every, psite, sender, ack_to,
                                          wire_schema(stage.input_schema),
                                          installed=mine & (not standby),
-                                         unordered=s > 0 and self.arrival[s - 1]))
+                                         unordered=s > 0 and self.unordered[s - 1]))
             last = s == n - 1
             csite, send, wait = producer_roles(self.layout, every, to_egress=last)
             out_schema = plan.output_schema if last else plan.stages[s + 1].input_schema
@@ -861,7 +863,7 @@ class SiteCore:
                                           minlength=self.processed.size)
         out, frontier = self.plan.stages[s].program.run(rows.drop_columns([SRC]),
                                                         Frontier(f_sn, f_wm),
-                                                        hold=not self.arrival[s])
+                                                        hold=not self.unordered[s])
         return out, frontier.sn, frontier.wm
 
     # -- introspection -----------------------------------------------------------------------

@@ -179,9 +179,9 @@ class RunOptions:
                "_sn/_snm; docs/racing.md)")
     arrival_order: bool = option(
         False, "with --ha race: run the stages of order-insensitive operators (filters, "
-               "maps, projections) on their rows as they arrive, without the "
-               "sequence-number merge (the racing-replicas paper's replica-consistent "
-               "operators; docs/racing.md)")
+               "maps, projections) and time-window aggregates on their rows as they arrive, "
+               "without the sequence-number merge (the racing-replicas paper's "
+               "replica-consistent operators; docs/racing.md)")
     hang: tuple[Hang, ...] = option(
         (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
             "let it go on (SIGCONT): a hung site, found by its heartbeat",

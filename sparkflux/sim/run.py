@@ -876,7 +876,9 @@ def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) 
     """The state sizes the heartbeats report (``SiteCore.state_sizes``): two copies of an
     operator's mini-partition whose input frontiers stand at the same SN hold the same keys
     (their bytes are estimates from the copy's own buffers, which may differ by a few). The
-    run's progress counts each partition once, from any copy, on that rule."""
+    run's progress counts each partition once, from any copy, on that rule. A stage run in
+    arrival order (``PhysicalPlan.arrival``) holds state for rows above its frontier too, as
+    many as came: its copies are not compared."""
     stage_of = [s.index for s in plan.stages for _ in s.operators]
     seen: dict[tuple[int, int, int], tuple[int, int, int]] = {}
     for k, core in sorted(cores.items()):
@@ -887,7 +889,7 @@ def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) 
                 at[(s, int(cons.parts[i]))] = int(f_sn[i])
         for o, q, keys, nbytes in zip(*core.state_sizes(), strict=True):
             frontier = at.get((stage_of[int(o)], int(q)))
-            if frontier is None:
+            if frontier is None or core.arrival[stage_of[int(o)]]:
                 continue
             key = (int(o), int(q), frontier)
             mine = (int(keys), int(nbytes), k)

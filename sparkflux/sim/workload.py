@@ -168,6 +168,32 @@ def tiny_windows_plan(events: int = 400, batch: int = 40, sites: int = 4, partit
     return compile_plan(df, partitions, sites), list(src.batches())
 
 
+def tiny_arrival_windows_plan(events: int = 400, batch: int = 40, sites: int = 4,
+                              partitions: int = 8, seed: int = 1, arrival_order: bool = True
+                              ) -> tuple[PhysicalPlan, list[pa.RecordBatch]]:
+    """``tiny_windows_plan`` after an identity map of its own (an exchange by ``ts``), with a
+    sum beside the first window's count. Racing copies run the map in arrival order and its
+    stream comes out of SN order; both windows take their input in arrival order too (the
+    racing-replicas paper's Algorithm 3): they fold rows above their frontier, and count every
+    row they get, so a row folded twice changes the output. ``arrival_order`` off: every
+    stage merges in SN order."""
+    src = TinySessions(events, batch, seed)
+    df = Dataflow("tiny_arrival_windows")
+    (df.source(src, name="events")
+       .exchange(by=["ts"])
+       .apply(_same(), name="same")
+       .exchange(by=["src"])
+       .apply(TimeWindowAggregate(by=["src", "app"], time="ts", size=HOT_SIZE, slide=HOT_SLIDE,
+                                  aggs={"n": "count", "dsts": ("sum", "dst")}), name="hot")
+       .exchange(by=["app"])
+       .apply(TimeWindowAggregate(by=["app"], time="window_start", size=TOP_SIZE,
+                                  aggs={"top": ("max", "n"), "windows": "count"},
+                                  names=("top_start", "top_end")), name="top")
+       .sink())
+    plan = compile_plan(df, partitions, sites)
+    return replace(plan, arrival_order=arrival_order), list(src.batches())
+
+
 def tiny_windows_model(batches: list[pa.RecordBatch]) -> list[tuple[int, int, int, float, int]]:
     """The expected rows of ``tiny_windows_plan`` computed directly (no engine, no SNs):
     ``(app, top_start, top_end, top, windows)``, sorted."""

@@ -158,3 +158,36 @@ def test_a_chain_of_maps_runs_in_arrival_order_and_matches(sensors: Any, spark: 
     arrival = bool(extra.get("arrival_order"))
     assert m["arrival_stages"] == (["hop1", "hop2", "hop3", "hop4"] if arrival else [])
     assert m["kills"] == len(extra.get("kill", []))
+
+
+@pytest.fixture(scope="module")
+def hot_items() -> Any:
+    from sparkflux.dataflow.examples import load_example
+    from tests.conftest import ROOT
+
+    return load_example(ROOT / "examples" / "hot_items.py")
+
+
+@pytest.mark.parametrize(("ha", "extra"), [
+    ("none", {}),
+    ("race", {"kill": ["1@input+20000"]}),
+    ("race", {"kill": ["1@input+20000"], "arrival_order": True}),
+    ("race", {"kill": ["3@input+20000"], "arrival_order": True, "unordered_output": True}),
+], ids=["none", "race-kill", "race-kill-arrival", "race-kill-arrival-unordered"])
+def test_time_windows_fold_in_arrival_order_and_match(hot_items: Any, spark: Any, ha: str,
+                                                      extra: dict[str, Any]) -> None:
+    """Hot items' two window stages (sliding counts, then per category the largest): with
+    ``--arrival-order`` racing copies fold rows as they arrive (the racing-replicas paper's
+    Algorithm 3, both stages in ``arrival_stages``) and the output is the Spark SQL
+    reference's through a kill."""
+    from sparkflux.check import check_example
+    from sparkflux.cli import run_args
+    from tests.conftest import ROOT
+
+    args = run_args(ROOT / "examples" / "hot_items.py", events=60_000, sites=4,
+                    partitions=16, rate=40_000.0, ha=ha, **extra)
+    result, verdict = check_example(hot_items, args, spark=spark)
+    assert verdict.match, verdict.lines
+    m = result.metrics
+    assert len(m["arrival_stages"]) == (2 if extra.get("arrival_order") else 0)
+    assert m["kills"] == len(extra.get("kill", []))

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import sparkflux.operators.time_window as time_window_mod
-from sparkflux.model.batch import child_minor, rank_within_runs
+from sparkflux.model.batch import child_minor, concat, rank_within_runs
 from sparkflux.model.errors import PlanError
 from sparkflux.model.progress import ENDED, NO_WATERMARK, Frontier, Progress
 from sparkflux.operators.time_window import TimeWindowAggregate
@@ -155,6 +155,60 @@ def test_batch_boundaries_do_not_matter(seed: int) -> None:
     for pieces in (3, 17, 80):
         cut = run(make, split(s.batch, rng, pieces), s.progress, finish=True)
         assert per_partition(cut).equals(whole)
+
+
+def of_partition(batch: pa.RecordBatch, q: int) -> pa.RecordBatch:
+    return batch.filter(pa.array(batch.column("_part").to_numpy() == q))
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_input_in_arrival_order_gives_the_same_rows(seed: int) -> None:
+    """Algorithm 3 (``arrival_input``): a copy that folds rows above its claim early, in any
+    order, emits the rows the SN-ordered copy emits, numbered alike; at each claim at least
+    as far (an open window it holds carries a later SN, so it holds the claim less), and
+    never at or below a claim it made."""
+    s = Stream(seed, string_key=seed == 4)
+    rng = np.random.default_rng(seed)
+    steps = [b for b in split(s.batch, rng, 15) if b.num_rows]
+    make = factory(10, 5)
+    ordered, arrived = make(), make()
+    ordered.bind(s.batch.schema)
+    arrived.bind(s.batch.schema)
+    assert arrived.arrival_input
+    n, done = s.batch.num_rows, np.zeros(s.batch.num_rows, dtype=bool)
+    end = 0
+    claimed = np.full(3, -1)
+    want: list[pa.RecordBatch] = []
+    got: list[pa.RecordBatch] = []
+    for b in steps:
+        end += b.num_rows
+        claim = s.progress(b)
+        assert claim is not None
+        want.append(ordered.process(b))
+        # the rows up to the claim not run yet, with some of the later ones, shuffled
+        early = rng.random(n) < 0.3
+        early[:end] = True
+        take = np.flatnonzero(early & ~done)
+        done[take] = True
+        for piece in np.array_split(rng.permutation(take), 3):
+            got.append(arrived.process(s.batch.take(pa.array(piece, pa.int64()))))
+        w_rows, w_front = ordered.advance(everywhere(claim))
+        a_rows, a_front = arrived.advance(everywhere(claim))
+        part, sn = a_rows.column("_part").to_numpy(), a_rows.column("_sn").to_numpy()
+        assert (sn > claimed[part]).all()
+        claimed = np.maximum(claimed, a_front.sn[:3])
+        assert (a_front.sn[:3] >= w_front.sn[:3]).all()
+        assert (a_front.wm[:3] >= w_front.wm[:3]).all()
+        want.append(w_rows)
+        got.append(a_rows)
+        for q in range(3):  # each partition's stream
+            mine, ran = (user_rows(of_partition(concat(b, ordered.output_schema), q))
+                         for b in (want, got))
+            assert ran[:len(mine)] == mine
+    want.append(ordered.advance(everywhere(ENDED))[0])
+    got.append(arrived.advance(everywhere(ENDED))[0])
+    assert per_partition(concat(got, arrived.output_schema)).equals(
+        per_partition(concat(want, ordered.output_schema)))
 
 
 @pytest.mark.parametrize("string_key", [False, True])
