@@ -107,6 +107,7 @@ from sparkflux.dataflow.placement import (
     choose_ring,
     clash,
     ring_conflicts,
+    table_conflicts,
 )
 
 log = logging.getLogger(__name__)
@@ -125,8 +126,13 @@ class PlacementReport(TypedDict, total=False):
     avoid (the run's metrics; empty before view 1, then every key)."""
 
     ring: list[int]  # the site slot at each chained-declustering position
-    host_conflicts: int  # pairs of copies of a partition sharing a host
-    executor_conflicts: int  # ... sharing an executor
+    # pairs of sites holding copies of a partition that share a host / an executor, in the
+    # placement used (the ring's, or with --placement latency its table's; the ring's then
+    # under chained_host_conflicts / chained_executor_conflicts)
+    host_conflicts: int
+    executor_conflicts: int
+    chained_host_conflicts: int
+    chained_executor_conflicts: int
     domains: dict[int, str]  # slot -> "host/executor"
     executors: int
     hosts: int
@@ -428,7 +434,9 @@ class Controller(Balancing, Rescaling):
             self._last_seen[s] = ev.now
         log.info("view 1 installed with %d sites", self.sites)
         ring = self._choose_ring()
-        return [InstallView(view=self.view, ring=ring, table=self._deploy())]
+        table = self._deploy()
+        self._warn_conflicts()
+        return [InstallView(view=self.view, ring=ring, table=table)]
 
     def _choose_ring(self) -> tuple[int, ...]:
         """View 1's chained-declustering ring over the members' failure domains (module
@@ -449,6 +457,15 @@ class Controller(Balancing, Rescaling):
             "hosts": len({d.host for d in domains})}
         if ring != list(range(self.sites)):
             log.info("chained declustering over failure domains: ring %s", ring)
+        return tuple(ring)
+
+    def _warn_conflicts(self) -> None:
+        """A warning when the placement used (the ring's, or the table placed by latency)
+        leaves some partition's copies sharing an executor or a host."""
+        if self.layout is None:
+            return
+        k, domains = self.layout.replicas, list(self.domains.values())
+        hosts, execs = self.placement["host_conflicts"], self.placement["executor_conflicts"]
         if (hosts or execs) and len({(d.host, d.executor) for d in domains}) > 1:
             log.warning(
                 "placement over failure domains cannot keep every partition's %d copies apart: "
@@ -459,7 +476,6 @@ class Controller(Balancing, Rescaling):
         elif hosts or execs:
             log.info("every site is in one failure domain (%s): its loss is the run's",
                      self.placement["domains"][0])
-        return tuple(ring)
 
     def _deploy(self) -> np.ndarray | None:
         """``--placement latency``: view 1's table placed by latency (``deployment.py``),
@@ -477,6 +493,11 @@ class Controller(Balancing, Rescaling):
             return None
         table = deploy(m, self.layout.partitions, k, exchanges, self.domains)
         self.layout.place(table)
+        # the conflicts of the table used (the ring's stay under chained_*)
+        self.placement["chained_host_conflicts"] = self.placement["host_conflicts"]
+        self.placement["chained_executor_conflicts"] = self.placement["executor_conflicts"]
+        self.placement["host_conflicts"], self.placement["executor_conflicts"] = \
+            table_conflicts(table, [self.domains[s] for s in range(self.sites)])
         self.placement["latency_bound_ms"] = round(latency_bound(table, m), 3)
         self.placement["network_cost"] = round(network_cost(table, m, exchanges), 3)
         log.info("copies placed by latency: bound %.1f ms (chained %.1f ms)",

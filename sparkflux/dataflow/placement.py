@@ -106,6 +106,21 @@ def ring_conflicts(ring: Sequence[int], domains: Sequence[Domain], replicas: int
     return (out_h if hosts_differ(domains) else 0), out_e
 
 
+def table_conflicts(table: np.ndarray, domains: Sequence[Domain]) -> tuple[int, int]:
+    """(host, executor) conflicts of a placement table (``[P, K]`` sites, ``NOWHERE`` for a
+    free column): the pairs of sites holding copies of a common partition that share a host
+    (only where hosts differ) or an executor. For chained declustering's table it is
+    ``ring_conflicts``'s count (a ring of at least 2K sites); for a table placed by
+    latency, what that placement could not avoid."""
+    host, execu = _codes(domains)
+    pairs: set[tuple[int, int]] = set()
+    for row in np.asarray(table):
+        sites = sorted({int(s) for s in row if s >= 0})
+        pairs.update((a, b) for i, a in enumerate(sites) for b in sites[i + 1:])
+    h = sum(int(host[a] == host[b]) for a, b in pairs) if hosts_differ(domains) else 0
+    return h, sum(int(execu[a] == execu[b]) for a, b in pairs)
+
+
 def _codes(domains: Sequence[Domain]) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of every site's host and executor; an unknown executor gets a code of
     its own (-1 - site), a host shared by nobody else likewise."""

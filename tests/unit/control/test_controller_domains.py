@@ -11,6 +11,7 @@ and 4 (sites 0, 1) in one executor, so view 1 comes with the ring 0, 2, 1, 3.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ from sparkflux.control.events import (
     Tick,
     View,
 )
-from sparkflux.dataflow.placement import NOWHERE, Layout
+from sparkflux.dataflow.placement import NOWHERE, Domain, Layout, table_conflicts
 from tests.support.control_helpers import finish
 
 SITES = 4
@@ -45,9 +46,10 @@ def addr(site: int, executor: str, attempt: int = 0, host: str = "h") -> SiteAdd
 
 
 def started(executors: tuple[str, ...] = EXECUTORS, recovery: str = "standby",
-            hosts: tuple[str, ...] | None = None) -> tuple[Controller, list[Action]]:
+            hosts: tuple[str, ...] | None = None, **options: Any
+            ) -> tuple[Controller, list[Action]]:
     c = Controller(len(executors), ha=True, layout=Layout(len(executors), 8, 2), stages=1,
-                   options=ControlOptions(recovery=recovery, heartbeat_timeout=1e9))
+                   options=ControlOptions(recovery=recovery, heartbeat_timeout=1e9, **options))
     install: list[Action] = []
     for s, e in enumerate(executors):
         install += c.handle(Registered(address=addr(s, e, host=hosts[s] if hosts else "h"),
@@ -92,6 +94,24 @@ def test_a_rule_that_cannot_hold_is_a_warning(caplog: pytest.LogCaptureFixture) 
     assert c.placement["executor_conflicts"] == 2  # a's three sites: two pairs at least
     assert "cannot keep every partition's 2 copies apart" in caplog.text
     assert "at most 2 sites of 4 in one" in caplog.text
+
+
+def test_a_table_placed_by_latency_reports_its_own_conflicts(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``--placement latency``: the conflicts in the metrics (and the warning) are the
+    table's, the ring's kept beside them as chained declustering's."""
+    near, far = 1.0, 60.0
+    m = tuple(tuple(0.0 if i == j else near if max(i, j) <= 2 else far for j in range(5))
+              for i in range(5))  # the driver and sites 0, 1 near; sites 2, 3 far
+    executors = ("a", "a", "a", "b")
+    with caplog.at_level(logging.WARNING, logger="sparkflux.control.controller"):
+        c, _ = started(executors, placement="latency", latencies=m)
+    assert c.layout is not None
+    table = c.layout.table()[:, :2]
+    got = (c.placement["host_conflicts"], c.placement["executor_conflicts"])
+    assert got == table_conflicts(table, [Domain("h", e) for e in executors])
+    assert c.placement["chained_executor_conflicts"] == 2
+    assert ("cannot keep every partition's 2 copies apart" in caplog.text) == any(got)
 
 
 def test_one_jvm_is_no_warning(caplog: pytest.LogCaptureFixture) -> None:

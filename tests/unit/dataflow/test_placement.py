@@ -25,6 +25,7 @@ from sparkflux.dataflow.placement import (
     choose_ring,
     clash,
     ring_conflicts,
+    table_conflicts,
 )
 from sparkflux.model.errors import PlanError
 from sparkflux.protocol import control_messages as cm
@@ -246,3 +247,17 @@ def test_the_executor_is_the_nearest_java_ancestor(tmp_path: Path) -> None:
 def test_this_process_reports_a_domain() -> None:
     d = failure_domain.of_this_process()
     assert d.host and (d.executor == "" or d.executor.startswith(f"{d.host}:"))
+
+
+@pytest.mark.parametrize(("sites", "k"), [(4, 2), (5, 2), (6, 3), (7, 3), (8, 2)])
+def test_a_chained_tables_conflicts_are_its_rings(sites: int, k: int) -> None:
+    """``table_conflicts`` counts the pairs of sites that share a partition; over chained
+    declustering's table (a ring of at least 2K sites) that is ``ring_conflicts``."""
+    rng = np.random.default_rng(sites * 10 + k)
+    for _ in range(20):
+        domains = [Domain(f"h{rng.integers(2)}", f"e{rng.integers(3)}") for _ in range(sites)]
+        ring = [int(x) for x in rng.permutation(sites)]
+        layout = Layout(sites, sites * 3, k)
+        layout.set_ring(ring)
+        assert table_conflicts(layout.table()[:, :k], domains) == ring_conflicts(
+            ring, domains, k)
