@@ -108,6 +108,7 @@ from sparkflux.protocol.messages import (
     Outgoing,
     PSync,
     Rejoin,
+    Rejoined,
     Retain,
     Retaining,
     Tentative,
@@ -540,6 +541,9 @@ class Boundary:
                 return self._sends([Outgoing(slot, Retaining(stage, q, c, epoch))])
             case Rejoin():
                 return self._sends(self.ingress.on_rejoin(msg, slot))
+            case Rejoined():
+                self.egress.cons.on_rejoined(msg, slot)
+                return []
             case PSync():
                 if msg.epoch != self.ingress.epochs[msg.p, msg.r]:
                     return []  # an earlier incarnation's fold-in (that process is gone)

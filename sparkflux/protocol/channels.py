@@ -17,9 +17,11 @@ The rules (thesis §3.2-3.3, our names):
    connections.
 2. On a ``LINK``, ``ORDERED`` frames (``Data``; a checkpoint's ``Cut``: no row above it may
    pass it; ``retaining``: the survivor's snapshot counts on every row sent before it;
-   ``psync``: the consumers' fold-in counts on the same; ``cu-done``: the controller counts
-   a copy as back only once the egress, on the same connection, has its ``psync``) go
-   through the sender's skew buffer (DTSB) and may wait there while the connection is full.
+   ``psync``: the consumers' fold-in counts on the same; ``rejoined``: the rows after it are
+   for the copy that rejoined, those before it perhaps for one retired since; ``cu-done``:
+   the controller counts a copy as back only once the egress, on the same connection, has
+   its ``psync``) go through the sender's skew buffer (DTSB) and may wait there while the
+   connection is full.
    Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives, and
    an episode's ``Tentative`` rows and claims) is written at once and so may overtake held
    ordered frames, never the other way round. Each class is FIFO within itself. Tentative
@@ -52,6 +54,7 @@ from sparkflux.protocol.messages import (
     PSync,
     Reconciled,
     Rejoin,
+    Rejoined,
     Retain,
     Retaining,
     Reverse,
@@ -83,6 +86,7 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     Ack: (Channel.LINK, False),
     Reverse: (Channel.LINK, False),
     Rejoin: (Channel.LINK, False),
+    Rejoined: (Channel.LINK, True),  # after the rows sent to the copy before it
     Retain: (Channel.LINK, False),
     Keepalive: (Channel.LINK, False),
     State: (Channel.STATE, False),

@@ -59,6 +59,7 @@ from sparkflux.protocol.messages import (
     Outgoing,
     PSync,
     Rejoin,
+    Rejoined,
     Reverse,
     Streams,
 )
@@ -70,6 +71,7 @@ class PartitionLost(ProtocolError):
     """Both replicas of a producer partition failed: the dataflow cannot go on."""
 
 
+NO_SITE = -3  # ``rejoining``: no ``Rejoined`` awaited
 CLAIMS = 4  # claims not yet covered by the frontier, kept per input stream (``frontier``)
 _EMPTY = np.iinfo(np.int64).max  # an unused claim slot: never covered
 PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
@@ -106,6 +108,10 @@ class ConsumerSet:
         self.seen = SeenKeys(self.sender.shape[1])
         self.early = 0
         self.ack_to = _ack_mask(ack_to, self.producer_site.shape[1])  # [Qn, P, R]
+        # [Qn, P, R]: the site a ``Rejoined`` of producer copy (p, r) is awaited from (sent a
+        # ``Rejoin`` with send): until it comes, that site's frames of the stream are for a
+        # copy of this column retired since, not for this one (``Rejoined``)
+        self.rejoining = np.full(self.ack_to.shape, NO_SITE, dtype=np.int32)
         self.progress_sn = np.full(self.sender.shape, NO_PROGRESS, dtype=np.int64)
         self.progress_wm = np.full(self.sender.shape, NO_WATERMARK, dtype=np.int64)
         # per stream: its claims the SN frontier does not cover yet, oldest first (at most
@@ -155,6 +161,8 @@ class ConsumerSet:
         if src is not None:
             ok &= self.producer_site[st.p, st.r] == src
         ok[ok] &= self.installed[qi[ok]]
+        if src is not None:  # rows for a copy retired since, ahead of ``Rejoined``
+            ok[ok] &= self.rejoining[qi[ok], st.p[ok], st.r[ok]] != src
         if self.race:  # every complete copy raced: those acknowledged to
             ok[ok] &= self.ack_to[qi[ok], st.p[ok], st.r[ok]] & self.complete[st.p[ok], st.r[ok]]
         else:
@@ -500,6 +508,7 @@ class ConsumerSet:
                     self._lost(p, dead)
                 alt = alive[0]
                 self.sender[i, p] = alt
+                self.rejoining[i, p, alt] = NO_SITE
                 self.ack_to[i, p, alt] = False  # it sends to us now and waits for us no more
                 asks.append((p, alt, int(self.parts[i]), int(self.replica[i])))
         by_site: dict[int, list[tuple[int, int, int, int]]] = {}
@@ -563,6 +572,7 @@ class ConsumerSet:
         """Forget this site's replica of q (it was moved away): no input, no progress."""
         i = int(self.index[q])
         self.installed[i] = False
+        self.rejoining[i] = NO_SITE
         self.progress_sn[i] = NO_PROGRESS
         self.progress_wm[i] = NO_WATERMARK
         self._forget_claims(i, NO_WATERMARK)
@@ -683,6 +693,18 @@ class ConsumerSet:
                                 self.race, True, i))
         return self._rejoins_rows(entries) if entries else []
 
+    def on_rejoined(self, msg: Rejoined, src: int | None = None) -> None:
+        """A producer site answered this site's ``Rejoin``: what it sends of those streams
+        from now on is for the copies that rejoined."""
+        qi = self._qi(msg.q)
+        ok = qi >= 0
+        ok[ok] &= self.replica[qi[ok]] == msg.c[ok]
+        qi, p, r = qi[ok], msg.p[ok], msg.r[ok].astype(np.intp)
+        if src is not None:
+            mine = self.rejoining[qi, p, r] == src
+            qi, p, r = qi[mine], p[mine], r[mine]
+        self.rejoining[qi, p, r] = NO_SITE
+
     def rebuilding(self, copies: np.ndarray) -> None:
         """``copies[p, r]``: producer replicas that start over empty (a standby adopted their
         slot, or a move re-placed them); complete again at their ``psync``."""
@@ -695,6 +717,8 @@ class ConsumerSet:
         by_site: dict[int, list[tuple[int, int, int, bool, bool, int]]] = {}
         for e in rows:
             by_site.setdefault(e[0], []).append(e)
+            if e[3]:  # it sends: nothing of it until its ``Rejoined``
+                self.rejoining[e[5], e[1], e[2]] = e[0]
         out = []
         for site, es in sorted(by_site.items()):
             p = np.array([e[1] for e in es], dtype=np.int32)

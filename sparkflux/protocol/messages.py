@@ -249,6 +249,23 @@ class Rejoin:
 
 
 @dataclass(frozen=True, slots=True)
+class Rejoined:
+    """Producer replicas -> a consumer site, on the data channel, ordered with the rows:
+    the ``Rejoin`` of stream p -> q for consumer replica c is done, and the rows that follow
+    are for the copy that sent it. A frame names the consumer partition, not the incarnation
+    of its copy: rows sent to a copy retired since, held behind a full connection, may
+    reach its site after a new copy of the same column installed there (the controller's
+    ``move`` and the snapshot travel on other connections). The consumer takes nothing of
+    the stream from that site between its ``Rejoin`` and this."""
+
+    stage: int
+    p: npt.NDArray[np.int32]
+    r: npt.NDArray[np.int8]
+    q: npt.NDArray[np.int32]
+    c: npt.NDArray[np.int8]
+
+
+@dataclass(frozen=True, slots=True)
 class CuDone:
     """Survivor -> controller: partition q of ``stage`` has two replicas again."""
 
@@ -291,8 +308,8 @@ class Reconciled:
 
 
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
-           | Rejoin | CuDone | Cut | StoredPartition | LoadPartition | SpillInput | Tentative
-           | Reconciled)
+           | Rejoin | Rejoined | CuDone | Cut | StoredPartition | LoadPartition | SpillInput
+           | Tentative | Reconciled)
 # Whatever a connection carries: a protocol message, a controller's message or a keepalive.
 Frame = Message | ControlMessage | Keepalive
 

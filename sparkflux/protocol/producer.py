@@ -34,7 +34,16 @@ from sparkflux.model.batch import concat
 from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, SN
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import SRC, Ack, Data, Outgoing, Rejoin, Reverse, Streams
+from sparkflux.protocol.messages import (
+    SRC,
+    Ack,
+    Data,
+    Outgoing,
+    Rejoin,
+    Rejoined,
+    Reverse,
+    Streams,
+)
 
 FromConsumer = TypeVar("FromConsumer", Ack, Reverse, Rejoin)
 
@@ -283,9 +292,16 @@ class ProducerBuffer:
         out: list[Outgoing] = []
         k = msg.send.astype(bool)
         if k.any():
+            # ``rejoined`` first, ordered with the rows: what the consumer's site gets after
+            # it is for the copy that rejoined (``Rejoined``)
+            sites = self.site[msg.q[k], c[k]]
+            for s in np.unique(sites):
+                at = np.flatnonzero(k)[sites == s]
+                out.append(Outgoing(int(s), Rejoined(self.stage, p=msg.p[at], r=msg.r[at],
+                                                     q=msg.q[at], c=msg.c[at])))
             rev = Reverse(self.stage, p=msg.p[k], r=msg.r[k], q=msg.q[k], c=msg.c[k],
                           floor=msg.floor[k])
-            out = self.on_reverse(rev)  # reset(dest): resend what is above the floor
+            out += self.on_reverse(rev)  # reset(dest): resend what is above the floor
             self.wait[pi[k], msg.q[k], c[k]] = msg.wait[k]
         self.evict()
         return out

@@ -54,6 +54,7 @@ from sparkflux.protocol.messages import (
     PSync,
     Reconciled,
     Rejoin,
+    Rejoined,
     Retain,
     Retaining,
     Reverse,
@@ -290,6 +291,9 @@ class SiteCore:
                                                epoch=msg.epoch))]
         if isinstance(msg, Rejoin):
             return self.prods[msg.stage - 1].on_rejoin(msg, src)
+        if isinstance(msg, Rejoined):
+            self.cons[msg.stage].on_rejoined(msg, src)
+            return []
         if isinstance(msg, Cut):
             return self._on_cut(msg)
         if isinstance(msg, Tentative):

@@ -874,30 +874,33 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:
     """The state sizes the heartbeats report (``SiteCore.state_sizes``): two copies of an
-    operator's mini-partition whose input frontiers stand at the same SN hold the same keys
-    (their bytes are estimates from the copy's own buffers, which may differ by a few). The
-    run's progress counts each partition once, from any copy, on that rule. A stage run in
-    arrival order (``PhysicalPlan.arrival``) holds state for rows above its frontier too, as
-    many as came: its copies are not compared."""
+    operator's mini-partition whose operators were handed the same input frontier, SN and
+    watermark (``ConsumerSet.released_sn``, ``released_wm``), hold the same keys (their
+    bytes are estimates from the copy's own buffers, which may differ by a few). The SN
+    alone does not decide: racing copies take each stream's claims from every producer
+    copy, and one copy may have had a later watermark at the same SN (a join then expires
+    more). The run's progress counts each partition once, from any copy, on that rule. A
+    stage run in arrival order (``PhysicalPlan.arrival``) holds state for rows above its
+    frontier too, as many as came: its copies are not compared."""
     stage_of = [s.index for s in plan.stages for _ in s.operators]
-    seen: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+    seen: dict[tuple[int, int, int, int], tuple[int, int, int]] = {}
     for k, core in sorted(cores.items()):
-        at: dict[tuple[int, int], int] = {}
+        at: dict[tuple[int, int], tuple[int, int]] = {}
         for s, cons in enumerate(core.cons):
-            f_sn = cons.frontier(core._cap(s))[0]
             for i in np.flatnonzero(cons.installed):
-                at[(s, int(cons.parts[i]))] = int(f_sn[i])
+                at[(s, int(cons.parts[i]))] = (int(cons.released_sn[i]),
+                                               int(cons.released_wm[i]))
         for o, q, keys, nbytes in zip(*core.state_sizes(), strict=True):
             frontier = at.get((stage_of[int(o)], int(q)))
             if frontier is None or core.arrival[stage_of[int(o)]]:
                 continue
-            key = (int(o), int(q), frontier)
+            key = (int(o), int(q), *frontier)
             mine = (int(keys), int(nbytes), k)
             other = seen.setdefault(key, mine)
             if other[0] != mine[0]:
-                raise Violation(f"operator {int(o)} partition {int(q)} at frontier {frontier}: "
-                                f"site {other[2]} holds {other[0]} keys, {other[1]} bytes; "
-                                f"site {k} holds {keys} keys, {nbytes} bytes")
+                raise Violation(f"operator {int(o)} partition {int(q)} at frontier {frontier} "
+                                f"(SN, watermark): site {other[2]} holds {other[0]} keys, "
+                                f"{other[1]} bytes; site {k} holds {keys} keys, {nbytes} bytes")
 
 
 def _move_points(controller: Any, site: int) -> list[tuple[str, str]]:

@@ -277,19 +277,16 @@ def test_a_hung_copy_is_raced_past_and_rebuilt(base: Any, paced: int) -> None:
     assert moved, "no seed rebuilt the hung site's copies on the survivors"
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason=(
-    "known bug: a copy rebuilt in the column and on the site of a copy retired moments "
-    "before takes rows the ingress sent that column before it learnt of the retirement: "
-    "balancing stays off under --ha race until it is fixed"))
 def test_a_copy_moved_back_where_a_retired_copy_was() -> None:
     """Two make-before-break moves of partition 4 (``test_sim_moves``'s layout, 4 sites):
     its copy 0 from site 0 to 2, then its copy 1 from site 1 into the freed column 0 on
-    site 0. The ingress gets the first move's retirement only after it admitted the whole
-    input, so it sent column 0 on site 0 every row; rows 320 to 324 of them reach site 0
-    after the new copy's catch-up installed, and are taken for its input (SNs at or below
-    its progress: FH-Cons stops the site). A frame names the consumer partition, not the
-    incarnation of its copy. Flux-HA passes this schedule. 199 of ``test_sim_moves``'
-    200 schedules pass under racing copies, the balancing policy's included."""
+    site 0. Racing copies admit the whole input before the first move's retirement reaches
+    the ingress, so the ingress sent the old copy 0 on site 0 every row, and some of them
+    reach site 0 after the new copy of column 0 installed there (the ``move`` and the
+    snapshot come on other connections). A frame names the consumer partition, not the
+    incarnation of its copy: the new copy takes nothing of a stream from a site between its
+    ``Rejoin`` and that site's ``Rejoined`` (ordered with the rows), or those rows would be
+    taken for its input (SNs at or below its progress: FH-Cons stops the site)."""
     p, batches = tiny_plan()
     expected = simulate(p, batches, 0, FailurePlan(), replicas=1).output
     fp = FailurePlan(moves=((57, 4, 2), (120, 4, 0)))

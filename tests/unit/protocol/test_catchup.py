@@ -48,6 +48,7 @@ from sparkflux.protocol.messages import (
     Outgoing,
     PSync,
     Rejoin,
+    Rejoined,
     Retain,
     Retaining,
     Reverse,
@@ -103,6 +104,8 @@ def plain(outs: list[Outgoing]) -> list[tuple]:
         elif isinstance(m, Rejoin):
             shown.append((o.site, "Rejoin", m.r.tolist(), m.c.tolist(), m.floor.tolist(),
                           m.send.tolist(), m.wait.tolist()))
+        elif isinstance(m, Rejoined):
+            shown.append((o.site, "Rejoined", m.r.tolist(), m.c.tolist()))
         else:
             shown.append((o.site, m))
     return shown
@@ -261,6 +264,7 @@ def test_case_1_the_secondary_consumer_fails() -> None:
     assert catch_up(qt, failed_c=(1,), failed_p=()) == [
         (3, 0, "Rejoin", [0], [1], [2], [False], [True]),
         (3, 1, "Rejoin", [1], [1], [2], [True], [False]),
+        (1, 3, "Rejoined", [1], [1]),  # ordered ahead of the rows for the rejoined copy
         (1, 3, "Data", [3], [3]),
     ]
     assert qt.roles() == NORMAL
@@ -303,6 +307,7 @@ def test_case_3_the_secondary_consumer_and_producer_fail() -> None:
         (2, 1, "Rejoin", [1], [0], [2], [False], [True]),  # psync: C^P acks to P^S
         (3, 0, "Rejoin", [0], [1], [2], [False], [True]),  # C^S installed, from its own P^S
         (3, 1, "Rejoin", [1], [1], [2], [True], [False]),
+        (1, 3, "Rejoined", [1], [1]),
         (1, 3, "Data", [], [2]),
     ]
     assert qt.roles() == NORMAL
@@ -321,6 +326,7 @@ def test_case_4_the_primary_consumer_and_the_secondary_producer_fail() -> None:
     assert log == [
         (3, 1, "Rejoin", [1], [1], [2], [False], [True]),  # psync: C^S acks to P^S
         (2, 0, "Rejoin", [0], [0], [2], [True], [False]),  # C^P installed, from its own P^P
+        (0, 2, "Rejoined", [0], [0]),
         (0, 2, "Data", [], [2]),
         (2, 1, "Rejoin", [1], [0], [2], [False], [True]),
     ]

@@ -26,6 +26,7 @@ from sparkflux.protocol.messages import (
     PSync,
     Reconciled,
     Rejoin,
+    Rejoined,
     Retain,
     Retaining,
     Reverse,
@@ -35,7 +36,8 @@ from sparkflux.protocol.messages import (
 
 
 def test_exactly_data_retaining_psync_cu_done_and_a_cut_wait_behind_data() -> None:
-    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone, Cut, Reconciled}
+    assert set(ORDERED_WITH_DATA) == {Data, Retaining, PSync, CuDone, Cut, Reconciled,
+                                      Rejoined}
     assert all(ROUTES[t][0] is Channel.LINK for t in ORDERED_WITH_DATA)
 
 

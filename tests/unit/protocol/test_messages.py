@@ -49,8 +49,9 @@ def test_snapshots_are_keyword_only() -> None:
 def test_message_is_the_union_of_the_core_messages_and_src_is_the_schemas() -> None:
     assert set(m.Message.__args__) == {m.Data, m.Ack, m.Reverse, m.CuStart, m.Retain,
                                        m.Retaining, m.State, m.Installed, m.PSync, m.Rejoin,
-                                       m.CuDone, m.Cut, m.StoredPartition, m.LoadPartition,
-                                       m.SpillInput, m.Tentative, m.Reconciled}
+                                       m.Rejoined, m.CuDone, m.Cut, m.StoredPartition,
+                                       m.LoadPartition, m.SpillInput, m.Tentative,
+                                       m.Reconciled}
     assert m.SRC == schema.SRC == "_src"
     out = m.Outgoing(-1, m.PSync(1, 2, 1))
     assert (out.site, out.message) == (-1, m.PSync(1, 2, 1))

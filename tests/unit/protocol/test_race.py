@@ -17,7 +17,7 @@ from sparkflux.model.schema import PART, SN
 from sparkflux.protocol.consumer import ConsumerSet, PartitionLost
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.ingress import RACE_LAG
-from sparkflux.protocol.messages import SRC, Data, PSync, Rejoin, Streams
+from sparkflux.protocol.messages import SRC, Data, PSync, Rejoin, Rejoined, Streams
 from sparkflux.protocol.roles import (
     RACE,
     consumer_roles,
@@ -102,6 +102,11 @@ def test_a_row_above_its_frames_claim_stops_the_consumer() -> None:
         consumers().on_data(frame(0, 0, 6, [(0, 2), (1, 9)]), 1)
 
 
+def answer(rj: Rejoin) -> Rejoined:
+    """The producer site's ``Rejoined`` for a ``Rejoin``, ahead of the rows it resends."""
+    return Rejoined(rj.stage, p=rj.p, r=rj.r, q=rj.q, c=rj.c)
+
+
 def test_a_failure_is_struck_off_without_reverse_and_the_last_copy_lost_is_named() -> None:
     c = consumers()
     dead = np.zeros((3, 2), bool)
@@ -132,6 +137,9 @@ def test_a_rebuilt_copy_is_raced_from_its_psync_on() -> None:
     assert list(zip(rj.p.tolist(), rj.r.tolist(), rj.q.tolist(), rj.floor.tolist(),
                     rj.send.tolist(), rj.wait.tolist(), strict=True)) == [
         (2, 1, 0, 7, True, True), (2, 1, 1, 7, True, True)]
+    c.on_data(frame(2, 1, 9, [(0, 8)]), 4)  # ahead of its ``Rejoined``: not for this copy
+    assert pending(c) == [(0, 2, 5)]
+    c.on_rejoined(answer(rj), 4)
     c.on_data(frame(2, 1, 9, [(0, 8)]), 4)
     assert pending(c) == [(0, 2, 5), (0, 2, 8)]
 
@@ -227,8 +235,10 @@ def test_a_snapshot_carries_the_keys_passed_and_the_new_copy_drops_them_again() 
     new = ConsumerSet(1, {0: 1}, SITES, np.full((1, 3), RACE, np.int8),
                       np.ones((1, 3, 2), bool), SCHEMA, installed=False, unordered=True)
     out = new.install(0, snap, np.zeros((3, 2), bool))
-    rejoin = [m.message for m in out if isinstance(m.message, Rejoin)]
-    assert all(r.floor[r.p == 0].tolist() == [2] for r in rejoin if (r.p == 0).any())
+    rejoin = [(m.site, m.message) for m in out if isinstance(m.message, Rejoin)]
+    assert all(r.floor[r.p == 0].tolist() == [2] for _, r in rejoin if (r.p == 0).any())
+    for site, r in rejoin:
+        new.on_rejoined(answer(r), site)
     # copy 0 of p = 0 resends from above the floor: 7 ran on the survivor already
     new.on_data(frame(0, 0, 8, [(0, 7), (0, 8)]), 1)
     assert pending(new) == [(0, 0, 8)] and new.duplicates == 1

@@ -28,6 +28,7 @@ from sparkflux.protocol.messages import (
     PSync,
     Reconciled,
     Rejoin,
+    Rejoined,
     Retain,
     Retaining,
     Reverse,
@@ -144,6 +145,7 @@ EXAMPLES: list[Any] = [
     Tentative(2, 3, BATCH, 1 << 52, 40),
     Tentative(1, 3, None, 1 << 52, -1),
     Reconciled(3),
+    Rejoined(1, p=i32(3), r=i8(0), q=i32(4), c=i8(1)),
     cm.Kill(),
     cm.Stop(reason="run finished", excluded=True),
 ]
