@@ -121,7 +121,7 @@ class RunConfig:
             rescales=o.rescale, squeezes=o.squeeze, site_memory=o.site_memory,
             policy=o.policy,
             spares=o.spare_sites, site_cpu=o.site_cpu, slows=o.slow, recovery=o.recovery,
-            balance=o.balance and o.ha != "race", delta_min=o.balance_delta_min,
+            balance=o.balance, delta_min=o.balance_delta_min,
             window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,
             checkpoint=o.checkpoint, checkpoint_interval=o.checkpoint_interval,

@@ -209,7 +209,7 @@ class RunOptions:
               "adopted a failed site's slot after this long (default: measured: at least 5 s, "
               "twice the sites' start, 1.5 times the slowest adoption so far, at most 60 s)",
         metavar="SECONDS")
-    balance: bool = option(True, "with --ha flux: turn the load-balancing policy off",
+    balance: bool = option(True, "with --ha flux or race: turn the load-balancing policy off",
                            flag="--no-balance")
     policy: str = option(
         "hybrid", "with --ha flux: which policy moves partitions in the balancing rounds: cpu "
@@ -354,8 +354,8 @@ RACE_ALONE = (("rescale", "--rescale"), ("checkpoint", "--checkpoint"),
 
 def race_options(o: RunOptions) -> None:
     """``--ha race`` runs without rescaling, checkpoints, memory budgets and eventual
-    consistency for now (and without balancing rounds: ``RunConfig`` turns them off; the
-    moves of recovery do run): a combination fails fast, saying what to drop."""
+    consistency for now (the moves of balancing and recovery do run): a combination fails
+    fast, saying what to drop."""
     if o.arrival_order and o.ha != "race":
         raise PlanError("--arrival-order is an option of --ha race (only racing copies "
                         "run stages in arrival order): drop it, or add --ha race")

@@ -84,3 +84,17 @@ def test_moves_after_a_restarted_site_adopted_its_slot(netmon: Any, spark: Any) 
     from_adopted = [mv for mv in m["moves"]
                     if mv["from"] == 2 and mv["partition"] % 4 == 2 and mv["replica"] == 0]
     assert from_adopted, m["moves"]
+
+
+def test_racing_copies_move_load_off_a_slowed_site(netmon: Any, spark: Any) -> None:
+    """``--ha race`` with balancing: the slowed site is raced past, and the policy still
+    moves copies off it (a move catches up a new copy, then retires the old one; the new
+    one is raced from its fold-in on). The output is the reference's."""
+    m = run(netmon, spark, events=600_000, rate=50_000.0, ha="race", partitions=32,
+            site_cpu=0.4, slow=["2@input+50000=0.08"], no_balance=False, window=400_000)
+    digest, rows, _ = reference_digest(netmon, netmon_args(events=600_000), spark=spark)
+    assert (m["output_digest"], m["output_tuples"]) == (digest, rows)
+    assert m["ingress_dropped"] == 0
+    moves = m["moves"]
+    assert moves and all(mv["reason"] == "balance" for mv in moves), moves
+    assert Counter(mv["from"] for mv in moves).most_common(1)[0][0] == 2, moves
