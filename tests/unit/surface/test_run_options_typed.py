@@ -220,11 +220,12 @@ def test_the_sites_get_the_replica_count_and_timeouts_from_the_run() -> None:
     assert SiteSettings.of(none, ("h", 1), "127.0.0.1").replicas == 1
 
 
-def test_race_keeps_k_copies_turns_balancing_off_and_tells_the_sites() -> None:
+def test_race_keeps_k_copies_balances_and_tells_the_sites() -> None:
     assert RunOptions(ha="race").replica_count == 2
     assert RunOptions(ha="race", replicas=3).replica_count == 3
     cfg = dataclasses.replace(run_config(ha="race", replicas=3), security=object())
-    assert cfg.replicas == 3 and cfg.balance is False
+    assert cfg.replicas == 3 and cfg.balance is True
+    assert run_config(ha="race", balance=False).balance is False
     assert run_config(ha="flux").balance is True
     s = SiteSettings.of(cfg, ("h", 1), "")
     assert s.race and s.replicas == 3
