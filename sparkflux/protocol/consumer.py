@@ -71,7 +71,8 @@ class PartitionLost(ProtocolError):
     """Both replicas of a producer partition failed: the dataflow cannot go on."""
 
 
-NO_SITE = -3  # ``rejoining``: no ``Rejoined`` awaited
+# ``rejoining``: no ``Rejoined`` awaited (a value no site, the driver nor the store has)
+NO_SITE = int(np.iinfo(np.int32).min)
 CLAIMS = 4  # claims not yet covered by the frontier, kept per input stream (``frontier``)
 _EMPTY = np.iinfo(np.int64).max  # an unused claim slot: never covered
 PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
