@@ -37,6 +37,7 @@ from sparkflux.sim.workload import tiny_relay_plan
 from tests.support.seeds import hunt_order, seeds
 
 from .test_sim_race import crashes as race_crashes
+from .test_sim_race import survive_crashes
 
 SITES, PARTITIONS = 5, 10
 CLOCK = SimClock()
@@ -89,16 +90,9 @@ def test_rows_run_as_they_arrive_and_the_output_is_the_unreplicated_one(base: An
 @pytest.mark.parametrize("k", [2, 3])
 def test_any_k_minus_one_sites_may_crash(base: Any, k: int, standbys: bool) -> None:
     _, _, steps = base
-    failed = []
-    for seed in range(seeds(80)):
-        fp = crashes(seed, k, steps[k], standbys)
-        try:
-            res = run(base, seed, k, fp)
-            if standbys:
-                short = {key: n for key, n in res.replicas_live.items() if n != k}
-                assert not short, f"seed {seed}: not {k} live copies: {short}"
-        except (Violation, AssertionError) as e:
-            failed.append(f"{e} [{fp}]")
+    failed = survive_crashes(seeds(80), k, standbys,
+                             lambda seed: crashes(seed, k, steps[k], standbys),
+                             lambda seed, fp: run(base, seed, k, fp))
     assert not failed, "\n".join(failed[:5])
 
 

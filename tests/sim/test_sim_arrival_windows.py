@@ -38,6 +38,7 @@ from sparkflux.sim.workload import tiny_arrival_windows_plan
 from tests.support.seeds import hunt_order, seeds
 
 from .test_sim_race import crashes as race_crashes
+from .test_sim_race import survive_crashes
 
 SITES, PARTITIONS, PACE = 5, 10, 20
 
@@ -94,16 +95,9 @@ def test_windows_fold_rows_as_they_arrive_and_the_output_is_the_unreplicated_one
 @pytest.mark.parametrize("k", [2, 3])
 def test_any_k_minus_one_sites_may_crash(base: Any, k: int, standbys: bool) -> None:
     _, _, steps = base
-    failed = []
-    for seed in range(seeds(60)):
-        fp = crashes(seed, k, steps[k, pace_of(seed)], standbys)
-        try:
-            res = run(base, seed, k, fp, pace_of(seed))
-            if standbys:
-                short = {key: n for key, n in res.replicas_live.items() if n != k}
-                assert not short, f"seed {seed}: not {k} live copies: {short}"
-        except (Violation, AssertionError) as e:
-            failed.append(f"{e} [{fp}]")
+    failed = survive_crashes(seeds(60), k, standbys,
+                             lambda seed: crashes(seed, k, steps[k, pace_of(seed)], standbys),
+                             lambda seed, fp: run(base, seed, k, fp, pace_of(seed)))
     assert not failed, "\n".join(failed[:5])
 
 

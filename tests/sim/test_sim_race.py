@@ -23,6 +23,7 @@ interleaving the seeds draw, none in step with another. Seeds:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,24 @@ def crashes(seed: int, k: int, steps: int, standbys: bool, salt: int = 41) -> Fa
                                                  for _ in victims))
 
 
+def survive_crashes(n: int, k: int, standbys: bool, plan_of: Callable[[int], FailurePlan],
+                    run_seed: Callable[[int, FailurePlan], SimResult]) -> list[str]:
+    """Seeds ``0 .. n - 1`` of K - 1 crashes (``plan_of``), each run (``run_seed``) against the
+    contract; with standbys each must end with K live copies of every partition. The
+    failures, each with its plan."""
+    failed = []
+    for seed in range(n):
+        fp = plan_of(seed)
+        try:
+            res = run_seed(seed, fp)
+            if standbys:
+                short = {key: c for key, c in res.replicas_live.items() if c != k}
+                assert not short, f"seed {seed}: not {k} live copies: {short}"
+        except (Violation, AssertionError) as e:
+            failed.append(f"{e} [{fp}]")
+    return failed
+
+
 def run(base: Any, seed: int, k: int, fp: FailurePlan, pace: int = 0) -> SimResult:
     batches, expected, _ = base
     return check(plan, batches, seed, fp, expected=expected, replicas=k, race=True, pace=pace)
@@ -94,16 +113,9 @@ def test_every_copy_races_without_failures(base: Any) -> None:
 @pytest.mark.parametrize("k", [2, 3, 4])
 def test_any_k_minus_one_sites_may_crash(base: Any, k: int, standbys: bool) -> None:
     _, _, steps = base
-    failed = []
-    for seed in range(SEEDS):
-        fp = crashes(seed, k, steps[k], standbys)
-        try:
-            res = run(base, seed, k, fp)
-            if standbys:
-                short = {key: n for key, n in res.replicas_live.items() if n != k}
-                assert not short, f"seed {seed}: not {k} live copies: {short}"
-        except (Violation, AssertionError) as e:
-            failed.append(f"{e} [{fp}]")
+    failed = survive_crashes(SEEDS, k, standbys,
+                             lambda seed: crashes(seed, k, steps[k], standbys),
+                             lambda seed, fp: run(base, seed, k, fp))
     assert not failed, "\n".join(failed[:5])
 
 
