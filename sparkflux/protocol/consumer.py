@@ -159,10 +159,9 @@ class ConsumerSet:
               for k in ("p", "r", "q", "sn", "wm")))
         qi = self._qi(st.q)
         ok = qi >= 0
-        if src is not None:
-            ok &= self.producer_site[st.p, st.r] == src
         ok[ok] &= self.installed[qi[ok]]
-        if src is not None:  # rows for a copy retired since, ahead of ``Rejoined``
+        if src is not None:  # the copy's site, and not rows for a copy retired since
+            ok &= self.producer_site[st.p, st.r] == src
             ok[ok] &= self.rejoining[qi[ok], st.p[ok], st.r[ok]] != src
         if self.race:  # every complete copy raced: those acknowledged to
             ok[ok] &= self.ack_to[qi[ok], st.p[ok], st.r[ok]] & self.complete[st.p[ok], st.r[ok]]
