@@ -6,14 +6,17 @@ plan from the policy.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
 from sparkflux.control.events import Action, Collect, Stats
 from sparkflux.control.memory_policy import SiteMemory, plan_memory_moves, why, with_room
 from sparkflux.control.moves import MoveRecord
-from sparkflux.control.policy import PolicyConfig, plan_moves
+from sparkflux.control.policy import PlannedMove, PolicyConfig, plan_moves
+from sparkflux.control.redeploy import Redeploy
+from sparkflux.control.redeploy import measured as measured_matrix
+from sparkflux.control.redeploy import plan as plan_redeploy
 from sparkflux.control.rounds import Ev as RoundEv
 from sparkflux.control.rounds import Phase
 from sparkflux.control.rounds import step as round_step
@@ -37,7 +40,7 @@ class RoundRecord(TypedDict):
     load: dict[int, int]  # the demand of what site j hosts
     fixed: float  # the fitted fixed cost
     moves: list[tuple[int, int, int]]  # (partition, donor, receiver) planned
-    policy: str  # which ran: "cpu" or "memory"
+    policy: str  # which ran: "cpu", "memory" or "latency" (a re-deployment)
     why: str  # why that one (``memory_policy.why``)
     memory: dict[int, dict[str, int | None]]  # per site with a budget: budget, used, spilled
 
@@ -71,6 +74,13 @@ class Balancing:
     _previous: tuple[dict[int, float], dict[int, float]]
     _settled_at: float | None
     rescaling: object | None
+    placement_mode: str
+    _placed_by: np.ndarray | None  # the latency matrix the copies were last placed by
+    # since when every round has found a re-deployment worth it (``redeploy.py`` rule 4)
+    _redeploy_since: float | None
+    redeploy_settle: float
+    placement: Any
+    stages: int
 
     def _live(self) -> list[int]:
         raise NotImplementedError
@@ -137,7 +147,7 @@ class Balancing:
     def _round_drop_moves(self) -> list[Action]:
         # (a re-layout over failure domains is planned afresh after the next recovery)
         self.pending_moves = [m for m in self.pending_moves
-                              if m[3] not in ("balance", "domain", "memory")]
+                              if m[3] not in ("balance", "domain", "memory", "latency")]
         self._previous = ({}, {})  # the sites' loads before the failure say nothing now
         self._pool = []
         self._settled_at = None
@@ -168,6 +178,33 @@ class Balancing:
         self._pool.append((self.now, samples))
         return self._pool[0][1]
 
+    def _redeploy(self) -> Redeploy | None:
+        """With ``--placement latency`` and racing copies: the re-deployment the sites'
+        measured latencies call for (``redeploy.py``), recorded in the placement report;
+        None: none, or not every slot live. Not under Flux-HA: its egress reads column 0's
+        copy, and a move builds the new copy in the free column, so moving the far copies
+        would cost moves and gain nothing."""
+        if self.placement_mode != "latency" or self._placed_by is None \
+                or self.layout is None or not self.layout.race \
+                or len(self._live()) < self.layout.sites or self.layout.replicas < 2:
+            self._redeploy_since = None  # (a slot down: the settle time starts afresh)
+            return None
+        matrix = measured_matrix({j: s.link_ms for j, s in self._samples.items()}, self._placed_by)
+        re = plan_redeploy(self.layout.table(), matrix, self.layout.replicas,
+                           max(self.stages - 1, 0), self._live_domains())
+        if re is None or self._redeploy_since is None:
+            # (rule 4: from now on, every round for the settle time must find one worth it)
+            self._redeploy_since = None if re is None else self.now
+            return None
+        if self.now - self._redeploy_since < self.redeploy_settle:
+            return None
+        self._redeploy_since = None
+        self._placed_by = re.matrix
+        self.placement.setdefault("redeploys", []).append({
+            "at": round(self.now, 3), "round": self.round, "bound_ms": re.bound_ms,
+            "new_bound_ms": re.new_bound_ms, "moves": len(re.moves)})
+        return re
+
     def _movement_phase(self) -> list[Action]:
         assert self.layout is not None
         u = utilisation(self._base, self._samples, self.layout.table())
@@ -181,7 +218,14 @@ class Balancing:
         mode = self.policy.mode
         budgeted = any(m.budget is not None for m in memory.values())
         which, reason = why(memory, mode)
-        if which == "memory":
+        redeploy = self._redeploy()
+        if redeploy is not None:
+            which = "latency"
+            reason = (f"measured latencies: bound {redeploy.bound_ms:g} -> "
+                      f"{redeploy.new_bound_ms:g}")
+            planned = [PlannedMove(q, r, self.layout.site_of(q, r), dst, 0, 0.0, 0.0)
+                       for q, r, dst in redeploy.moves]
+        elif which == "memory":
             planned = plan_memory_moves(memory, self.layout.table(), recent,
                                         self._live_domains())
         else:
@@ -212,7 +256,7 @@ class Balancing:
                                        for j, m in memory.items() if m.budget is not None}})
         if not planned:
             return self._round(RoundEv.NO_MOVES)
-        self.pending_moves += [(m.q, m.r, m.receiver, "balance" if which == "cpu" else "memory")
+        self.pending_moves += [(m.q, m.r, m.receiver, "balance" if which == "cpu" else which)
                                for m in planned]
         return self._round(RoundEv.PLANNED)
 

@@ -104,8 +104,10 @@ from sparkflux.protocol.messages import (
     CuStart,
     Cut,
     Data,
+    Echo,
     Message,
     Outgoing,
+    Probe,
     PSync,
     Rejoin,
     Rejoined,
@@ -544,6 +546,8 @@ class Boundary:
             case Rejoined():
                 self.egress.cons.on_rejoined(msg, slot)
                 return []
+            case Probe(sent=sent):  # a site times its link to the driver: echo at once
+                return self._sends([Outgoing(slot, Echo(sent))])
             case PSync():
                 if msg.epoch != self.ingress.epochs[msg.p, msg.r]:
                     return []  # an earlier incarnation's fold-in (that process is gone)
@@ -650,7 +654,7 @@ class Boundary:
                 site=ev.slot, attempt=ev.attempt, round=rnd, busy_s=b.busy_s,
                 capacity_s=b.capacity_s, counts=tuple(b.counts.tolist()), now=ev.now,
                 at=b.at, budget=budget, memory=memory, spilled=spilled,
-                part_bytes=per_part, on_disk=on_disk)))
+                part_bytes=per_part, on_disk=on_disk, link_ms=b.link_ms)))
         return out
 
     def _admit(self, stream: int, batch: pa.RecordBatch | list[dict[str, Any]], now: float

@@ -94,6 +94,7 @@ from sparkflux.control.membership import (
 from sparkflux.control.membership import Standby as StandbyState
 from sparkflux.control.moves import RUNNING, MoveEv, MovePhase, MoveRecord, move_step
 from sparkflux.control.policy import PolicyConfig, recovery_site
+from sparkflux.control.redeploy import SETTLE_S as REDEPLOY_SETTLE_S
 from sparkflux.control.rescale import RescaleRecord
 from sparkflux.control.rescaling import Rescaling
 from sparkflux.control.rounds import Ev as RoundEv
@@ -144,6 +145,9 @@ class PlacementReport(TypedDict, total=False):
     network_cost: float
     chained_latency_bound_ms: float
     chained_network_cost: float
+    # every re-deployment by measured latencies (``redeploy.py``): when, in which round, the
+    # latency bound before and after (both under the measured matrix, ms), how many moves
+    redeploys: list[dict[str, float]]
 
 
 class RecoveryRecord(TypedDict):
@@ -173,6 +177,9 @@ class ControlOptions:
     # and the one-way latencies it places by (the driver first, then every site slot)
     placement: str = "chained"
     latencies: tuple[tuple[float, ...], ...] | None = None
+    # how long the balancing rounds must plan the same re-deployment by measured latencies
+    # before its moves start (``redeploy.py`` rule 4)
+    redeploy_settle: float = REDEPLOY_SETTLE_S
 
 
 class Controller(Balancing, Rescaling):
@@ -252,6 +259,9 @@ class Controller(Balancing, Rescaling):
         # the ring chosen at view 1 and what it could not avoid (the run's metrics)
         self.placement: PlacementReport = {}  # empty until view 1
         self.placement_mode, self.latencies = o.placement, o.latencies
+        self._placed_by: np.ndarray | None = None  # the matrix ``--placement latency`` used
+        self._redeploy_since: float | None = None
+        self.redeploy_settle = o.redeploy_settle
         if o.placement not in ("chained", "latency"):
             raise ValueError(f"placement must be 'chained' or 'latency' (got {o.placement!r})")
         if o.placement == "latency" and o.latencies is None:
@@ -493,6 +503,7 @@ class Controller(Balancing, Rescaling):
             return None
         table = deploy(m, self.layout.partitions, k, exchanges, self.domains)
         self.layout.place(table)
+        self._placed_by = np.asarray(m, dtype=np.float64)
         # the conflicts of the table used (the ring's stay under chained_*)
         self.placement["chained_host_conflicts"] = self.placement["host_conflicts"]
         self.placement["chained_executor_conflicts"] = self.placement["executor_conflicts"]

@@ -247,6 +247,9 @@ class Stats:
     spilled: int = 0
     part_bytes: tuple[int, ...] = ()
     on_disk: tuple[int, ...] = ()
+    # its links' measured one-way latency in ms, index 0 the driver, i + 1 slot i (-1:
+    # unmeasured), from its latency probes (``Heartbeat.link_ms``)
+    link_ms: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,10 +35,12 @@ import numpy as np
 from sparkflux.dataflow.placement import Domain, clash
 from sparkflux.model.errors import PlanError
 
+# a latency matrix: rows of one-way milliseconds, the driver first (a list, or an array)
+Matrix = Sequence[Sequence[float]] | np.ndarray
 DMIN_MS = 30.0  # peer copies at least this far apart where possible (the paper's d_min)
 
 
-def _matrix(latency_ms: Sequence[Sequence[float]], sites: int,
+def _matrix(latency_ms: Matrix, sites: int,
             table: np.ndarray | None = None) -> np.ndarray:
     """The matrix as an array, checked: square over the driver and ``sites`` slots, and
     covering every site of ``table``."""
@@ -55,7 +57,7 @@ def _matrix(latency_ms: Sequence[Sequence[float]], sites: int,
     return m
 
 
-def network_cost(table: np.ndarray, latency_ms: Sequence[Sequence[float]],
+def network_cost(table: np.ndarray, latency_ms: Matrix,
                  exchanges: int) -> float:
     """The paper's network cost of a placement ``table`` ([P, K] site slots, every copy of
     every partition): the sum over every stream of its rate times its latency (module
@@ -69,13 +71,13 @@ def network_cost(table: np.ndarray, latency_ms: Sequence[Sequence[float]],
     return float(edge + cross)
 
 
-def round_trips(latency_ms: Sequence[Sequence[float]]) -> np.ndarray:
+def round_trips(latency_ms: Matrix) -> np.ndarray:
     """[N]: the driver's round trip through each site (ingress there, egress back), ms."""
     m = _matrix(latency_ms, len(latency_ms) - 1)
     return m[0, 1:] + m[1:, 0]
 
 
-def latency_bound(table: np.ndarray, latency_ms: Sequence[Sequence[float]]) -> float:
+def latency_bound(table: np.ndarray, latency_ms: Matrix) -> float:
     """The placement's latency bound with racing replicas: the worst partition's round trip
     from the driver through its nearest copy (a partition is as fast as its fastest copy), ms."""
     t = np.asarray(table)
@@ -83,7 +85,7 @@ def latency_bound(table: np.ndarray, latency_ms: Sequence[Sequence[float]]) -> f
     return float(round_trips(latency_ms)[t].min(axis=1).max())
 
 
-def deploy(latency_ms: Sequence[Sequence[float]], partitions: int, replicas: int,
+def deploy(latency_ms: Matrix, partitions: int, replicas: int,
            exchanges: int, domains: Mapping[int, Domain] | None = None,
            dmin_ms: float = DMIN_MS) -> np.ndarray:
     """Algorithm 5 (module docstring): ``[partitions, replicas]`` site slots, column r the

@@ -22,8 +22,9 @@ The rules (thesis §3.2-3.3, our names):
    the controller counts a copy as back only once the egress, on the same connection, has
    its ``psync``) go through the sender's skew buffer (DTSB) and may wait there while the
    connection is full.
-   Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives, and
-   an episode's ``Tentative`` rows and claims) is written at once and so may overtake held
+   Every other frame (acknowledgements, ``reverse``, ``rejoin``, ``retain``, keepalives,
+   latency probes and their echoes, and an episode's ``Tentative`` rows and claims) is
+   written at once and so may overtake held
    ordered frames, never the other way round. Each class is FIFO within itself. Tentative
    rows are the answer while the stable ones wait: behind the skew buffer they would queue
    after the redo's stable rows at every hop, which the delay bound forbids. So a branch
@@ -48,9 +49,11 @@ from sparkflux.protocol.messages import (
     CuStart,
     Cut,
     Data,
+    Echo,
     Installed,
     Keepalive,
     LoadPartition,
+    Probe,
     PSync,
     Reconciled,
     Rejoin,
@@ -89,6 +92,8 @@ ROUTES: dict[type, tuple[Channel, bool]] = {
     Rejoined: (Channel.LINK, True),  # after the rows sent to the copy before it
     Retain: (Channel.LINK, False),
     Keepalive: (Channel.LINK, False),
+    Probe: (Channel.LINK, False),  # latency probes: written at once, as keepalives
+    Echo: (Channel.LINK, False),
     State: (Channel.STATE, False),
     StoredPartition: (Channel.STORE, False),
     LoadPartition: (Channel.STORE, False),

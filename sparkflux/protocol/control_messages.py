@@ -97,6 +97,9 @@ class Heartbeat:
     held: int = 0
     pending: int = 0
     sent_bytes: int = 0  # bytes the process has written to all its connections so far
+    # The measured one-way latency of each of its links in ms (index 0 the driver, i + 1
+    # slot i; -1 unmeasured): latency probes (``protocol/site_boundary.py``, rule 6).
+    link_ms: tuple[float, ...] = ()
     # For the run's progress (``runtime/progress_log.py``), every ``STATE_EVERY``
     # heartbeats (``has_state``; empty between): the event-time watermark of every installed
     # consumer replica (its stage, partition and watermark), and the state of every hosted

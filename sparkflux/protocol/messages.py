@@ -284,6 +284,24 @@ class Keepalive:
 
 
 @dataclass(frozen=True, slots=True)
+class Probe:
+    """Site -> peer site or driver, every ``probe_every`` seconds of link checks: the
+    sender's own clock reading ``sent``, answered at once with an ``Echo`` of it. Half the
+    round trip is the link's measured one-way latency: the heartbeat reports it, and
+    latency-aware placement re-deploys copies by it (the racing-replicas paper's Section
+    V-C: adaptation to changes). Never given to the core."""
+
+    sent: float
+
+
+@dataclass(frozen=True, slots=True)
+class Echo:
+    """The answer to a ``Probe``: its ``sent`` back to the prober. Never given to the core."""
+
+    sent: float
+
+
+@dataclass(frozen=True, slots=True)
 class Tentative:
     """Tentative rows for ``stage`` (Borealis' tentative tuples; ``protocol/consistency.py``):
     input the ingress released without a failed source's records, and whatever the stages
@@ -310,8 +328,9 @@ class Reconciled:
 Message = (Data | Ack | Reverse | CuStart | Retain | Retaining | State | Installed | PSync
            | Rejoin | Rejoined | CuDone | Cut | StoredPartition | LoadPartition | SpillInput
            | Tentative | Reconciled)
-# Whatever a connection carries: a protocol message, a controller's message or a keepalive.
-Frame = Message | ControlMessage | Keepalive
+# Whatever a connection carries: a protocol message, a controller's message, a keepalive or
+# a latency probe.
+Frame = Message | ControlMessage | Keepalive | Probe | Echo
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,11 @@ The site's life (``LIFE``; everything that moves it lives in this module):
    at once. The controller's link judge
    decides which end to exclude (``control/link_judge.py``). At each such check a site sends
    a keepalive on every link it wrote nothing to since the last one (``LinkCheck.idle``).
+   Every ``probe_every`` seconds of checks it sends a ``Probe`` to every linked live peer and
+   to the driver instead, each answered at once with an ``Echo``: the least of a link's last
+   ``PROBES`` round trips, halved, is its measured one-way latency, which every heartbeat
+   carries (``link_ms``) for latency-aware placement to re-deploy by
+   (``control/redeploy.py``).
 7. ``stopping`` is final: ``stop`` from the driver, a ``fail`` that names this site (it was
    excluded: fail-stop, no zombie), or the driver lost. Late events are ignored there.
 
@@ -47,6 +52,7 @@ An impossible (state, event) pair raises ``SiteLifeError`` naming the site, stat
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -61,11 +67,13 @@ from sparkflux.protocol.channels import Channel, channel_of
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
     CuDone,
+    Echo,
     Frame,
     Keepalive,
     Message,
     Outgoing,
     PartitionSnapshot,
+    Probe,
 )
 from sparkflux.protocol.site import Received, SiteCore
 
@@ -76,6 +84,10 @@ CLAIM_WAIT_S = 10.0
 # The state sizes (``SiteCore.state_sizes``, a pass over every operator's partitions) go with
 # one heartbeat in this many, the first included: about once a second.
 STATE_EVERY = 10
+# Latency probes (rule 6): every this many seconds of link checks, and the round trips a
+# link's measure is the least of.
+PROBE_EVERY_S = 0.5
+PROBES = 5
 
 
 class SiteLifeError(ProtocolError):
@@ -255,6 +267,7 @@ class LinkCheck:
     silent: dict[int, float]
     lag: float = 0.0
     idle: frozenset[int] = frozenset()  # peers this site wrote nothing to since the last
+    now: float = 0.0  # the site's clock, which its latency probes carry (``Probe.sent``)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,8 +300,27 @@ class Loaded:
     seq: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probed:
+    """A ``Probe`` read from slot ``peer`` (or the driver, ``DRIVER``): echo it at once."""
+
+    peer: int
+    sent: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Echoed:
+    """The ``Echo`` of this site's probe ``sent`` read from ``peer`` at ``now`` (the same
+    clock as ``LinkCheck.now``): one round trip of that link."""
+
+    peer: int
+    sent: float
+    now: float
+
+
 SiteBoundaryEvent = (FromDriver | Frames | PeerLinked | PeerLost | DialFailed | DriverLost
-                     | LinkCheck | Beat | StateSent | MemoryCheck | Spilled | Loaded)
+                     | LinkCheck | Beat | StateSent | MemoryCheck | Spilled | Loaded | Probed
+                     | Echoed)
 
 
 # -- actions -------------------------------------------------------------------------------------
@@ -363,7 +395,8 @@ class SiteBoundary:
 
     def __init__(self, site: int, attempt: int, plan: PhysicalPlan, layout: Layout,
                  link_timeout: float = LINK_TIMEOUT_S,
-                 claim_wait: float = CLAIM_WAIT_S, budget: int | None = None) -> None:
+                 claim_wait: float = CLAIM_WAIT_S, budget: int | None = None,
+                 probe_every: float | None = PROBE_EVERY_S) -> None:
         self.site = site  # the slot; an adoption changes it
         self.attempt = attempt
         self.plan = plan
@@ -382,6 +415,10 @@ class SiteBoundary:
         self._silent: dict[tuple[int, tuple[int, int]], float] = {}
         self._beats = 0  # heartbeats sent with a core (``STATE_EVERY``)
         self.budget = budget  # the memory budget in bytes (None: none; ``--squeeze``)
+        self.probe_every = probe_every  # None: no latency probes
+        self._probe_at: float | None = None  # when the next probes go (the first check)
+        # peer slot (``DRIVER``: the driver) -> its link's last round trips
+        self._rtt: dict[int, deque[float]] = {}
 
     @property
     def dead_sites(self) -> set[int]:
@@ -430,6 +467,15 @@ class SiteBoundary:
                 return self._step(Ev.SPILLED, ev)
             case Loaded():
                 return self._step(Ev.LOADED, ev)
+            case Probed(peer=peer, sent=sent):
+                # a measurement, not a step of the site's life: answered while it runs
+                if self.life is Life.STOPPING or peer in self.dead_sites:
+                    return []
+                return [Send(dest=peer, message=Echo(sent), channel=Channel.LINK)]
+            case Echoed(peer=peer, sent=sent, now=now):
+                if now >= sent:
+                    self._rtt.setdefault(peer, deque(maxlen=PROBES)).append(now - sent)
+                return []
         raise SiteLifeError(f"site {self.site}: no event {type(ev).__name__}")
 
     def _step(self, event: Ev, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
@@ -592,9 +638,17 @@ class SiteBoundary:
         by a quarter of the timeout judges nothing: this site's own loop stalled, and its
         readers have not had the chance to read what arrived meanwhile."""
         assert isinstance(ev, LinkCheck)
-        out: list[SiteBoundaryAction] = [
-            Send(dest=j, message=Keepalive(), channel=Channel.LINK)
-            for j in sorted(ev.idle) if j in self.linked and j not in self.dead_sites]
+        live = sorted(j for j in self.linked if j not in self.dead_sites)
+        every = self.probe_every
+        if every is not None and self.core is not None and (
+                self._probe_at is None or ev.now >= self._probe_at):
+            self._probe_at = ev.now + every
+            out: list[SiteBoundaryAction] = [
+                Send(dest=j, message=Probe(ev.now), channel=Channel.LINK)
+                for j in [DRIVER, *live]]
+        else:
+            out = [Send(dest=j, message=Keepalive(), channel=Channel.LINK)
+                   for j in live if j in ev.idle]
         self._silent = {k: q for k, q in self._silent.items()
                         if ev.silent.get(k[0], 0.0) > self.link_timeout}
         if ev.lag > self.link_timeout / 4:
@@ -631,7 +685,7 @@ class SiteBoundary:
             counts=core.processed.copy() if core else none, refused=ev.refused,
             in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part, held=ev.held,
             pending=core.pending_rows() if core else 0, memory_pause_s=ev.memory_pause_s,
-            sent_bytes=ev.sent_bytes)
+            sent_bytes=ev.sent_bytes, link_ms=self.link_ms())
         if core is not None and self._beats % STATE_EVERY == 0:
             op, part, keys, nbytes = core.state_sizes()
             wm_stage, wm_part, wm = core.watermarks()
@@ -647,6 +701,19 @@ class SiteBoundary:
                           disk_bytes=np.asarray(list(m.spilled.values()), dtype=np.int64))
         self._beats += core is not None
         return [Send(dest=DRIVER, message=msg, channel=channel_of(msg))]
+
+    def link_ms(self) -> tuple[float, ...]:
+        """The measured one-way latency of this site's links in milliseconds, index 0 the
+        driver and ``i + 1`` slot ``i`` (the ``--wan`` matrix's rows), -1 where unmeasured:
+        half the least of the link's last ``PROBES`` round trips. Queueing (behind data, or
+        a busy reader) only ever adds to a round trip, so the least is the link's own; a
+        link that got slower shows after ``PROBES`` probes, one that got faster at once."""
+        n = max(self.members, default=-1) + 1
+        out = [-1.0] * (n + 1)
+        for j, rtts in self._rtt.items():
+            if rtts and -1 <= j < n:
+                out[j + 1] = round(min(rtts) * 500.0, 3)
+        return tuple(out)
 
     def _record_state_sent(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, StateSent)

@@ -52,7 +52,7 @@ REGISTRY: tuple[type, ...] = (
     cm.Slow, cm.Kill, cm.Stop,
     pm.ConsumerSnapshot, pm.PartitionSnapshot,
     cm.StartFailed, pm.Keepalive, cm.Folded, pm.StoredPartition, pm.Cut, cm.PartStored,
-    cm.Squeeze, pm.Tentative, pm.Reconciled, pm.Rejoined,
+    cm.Squeeze, pm.Tentative, pm.Reconciled, pm.Rejoined, pm.Probe, pm.Echo,
 )
 # Records that are fields of a message, not messages: refused as a whole frame on both ends.
 PARTS: frozenset[type] = frozenset({cm.Member, pm.ConsumerSnapshot, pm.PartitionSnapshot})

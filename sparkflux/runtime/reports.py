@@ -85,7 +85,11 @@ def result_metrics(host: Host) -> dict[str, Any]:
         # each rescale of the running query (``control/rescale.py``): its record
         **({"rescales": list(host.rescales)} if host.rescales else {}),
         # the ring over the sites' failure domains chosen at view 1, and what it could not avoid
-        "placement": host.controller.placement,
+        # and every re-deployment by measured latencies (its time from the input's start)
+        "placement": {**host.controller.placement, **({"redeploys": [
+            {**r, "at_s": round(r["at"] - host._mono_start, 3)}
+            for r in host.controller.placement["redeploys"]]}
+            if "redeploys" in host.controller.placement else {})},
         "balance_rounds": len(host.controller.rounds),
         "balance": [{**r, "at_s": round(r["at"] - host._mono_start, 3)}
                     for r in host.controller.rounds],

@@ -123,12 +123,14 @@ class RunOptions:
             "of memory spills", metavar="SITE@WHEN=MB")
     wan: str | None = option(
         None, "wide-area links on this machine: a JSON file of one-way latencies between the "
-              "driver and every site, jitter and link outages (docs/racing.md)", metavar="FILE")
+              "driver and every site, jitter, link outages and changes of the latencies "
+              "(docs/racing.md)", metavar="FILE")
     placement: str = option(
         "chained", "where the copies of each partition go: chained (chained declustering over "
                    "the sites' failure domains) or latency (each partition near the driver "
                    "and its copies far apart, by a latency matrix: --latencies, else --wan's; "
-                   "docs/racing.md)", choices=("chained", "latency"))
+                   "re-deployed when the latencies the sites measure change; docs/racing.md)",
+        choices=("chained", "latency"))
     latencies: str | None = option(
         None, "with --placement latency: the one-way latencies between the driver and every "
               "site measured on your cluster, a JSON file in --wan's format (only its "

@@ -40,16 +40,18 @@ from sparkflux.dataflow.placement import DRIVER, Layout
 from sparkflux.dataflow.plan import PhysicalPlan
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import Ack, Data, Keepalive, StoredPartition
+from sparkflux.protocol.messages import Ack, Data, Echo, Keepalive, Probe, StoredPartition
 from sparkflux.protocol.site import SiteCore, wire_schema
 from sparkflux.protocol.site_boundary import (
     LINK_TIMEOUT_S,
     DriverLost,
+    Echoed,
     Frames,
     FromDriver,
     Loaded,
     MemoryCheck,
     PeerLost,
+    Probed,
     SiteBoundary,
     SiteBoundaryEvent,
     StateSent,
@@ -349,6 +351,11 @@ class Site:
                     reading.pop(conn, None)
                     if isinstance(msg, Keepalive):
                         continue
+                if isinstance(msg, (Probe, Echo)) and not side:
+                    # latency probes are answered and timed here, not behind the inbox
+                    self.handle(Probed(peer=peer, sent=msg.sent) if isinstance(msg, Probe)
+                                else Echoed(peer=peer, sent=msg.sent, now=time.monotonic()))
+                    continue
                 try:
                     item = from_link(peer, msg, state_link=side)
                 except ProtocolError as e:

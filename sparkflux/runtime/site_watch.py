@@ -65,4 +65,4 @@ class Watch:
                 self._sent[j] = conn.bytes_sent
                 since = self.reading.get(conn)
                 silent[j] = 0.0 if since is None else now - since
-            host.handle(LinkCheck(silent=silent, lag=lag, idle=frozenset(idle)))
+            host.handle(LinkCheck(silent=silent, lag=lag, idle=frozenset(idle), now=now))

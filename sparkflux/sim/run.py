@@ -82,16 +82,20 @@ from sparkflux.protocol.consumer import PartitionLost
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
     SPILL,
+    Echo,
     LoadPartition,
     Outgoing,
+    Probe,
     SpillInput,
     State,
     StoredPartition,
 )
 from sparkflux.protocol.site import SiteCore
 from sparkflux.protocol.site_boundary import (
+    PROBES,
     Beat,
     Dial,
+    Echoed,
     Frames,
     FromDriver,
     LinkCheck,
@@ -99,6 +103,7 @@ from sparkflux.protocol.site_boundary import (
     MemoryCheck,
     PeerLinked,
     PeerLost,
+    Probed,
     Send,
     SiteBoundary,
     SiteBoundaryAction,
@@ -112,6 +117,7 @@ from sparkflux.sim.network import CONTROL, DATA, Network
 # every this many steps the copies' state sizes are compared (``same_state_at_same_frontier``)
 STATE_CHECK_STEPS = 97
 HEARTBEAT_STEPS = 25  # with the policy on, every live site sends its counters this often
+PROBE_STEPS = 50  # every site probes its links' latency this often (``LinkCheck``)
 
 
 class Violation(AssertionError):
@@ -247,6 +253,7 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
              eventual: Eventual | None = None, pace: int = 0,
              pass_rows: tuple[int, ...] = (), race: bool = False,
              wan: np.ndarray | None = None, placement: str = "chained",
+             wan_changes: tuple[tuple[int, np.ndarray], ...] = (),
              unordered: bool = False) -> SimResult:
     """Run ``plan`` on ``batches`` under ``seed`` with the given crashes.
 
@@ -263,7 +270,10 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     ``wan``: wide-area links, a matrix of one-way latencies in steps (the driver first, then
     every site slot), each frame up to a quarter of its link's latency later at random
     (``sim/network.py``); ``placement``: ``"latency"`` places the copies by that matrix at
-    view 1 (``dataflow/deployment.py``), as ``--placement latency`` does. ``unordered``: the
+    view 1 (``dataflow/deployment.py``), as ``--placement latency`` does, and re-deploys
+    them by the latencies the sites measure (``control/redeploy.py``; with ``balance``).
+    ``wan_changes``: ``(step, matrix)``, the links' latencies from that step on (the
+    runtime's ``--wan`` ``changes``). ``unordered``: the
     egress hands rows on as they pass its duplicate filter (``--unordered-output``); ``check``
     then compares the output in SN order.
 
@@ -364,14 +374,27 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
     settled_crashes = list(failures.after_settled)
     executor_now = {s: failures.executors[s] if s < len(failures.executors) else ""
                     for s in range(plan.sites)}  # slot -> its live process's executor
+    # latency probes only where something uses them (the other runs' schedules stay as they
+    # were): the re-deployment by measured latencies. A probe's clock counts a step as a
+    # millisecond, so that the sites measure in the matrix's own unit
+    probe_every = PROBE_STEPS / 1000 if placement == "latency" and balance else None
     if wan is not None:
-        steps = np.asarray(wan, dtype=np.int64)
-        net.latency = lambda src, dst: int(steps[src + 1, dst + 1]) + int(
-            rng.integers(steps[src + 1, dst + 1] // 4 + 1))
+        # the matrix in force at each step: ``wan``, then each of ``wan_changes`` from its step
+        models = [(0, np.asarray(wan, dtype=np.int64)),
+                  *((at, np.asarray(m, dtype=np.int64)) for at, m in sorted(
+                      wan_changes, key=lambda c: c[0]))]
+
+        def link_steps(src: int, dst: int) -> int:
+            steps = next(m for at, m in reversed(models) if at <= net.now)
+            return int(steps[src + 1, dst + 1]) + int(
+                rng.integers(steps[src + 1, dst + 1] // 4 + 1))
+
+        net.latency = link_steps
     core = boundary_for(plan, replicas, ControlOptions(
         heartbeat_timeout=float(clock.heartbeat_timeout) if clock else 1e9,
         recovery=recovery, balance=balance, policy=policy,
         link_settle=float(clock.settle if clock else 0), placement=placement,
+        redeploy_settle=float(PROBES * PROBE_STEPS),
         latencies=(tuple(tuple(float(x) for x in row) for row in wan)
                    if wan is not None else None)), end_with_output=False,
         eventual=eventual, race=race, unordered=unordered)
@@ -549,7 +572,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                         standby_at[at] = standby_at.get(at, 0) + 1
                 case SendView(site=s, view=view):
                     sites[s] = SiteBoundary(s, 0, copy.deepcopy(site_plan), layout,
-                                            link_timeout, budget=failures.budget)
+                                            link_timeout, budget=failures.budget,
+                                            probe_every=probe_every)
                     site_do(s, sites[s].handle(FromDriver(message=view)))
                     site_core = sites[s].core
                     if restore is not None and site_core is not None:
@@ -563,7 +587,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     attempt[k] = att
                     process[k] = (reg, att)
                     sites[k] = SiteBoundary(reg, att, copy.deepcopy(site_plan), layout,
-                                            link_timeout, budget=failures.budget)
+                                            link_timeout, budget=failures.budget,
+                                            probe_every=probe_every)
                     crashed_now.discard(k)
                     zombies.discard(k)  # a hung process of the slot wakes to closed links
                     hung.pop(k, None)
@@ -605,6 +630,17 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
         assert site_core is not None
         return Beat(pid=s, busy_s=float(site_core.processed.sum()),
                     capacity_s=float(step) * 4 / slow.get(s, 1.0), at=float(step))
+
+    def probed(src: int, dst: int, msg: Any) -> bool:
+        """A latency probe or its echo: the runtime's site host answers and times these as
+        it reads them, never through a pass."""
+        if isinstance(msg, Probe):
+            site_do(dst, sites[dst].handle(Probed(peer=src, sent=msg.sent)))
+        elif isinstance(msg, Echo):
+            site_do(dst, sites[dst].handle(Echoed(peer=src, sent=msg.sent, now=step / 1000)))
+        else:
+            return False
+        return True
 
     def settled() -> bool:
         """The first recovery and every move it caused are complete (``after_settled``)."""
@@ -697,20 +733,22 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     {s: c.core for s, c in sites.items() if s not in crashed_now
                      and s not in hung and c.core is not None}, plan)
             beat = clock.heartbeat_every if clock else HEARTBEAT_STEPS
-            if (clock or balance) and step % beat == 0:
+            if (clock or balance and not (probe_every and core.egress.ended)) \
+                    and step % beat == 0:
                 for s in sorted(sites):
                     if s not in crashed_now and s not in hung and sites[s].core is not None:
                         site_do(s, sites[s].handle(heartbeat(s)))
-            if clock and step % clock.link_every == 0:
+            if (clock and step % clock.link_every == 0) or (
+                    probe_every and step % 10 == 0 and not core.egress.ended):
                 for s in sorted(sites):
                     if s in crashed_now or s in hung:
                         continue
                     silent = {}
-                    for j in sorted(sites[s].linked):
+                    for j in sorted(sites[s].linked) if clock else ():
                         since = blocked_since(j, s)
                         silent[j] = 0.0 if since is None and j not in hung \
                             else float(step - (since if since is not None else hung[j][0]))
-                    site_do(s, sites[s].handle(LinkCheck(silent=silent)))
+                    site_do(s, sites[s].handle(LinkCheck(silent=silent, now=step / 1000)))
             if (clock and step % clock.tick_every == 0) or (balance and step % 50 == 0):
                 carry_out(core.handle(Tick(now=float(step))))
                 if core.episodes is not None and clock:
@@ -828,6 +866,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     site_do(dialer, sites[dialer].handle(PeerLinked(site=dst, process=expect,
                                                                     dialed=True)))
                 continue
+            if probed(src, dst, msg):
+                continue
             frame = from_link(src, msg)
             if isinstance(frame, FromDriver):
                 site_do(dst, sites[dst].handle(frame))
@@ -839,7 +879,8 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                 more = net.pop_to(dst)
                 if more is None:
                     break
-                batch.append((more[0], _as_moved(more[1])))
+                if not probed(more[0], dst, more[1]):
+                    batch.append((more[0], _as_moved(more[1])))
             one_pass(dst, batch)
     except (ProtocolError, PartitionLost) as e:
         raise Violation(f"seed {seed}: {e}") from e

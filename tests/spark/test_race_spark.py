@@ -109,6 +109,32 @@ def test_a_run_over_wide_area_links_matches_through_a_kill(netmon: Any, spark: A
                                                else 2.0)
 
 
+@pytest.mark.parametrize("kill", [[], ["3@input+700000"]], ids=["steady", "kill"])
+def test_copies_are_redeployed_when_the_measured_latencies_change(netmon: Any, spark: Any,
+                                                                  kill: list[str]) -> None:
+    """``examples/wan/region_shift.json``: 12 s after the launch the driver's region moves
+    next to sites 0 and 2, and the partitions whose copies are on sites 1 and 3 have none
+    near it. The sites' latency probes show it, the balancing rounds find a better
+    deployment over what they measured for their settle time, and copies move (``reason``
+    latency); a site killed after the change, during the moves, too. The output is the
+    reference's."""
+    from tests.conftest import ROOT
+
+    events = 1_000_000
+    digest, rows, _ = reference_digest(netmon, netmon_args(events=events), spark=spark)
+    wan = str(ROOT / "examples" / "wan" / "region_shift.json")
+    m = run_race(netmon, spark, events=events, rate=50_000.0, partitions=32,
+                 wan=wan, placement="latency", kill=kill, no_balance=False)
+    assert (m["output_digest"], m["output_tuples"]) == (digest, rows)
+    assert m["ingress_dropped"] == 0 and m["kills"] == len(kill)
+    [re] = m["placement"]["redeploys"]
+    # the bound under the measured matrix: the far partitions' 120 ms round trip, then the
+    # near ones' 2 ms, each plus what the sites' loops and the jitter add to a probe
+    assert re["bound_ms"] > 100 and re["new_bound_ms"] < 30, re
+    # (the moves go in groups of 8; the input may end, or a site die, before the last)
+    assert 0 < len([mv for mv in m["moves"] if mv["reason"] == "latency"]) <= re["moves"]
+
+
 @pytest.mark.parametrize("ha", ["flux", "race"])
 def test_unordered_output_is_the_reference_order_aside_through_a_kill(
         netmon: Any, spark: Any, ha: str) -> None:

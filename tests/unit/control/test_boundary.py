@@ -59,7 +59,9 @@ from sparkflux.protocol.messages import (
     CuDone,
     CuStart,
     Data,
+    Echo,
     Outgoing,
+    Probe,
     PSync,
     Rejoin,
     Retain,
@@ -378,6 +380,28 @@ def test_a_round_takes_its_statistics_from_each_sites_next_heartbeat() -> None:
     for s in range(SITES):
         b.handle(beat(s, t))
     assert b.controller.lb_state != "baseline"
+
+
+def test_a_sites_latency_probe_is_echoed_and_its_measures_reach_the_round() -> None:
+    b = started()
+    assert b.handle(FromSite(slot=2, message=Probe(4.5))) == [Outgoing(2, Echo(4.5))]
+    b.handle(ConnectionClosed(site=2, attempt=0, reason="eof", now=1.0))
+    assert b.handle(FromSite(slot=2, message=Probe(5.0))) == []  # dead: nobody to echo to
+    plan = tiny_plan()[0]
+    b = boundary_for(plan, 2, ControlOptions(balance=True))
+    b.handle(*[Registered(address=addr(s), now=0.0) for s in range(SITES)])
+    b.handle(*[SiteReady(site=s, attempt=0) for s in range(SITES)])
+    from sparkflux.control.events import Tick
+
+    t = 0.0
+    while b.controller.lb_state == "wait" and t < 5:
+        t += 0.25
+        b.handle(Tick(now=t))
+    link = (1.5, -1.0, 30.0, 60.0, 90.0)
+    b.handle(HeartbeatFrom(slot=0, attempt=0, now=t, beat=cm.Heartbeat(
+        site=0, attempt=0, pid=0, busy_s=t, slept_s=0.0, passes=1, cpu_s=t, buffered=0,
+        capacity_s=t, at=t, counts=np.full(PARTITIONS, 100, np.int64), link_ms=link)))
+    assert b.controller._samples[0].link_ms == link
 
 
 # -- the simulator runs this core: a broken driver path is caught -------------------------------

@@ -12,7 +12,8 @@ import pytest
 from sparkflux.protocol import control_messages as cm
 
 PLAIN = ("int", "float", "str", "bool", "np.ndarray", "npt.NDArray[np.int64]",
-         "npt.NDArray[np.int32]", "Member", "tuple[int, ...]", "dict[int, Member]")
+         "npt.NDArray[np.int32]", "Member", "tuple[int, ...]", "tuple[float, ...]",
+         "dict[int, Member]")
 
 
 def test_control_types_are_exactly_the_control_messages() -> None:

@@ -16,8 +16,9 @@ from sparkflux.model.progress import NO_WATERMARK
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.channels import Channel
 from sparkflux.protocol.errors import ProtocolError
-from sparkflux.protocol.messages import CuDone, Keepalive, Outgoing, PSync
+from sparkflux.protocol.messages import CuDone, Echo, Keepalive, Outgoing, Probe, PSync
 from sparkflux.protocol.site_boundary import (
+    PROBES,
     STATE_EVERY,
     Beat,
     Close,
@@ -25,12 +26,14 @@ from sparkflux.protocol.site_boundary import (
     Dial,
     DialFailed,
     DriverLost,
+    Echoed,
     Frames,
     FromDriver,
     Life,
     LinkCheck,
     PeerLinked,
     PeerLost,
+    Probed,
     Reject,
     Scale,
     Send,
@@ -50,10 +53,12 @@ def members(n: int = N) -> dict[int, cm.Member]:
     return {j: cm.Member(host="h", port=100 + j, attempt=0, registered=j) for j in range(n)}
 
 
-def site(k: int) -> SiteBoundary:
+def site(k: int, probe_every: float | None = None) -> SiteBoundary:
+    """Site ``k``; latency probes only with ``probe_every`` (they have a test of their own)."""
     plan = tiny_plan()[0]
     assert plan.sites == N
-    return SiteBoundary(k, 0, plan, Layout(plan.sites, plan.partitions, 2))
+    return SiteBoundary(k, 0, plan, Layout(plan.sites, plan.partitions, 2),
+                        probe_every=probe_every)
 
 
 def view() -> FromDriver:
@@ -217,6 +222,35 @@ def test_keepalives_go_to_the_idle_linked_live_peers_only() -> None:
     assert b.handle(LinkCheck(silent={}, idle=frozenset({1, 2}))) == keep[:1]  # 2 is dead
     b.handle(DriverLost(reason="eof"))
     assert b.handle(LinkCheck(silent={}, idle=frozenset({1}))) == []  # stopping
+
+
+def test_probes_time_every_live_link_and_the_heartbeat_carries_them() -> None:
+    """Rule 6's latency probes: every ``probe_every`` seconds of link checks a ``Probe`` to
+    the driver and every linked live peer instead of keepalives; a probe read is echoed at
+    once; a link's measure is half the least of its last ``PROBES`` round trips, in ms."""
+    b = site(0, probe_every=1.0)
+    assert b.handle(LinkCheck(silent={}, now=0.5)) == []  # no core yet: nothing to time
+    b.handle(view(), *(linked(j, dialed=True) for j in (1, 2)))  # slot 3 not linked yet
+    probes = [Send(dest=j, message=Probe(10.0), channel=Channel.LINK) for j in (DRIVER, 1, 2)]
+    assert b.handle(LinkCheck(silent={}, idle=frozenset({1, 2}), now=10.0)) == probes
+    keep = [Send(dest=1, message=Keepalive(), channel=Channel.LINK)]
+    assert b.handle(LinkCheck(silent={}, idle=frozenset({1}), now=10.5)) == keep
+    assert b.handle(Probed(peer=2, sent=3.25)) == [
+        Send(dest=2, message=Echo(3.25), channel=Channel.LINK)]
+    b.handle(Echoed(peer=DRIVER, sent=10.0, now=10.004), Echoed(peer=1, sent=10.0, now=10.1))
+    b.handle(Echoed(peer=1, sent=11.0, now=11.06))  # the least round trip counts: 60 ms
+    assert b.link_ms() == (2.0, -1.0, 30.0, -1.0, -1.0)
+    for k in range(PROBES):  # slower for PROBES probes in a row: the link got slower
+        b.handle(Echoed(peer=1, sent=20.0 + k, now=20.2 + k))
+    assert b.link_ms()[2] == 100.0
+    [hb] = b.handle(Beat(pid=7))
+    assert hb.message.link_ms == b.link_ms()  # type: ignore[union-attr]
+    b.handle(FromDriver(message=cm.Fail(dead=(2,))))
+    assert b.handle(Probed(peer=2, sent=1.0)) == []  # dead
+    assert b.handle(LinkCheck(silent={}, now=11.0)) == [  # not to a dead peer
+        Send(dest=j, message=Probe(11.0), channel=Channel.LINK) for j in (DRIVER, 1)]
+    b.handle(DriverLost(reason="eof"))
+    assert b.handle(Probed(peer=1, sent=1.0)) == []  # stopping
 
 
 def test_the_heartbeat_is_the_cores_until_the_site_stops() -> None:

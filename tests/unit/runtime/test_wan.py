@@ -40,10 +40,25 @@ def test_a_model_file_is_read_and_checked(tmp_path: Path) -> None:
     ({**MODEL, "outages": [{"from": 0, "to": 5, "at": 1, "seconds": 1}]},
      r"an outage is .* with sites -1 \(the driver\) \.\. 1"),
     ([1, 2], "give an object with \"latency_ms\""),
+    ({**MODEL, "changes": [{"at": 2.0}]}, r"a change is \{\"at\": SECONDS, \"latency_ms\""),
+    ({**MODEL, "changes": [{"at": 2.0, "latency_ms": [[0]]}]}, "latency_ms must be 3 rows"),
 ])
 def test_a_bad_model_says_what_to_change(raw: object, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         WanModel.of(raw, sites=2)
+
+
+def test_changes_give_the_latencies_from_their_time_on() -> None:
+    """``changes``: the matrix in force from each change's time (seconds from the start)."""
+    later = [[0, 60, 40], [60, 0, 5], [40, 5, 0]]
+    m = WanModel.of({**MODEL, "changes": [{"at": 3.0, "latency_ms": later},
+                                          {"at": 1.5, "latency_ms": MODEL["latency_ms"]}]},
+                    sites=2)
+    assert [at for at, _ in m.changes] == [1.5, 3.0]  # in time order
+    assert m.latency_s(DRIVER_NODE, 0, 2.9) == 0.01 and m.latency_s(DRIVER_NODE, 0, 3.0) == 0.06
+    link = LinkDelay(m, DRIVER_NODE, 0, start=100.0, rng=random.Random(1))
+    assert 0.010 <= link.due(100.5) - 100.5 <= 0.012
+    assert 0.060 <= link.due(103.5) - 103.5 <= 0.062  # a frame written after the change
 
 
 def test_a_frame_leaves_after_the_latency_never_before_the_one_ahead_nor_in_an_outage() -> None:
