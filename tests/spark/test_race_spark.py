@@ -109,14 +109,16 @@ def test_a_run_over_wide_area_links_matches_through_a_kill(netmon: Any, spark: A
                                                else 2.0)
 
 
-@pytest.mark.parametrize("kill", [[], ["3@input+700000"]], ids=["steady", "kill"])
+@pytest.mark.parametrize("kill", [[], ["3@input+100000"]], ids=["steady", "kill"])
 def test_copies_are_redeployed_when_the_measured_latencies_change(netmon: Any, spark: Any,
                                                                   kill: list[str]) -> None:
     """``examples/wan/region_shift.json``: 12 s after the launch the driver's region moves
     next to sites 0 and 2, and the partitions whose copies are on sites 1 and 3 have none
     near it. The sites' latency probes show it, the balancing rounds find a better
     deployment over what they measured for their settle time, and copies move (``reason``
-    latency); a site killed after the change, during the moves, too. The output is the
+    latency). With a kill: site 3 is killed before the change, and the re-deployment comes
+    once its standby is caught up (a slot down restarts the settle time; a crash during the
+    moves is the simulator's, ``tests/sim/test_sim_redeploy.py``). The output is the
     reference's."""
     from tests.conftest import ROOT
 
