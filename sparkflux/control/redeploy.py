@@ -13,17 +13,17 @@ when a round's samples are all in (``Balancing._movement_phase``), before the lo
    copies were last placed by. Round trips are symmetric, so the measured matrix is too.
 2. Re-deploy only with racing copies (under Flux-HA the egress reads column 0's copy, and
    a move builds its new copy in the free column: the far copy would stay the one read),
-   with every slot live and the table complete (no recovery, no move in
-   flight: the round runs only then), and only when the deployment over the measured matrix
+   with every slot live and the table complete (no recovery, no move in flight: the round
+   runs only then), and only when the deployment over the measured matrix
    (Algorithm 5 again, the same load limits and failure domains) lowers the latency bound
    (the worst partition's round trip through its nearest copy) by at least ``GAIN`` of the
    current table's bound under the same matrix *and* by ``MIN_GAIN_MS``: measuring noise,
    or a change that placement cannot help, moves nothing.
 3. The moves (``align``): per partition, the copies on sites the new deployment keeps stay
-   where they are; each other copy moves to a site the new one adds, the copy nearest to
-   its new site's round trip first. Each is an ordinary move, make before break: a new copy
-   caught up from a live one in the partition's free column, the old one retired after it
-   (with racing replicas, raced from its fold-in on).
+   where they are; each other copy moves to a site the new one adds, the farthest copy (by
+   its site's round trip from the driver) to the nearest site. Each is an ordinary move,
+   make before break: a new copy caught up from a live one in the partition's free column,
+   the old one retired after it (with racing replicas, raced from its fold-in on).
 4. Every round for ``settle`` seconds (``ControlOptions.redeploy_settle``: longer than the
    sites' probe window, ``PROBES`` probes) must find a re-deployment worth it (rule 2)
    before the last round's plan is carried out: a measure taken in the middle of a change
