@@ -86,13 +86,11 @@ def result_metrics(host: Host) -> dict[str, Any]:
         **({"rescales": list(host.rescales)} if host.rescales else {}),
         # the ring over the sites' failure domains chosen at view 1, and what it could not avoid
         # and every re-deployment by measured latencies (its time from the input's start)
-        "placement": {**host.controller.placement, **({"redeploys": [
-            {**r, "at_s": round(r["at"] - host._mono_start, 3)}
-            for r in host.controller.placement["redeploys"]]}
+        "placement": {**host.controller.placement, **(
+            {"redeploys": _timed(host, host.controller.placement["redeploys"])}
             if "redeploys" in host.controller.placement else {})},
         "balance_rounds": len(host.controller.rounds),
-        "balance": [{**r, "at_s": round(r["at"] - host._mono_start, 3)}
-                    for r in host.controller.rounds],
+        "balance": _timed(host, host.controller.rounds),
         "utilisation": utilisation(host),
         # the driver process's CPU time over the run's duration (every thread of it: sources,
         # ingress, egress, sinks, controller); near 1.0 the driver, one core for Python's
@@ -137,6 +135,12 @@ def utilisation(host: Host) -> dict[str, float]:
         if t1 > t0 and b1 >= b0:
             out[str(site)] = round((b1 - b0) / (t1 - t0), 3)
     return out
+
+def _timed(host: Host, records: Any) -> list[dict[str, Any]]:
+    """Controller records (each with ``at``, the controller's clock) with ``at_s``: seconds
+    from the input's start."""
+    return [{**r, "at_s": round(r["at"] - host._mono_start, 3)} for r in records]
+
 
 def move_report(host: Host, mv: MoveRecord) -> dict[str, Any]:
     """One move (a finished one: ``Controller.moves``): which copy went where, why, the state

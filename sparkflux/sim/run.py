@@ -733,7 +733,9 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     {s: c.core for s, c in sites.items() if s not in crashed_now
                      and s not in hung and c.core is not None}, plan)
             beat = clock.heartbeat_every if clock else HEARTBEAT_STEPS
-            if (clock or balance and not (probe_every and core.egress.ended)) \
+            # (a probing run's heartbeats stop with its output: over far links one is
+            # always on its way, and the run would never fall quiet)
+            if (clock or (balance and not (probe_every and core.egress.ended))) \
                     and step % beat == 0:
                 for s in sorted(sites):
                     if s not in crashed_now and s not in hung and sites[s].core is not None:
