@@ -36,7 +36,9 @@ def run_race(netmon: Any, spark: Any, **kw: Any) -> dict[str, Any]:
 
 def test_a_killed_copy_is_raced_past_and_rebuilt(netmon: Any, spark: Any,
                                                   expected: tuple[str, int]) -> None:
-    m = run_race(netmon, spark, kill=["1@input+100000"])
+    # at half the rate, the input runs on 5 s after the kill: time for the catch-up to end
+    # (a run ends with its output, and a recovery is recorded when it ends)
+    m = run_race(netmon, spark, kill=["1@input+50000"], rate=RATE / 2)
     assert m["kills"] == 1 and [f["site"] for f in m["failures"]] == [1]
     assert m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected

@@ -44,8 +44,11 @@ def expected(two_sources: Any, spark: Any) -> list[tuple]:
     return sorted(tuple(r[c] for c in COLUMNS) for r in ref.collect())
 
 
-@pytest.mark.parametrize("ha,kill", [("none", []), ("flux", ["2@input+50000"])],
+@pytest.mark.parametrize("ha,kill", [("none", []), ("flux", ["2@input+10000"])],
                          ids=["none", "flux-kill"])
+# The kill comes half a second into the input, before the cut: a kill as the cut heals makes
+# the killed site's rows reach the output first as stable rows after the recovery, and
+# whether that first delivery waits longer than the stable output's longest stall is a race.
 def test_a_cut_source_gives_tentative_rows_then_the_exact_output(
         two_sources: Any, spark: Any, expected: list[tuple], tmp_path: Path, ha: str,
         kill: list[str]) -> None:
