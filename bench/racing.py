@@ -5,7 +5,9 @@
 In one Spark session, netmon on 4 sites and 32 mini-partitions with the input held at
 ``--rate``, every site's event loop capped at ``--site-cpu`` of a core (so that ``--slow``
 has a capacity to divide), run with ``--ha none``, ``--ha flux``, ``--ha race`` and ``--ha
-race --replicas 3`` (and ``--ha flux --replicas 3`` where two sites die), in scenarios:
+race --replicas 3`` (and ``--ha flux --replicas 3`` where two sites die), and racing copies
+that garbage-collect their input streams (``--stream-replicas N``, modes ``...-gcN``: each copy
+takes each stream from the N producer copies whose data came first), in scenarios:
 
 - ``steady``: no fault;
 - ``slow``: site 1 gets a third of its capacity from 2 s on (``--slow 1@2=0.33``), less
@@ -19,7 +21,8 @@ away, site 3 60 ms). With a model, every scenario also runs its racing (and stea
 configurations with the copies placed by latency over the same matrix (``--placement
 latency``, modes ``...@lat``) next to chained declustering's.
 
-``--repeat N``: every configuration N times (in rounds), each figure the median of its runs.
+``--modes``: only these modes (of each scenario's). ``--repeat N``: every configuration N
+times (in rounds), each figure the median of its runs.
 
 Per run: output latency p50 / p99 / p99.9, the share of the output within 0.2 s and 0.5 s,
 the longest output gap, and the replication cost: bytes written to every connection of the
@@ -47,28 +50,30 @@ from sparkflux.runner import reference_digest, run_example  # noqa: E402
 from sparkflux.spark.launcher import default_master, spark_session  # noqa: E402
 
 SITES = 4
-MODES = {"none": ("none", None), "flux": ("flux", None), "flux3": ("flux", 3),
-         "race": ("race", None), "race3": ("race", 3)}
+MODES = {"none": ("none", None, None), "flux": ("flux", None, None),
+         "flux3": ("flux", 3, None), "race": ("race", None, None), "race3": ("race", 3, None),
+         "race-gc1": ("race", 2, 1), "race3-gc1": ("race", 3, 1),
+         "race3-gc2": ("race", 3, 2)}  # mode -> (--ha, --replicas, --stream-replicas)
 LATENCY_PLACED = {"steady": ("flux", "race", "race3"), "slow": ("race",), "hang": ("race",),
                   "kill2": ("race3",)}  # ``mode@lat`` runs with --wan
 SCENARIOS = {  # scenario -> (fault options, the modes it runs)
-    "steady": ({}, ("none", "flux", "race", "race3")),
+    "steady": ({}, ("none", "flux", "race", "race3", "race-gc1", "race3-gc1")),
     "slow": ({"slow": ["1@2=0.33"]}, ("none", "flux", "race", "race3")),
-    "hang": ({"hang": ["1@2=4"]}, ("flux", "race", "race3")),
-    "kill2": ({"kill": ["1@3", "2@3"]}, ("flux3", "race3")),
+    "hang": ({"hang": ["1@2=4"]}, ("flux", "race", "race3", "race3-gc1", "race3-gc2")),
+    "kill2": ({"kill": ["1@3", "2@3"]}, ("flux3", "race3", "race3-gc1")),
 }
 
 
 def args_for(events: int, rate: float, site_cpu: float, mode: str, wan: str | None = None,
              **fault: Any) -> argparse.Namespace:
     name, _, placed = mode.partition("@")
-    ha, replicas = MODES[name]
+    ha, replicas, keep = MODES[name]
     base: dict[str, Any] = dict(
         events=events, batch_size=8192, seed=7, cpu_work=False, bad_every=0, sites=SITES,
         partitions=32, ha=ha, replicas=replicas, master=None, rate=rate,
         ingress_buffer=400_000, window=300_000, output=None, dead_letter=None, kill=[],
         hang=[], slow=[], site_cpu=site_cpu, heartbeat_timeout=2.0, no_balance=True, wan=wan,
-        placement="latency" if placed == "lat" else "chained")
+        placement="latency" if placed == "lat" else "chained", stream_replicas=keep)
     base.update(fault)
     return argparse.Namespace(**base)
 
@@ -92,6 +97,8 @@ def main() -> int:
     p.add_argument("--wan", default=None, metavar="FILE",
                    help="every run over this wide-area links model (runtime/wan.py)")
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
+    p.add_argument("--modes", nargs="+", default=None, choices=list(MODES),
+                   help="only these modes, in the scenarios that run them")
     p.add_argument("--repeat", type=int, default=1,
                    help="run every configuration this many times, in rounds, and print the "
                         "median of each figure (the runs of one round share the machine's "
@@ -109,6 +116,8 @@ def main() -> int:
             fault, modes = SCENARIOS[scenario]
             if a.wan:
                 modes = (*modes, *(f"{m}@lat" for m in LATENCY_PLACED[scenario]))
+            if a.modes:
+                modes = tuple(m for m in modes if m.partition("@")[0] in a.modes)
             for mode in modes:
                 m = run_example(module, args_for(a.events, a.rate, a.site_cpu, mode, a.wan,
                                                  **fault),

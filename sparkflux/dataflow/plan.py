@@ -78,6 +78,9 @@ class PhysicalPlan:
     # --arrival-order: racing copies run the order-insensitive stages' rows as they arrive
     # (False: every stage merges its input in SN order)
     arrival_order: bool = False
+    # --stream-replicas: racing copies garbage-collect their input streams down to this many
+    # producer copies each, the ones whose punctuations came first (0: every copy sends)
+    stream_replicas: int = 0
 
     def arrival(self, race: bool) -> tuple[bool, ...]:
         """Per stage: whether it runs its rows as they arrive, without the SN-ordered merge

@@ -28,6 +28,18 @@ from this copy's earlier frames or another's; a row above it is new. The filter 
 keys. A dead copy is only struck off (no ``reverse``); a rebuilt one is raced again from its
 ``psync`` on, when its buffer holds everything above what the consumer has.
 
+``keep``: garbage collection of stream replicas (the racing-replicas paper's Section V-B),
+0 for none. Each consumer copy counts, per input stream p -> q and producer copy, the frames
+whose claim came first (raised the stream's progress: that copy's punctuation arrived
+before the others'). Every ``GC_CLAIMS`` first claims it keeps the ``keep`` copies that won
+most and asks the others to stop sending (a ``Rejoin`` without send: the producer stops
+sending, and still holds every row until this copy acknowledges it, as it does for every
+consumer copy of racing replicas). A collected stream is revived (Section V-C) as soon as
+fewer than ``keep`` complete live copies send it (one of them failed, was moved or retired):
+a ``Rejoin`` with send makes the producer resend what it holds above this copy's progress,
+then send on. A rebuilt producer copy sends again from its ``psync``, a rebuilt consumer
+copy takes every stream again, and the next window judges them anew.
+
 ``unordered``: the producer stage runs its rows as they arrive (``PhysicalPlan.arrival``, an
 order-insensitive stage of racing copies), so its streams come out of SN order, and a frame
 may carry rows above its claim. The filter is then Algorithm 1 with its per-tuple counts: a
@@ -76,6 +88,7 @@ NO_SITE = int(np.iinfo(np.int32).min)
 CLAIMS = 4  # claims not yet covered by the frontier, kept per input stream (``frontier``)
 _EMPTY = np.iinfo(np.int64).max  # an unused claim slot: never covered
 PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
+GC_CLAIMS = 16  # first claims of an input stream between two garbage collections of it
 
 
 class ConsumerSet:
@@ -87,7 +100,7 @@ class ConsumerSet:
     def __init__(self, stage: int, consumers: dict[int, int], producer_site: np.ndarray,
                  sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema,
                  installed: bool | np.ndarray = True, name: str | None = None,
-                 unordered: bool = False) -> None:
+                 unordered: bool = False, keep: int = 0) -> None:
         self.stage = stage
         self.name = name or f"stage {stage}"
         # what the producers are called: the previous stage, or the ingress for stage 0
@@ -109,6 +122,14 @@ class ConsumerSet:
         self.seen = SeenKeys(self.sender.shape[1])
         self.early = 0
         self.ack_to = _ack_mask(ack_to, self.producer_site.shape[1])  # [Qn, P, R]
+        # racing copies' garbage collection of stream replicas (``keep``, 0: none): per
+        # stream and producer copy, the first claims since the last collection, and the
+        # copies asked to stop sending; ``collected``/``revived``: how many times so far
+        self.keep = keep if self.race and keep < self.ack_to.shape[2] else 0
+        self.wins = np.zeros(self.ack_to.shape, dtype=np.int64)
+        self.pruned = np.zeros(self.ack_to.shape, dtype=bool)
+        self.collected = 0
+        self.revived = 0
         # [Qn, P, R]: the site a ``Rejoined`` of producer copy (p, r) is awaited from (sent a
         # ``Rejoin`` with send): until it comes, that site's frames of the stream are for a
         # copy of this column retired since, not for this one (``Rejoined``)
@@ -173,6 +194,9 @@ class ConsumerSet:
         qi, p, sn = qi[ok], st.p[ok], st.sn[ok]
         if any(f.batch is not None and f.batch.num_rows for f in frames):
             self._accept_rows(frames, qi, p, sn, frame)
+        if self.keep:  # a claim above the stream's progress came first: its copy won
+            won = sn > self.progress_sn[qi, p]
+            np.add.at(self.wins, (qi[won], p[won], st.r[ok][won].astype(np.intp)), 1)
         np.maximum.at(self.progress_sn, (qi, p), sn)
         np.maximum.at(self.progress_wm, (qi, p), st.wm[ok])
         if len(self.seen):
@@ -182,6 +206,8 @@ class ConsumerSet:
                                  return_index=True)
             qi, p = qi[first], p[first]
         self._remember_claims(qi, p)
+        if self.keep:
+            return self._acks(qi, p) + self._collect(qi, p)
         return self._acks(qi, p)
 
     def _qi(self, q: np.ndarray) -> np.ndarray:
@@ -307,6 +333,47 @@ class ConsumerSet:
                 self.stage, p=p[k].astype(np.int32), q=self.parts[qi[k]],
                 c=self.replica[qi[k]], upto=self.progress_sn[qi[k], p[k]].copy())))
         return out
+
+    # -- garbage collection of stream replicas (Section V-B) and their revival (V-C) ------------
+    def _collect(self, qi: np.ndarray, p: np.ndarray) -> list[Outgoing]:
+        """Streams (qi, p) (distinct) whose copies made ``GC_CLAIMS`` first claims since the
+        last look: keep the ``keep`` live complete copies that won most (the lower copy on
+        a tie), stop the others. A stream with a copy still rejoining (its frames ignored
+        until its ``Rejoined``: it cannot win yet) waits for the next window."""
+        ripe = self.wins[qi, p].sum(axis=1) >= GC_CLAIMS
+        if not ripe.any():
+            return []
+        entries: list[tuple[int, int, int, bool, bool, int]] = []
+        for i, pp in zip(qi[ripe].tolist(), p[ripe].tolist(), strict=True):
+            wins = self.wins[i, pp].copy()
+            self.wins[i, pp] = 0
+            live = self.ack_to[i, pp] & self.complete[pp] & ~self.pruned[i, pp]
+            if live.sum() <= self.keep or (self.rejoining[i, pp] != NO_SITE).any():
+                continue
+            ranked = [r for r in np.argsort(-wins, kind="stable").tolist() if live[r]]
+            for r in ranked[self.keep:]:
+                self.pruned[i, pp, r] = True
+                entries.append((int(self.producer_site[pp, r]), pp, r, False, True, i))
+        self.collected += len(entries)
+        return self._rejoins_rows(entries) if entries else []
+
+    def _revive(self) -> list[Outgoing]:
+        """Every installed copy's streams sent by fewer than ``keep`` live complete copies
+        (one failed, was moved or retired) take collected copies back, each resending what
+        it holds above this copy's progress (``Rejoin`` with send)."""
+        if not self.keep or not self.pruned.any():
+            return []
+        can = self.ack_to & self.complete[None, :, :] & self.installed[:, None, None]
+        need = np.minimum(self.keep, can.sum(axis=2)) - (can & ~self.pruned).sum(axis=2)
+        entries: list[tuple[int, int, int, bool, bool, int]] = []
+        for i, pp in zip(*np.nonzero(need > 0), strict=True):
+            back = np.flatnonzero(can[i, pp] & self.pruned[i, pp])[:need[i, pp]]
+            for r in back.tolist():
+                self.pruned[i, pp, r] = False
+                entries.append((int(self.producer_site[pp, r]), int(pp), r, True, True,
+                                int(i)))
+        self.revived += len(entries)
+        return self._rejoins_rows(entries) if entries else []
 
     # -- the order-preserving merge --------------------------------------------------------------
     def frontier(self, cap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -488,7 +555,7 @@ class ConsumerSet:
         """``dead[p, r]``: producer replicas that failed. Returns the ``reverse`` messages."""
         if self.race:
             self._race_fail(dead)
-            return []
+            return self._revive()
         asks: list[tuple[int, int, int, int]] = []  # (p, alt, q, c)
         n_rep = dead.shape[1]
         pp = np.arange(self.sender.shape[1])
@@ -573,6 +640,8 @@ class ConsumerSet:
         i = int(self.index[q])
         self.installed[i] = False
         self.rejoining[i] = NO_SITE
+        self.pruned[i] = False
+        self.wins[i] = 0
         self.progress_sn[i] = NO_PROGRESS
         self.progress_wm[i] = NO_WATERMARK
         self._forget_claims(i, NO_WATERMARK)
@@ -667,6 +736,8 @@ class ConsumerSet:
                                     f"failed; {what}, which reads from it, cannot be caught "
                                     f"up")
             if self.race:  # raced from every complete copy, each resending above the floor
+                self.pruned[i, p] = False
+                self.wins[i, p] = 0
                 self.ack_to[i, p] = False
                 self.ack_to[i, p, live] = True
                 entries += [(int(self.producer_site[p, r]), p, r, True, True) for r in live]
@@ -687,6 +758,7 @@ class ConsumerSet:
         for i in range(self.parts.size):
             if self.installed[i] and (self.race or self.sender[i, msg.p] != msg.r):
                 self.ack_to[i, msg.p, msg.r] = True
+                self.pruned[i, msg.p, msg.r] = False
                 # racing: r sends too, from above what this copy has (r has held its whole
                 # output for it, and this copy has had the survivor's up to r's start)
                 entries.append((int(self.producer_site[msg.p, msg.r]), msg.p, msg.r,

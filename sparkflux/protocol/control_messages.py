@@ -100,6 +100,10 @@ class Heartbeat:
     # The measured one-way latency of each of its links in ms (index 0 the driver, i + 1
     # slot i; -1 unmeasured): latency probes (``protocol/site_boundary.py``, rule 6).
     link_ms: tuple[float, ...] = ()
+    # --stream-replicas: the input streams its consumer copies garbage-collected and revived
+    # so far (``ConsumerSet.collected``, ``revived``)
+    collected: int = 0
+    revived: int = 0
     # For the run's progress (``runtime/progress_log.py``), every ``STATE_EVERY``
     # heartbeats (``has_state``; empty between): the event-time watermark of every installed
     # consumer replica (its stage, partition and watermark), and the state of every hosted

@@ -266,7 +266,10 @@ class ProducerBuffer:
 
     def on_rejoin(self, msg: Rejoin, src: int | None = None) -> list[Outgoing]:
         """Fold-in (``csync``): consumer replica c has stream p -> q up to ``floor``; from now
-        on send to it and/or wait for it as told, starting above the floor."""
+        on send to it and/or wait for it as told, starting above the floor. Racing copies'
+        consumers also send it to collect a stream (no send, still wait: Section V-B of the
+        racing-replicas paper) and to revive one (send: what is held above the floor goes
+        first)."""
         msg = self.from_site(msg, src)
         if not msg.p.size:
             return []
@@ -274,17 +277,17 @@ class ProducerBuffer:
         if (pi < 0).any():
             raise ProtocolError(f"rejoin for stage {self.stage} reached the wrong replica")
         # A rejoin for a copy moved away since (the consumer sent it before the move reached
-        # it) is stale: held for it, the rows that copy left here would wait for an
+        # it; or a racing consumer's garbage collection or revival of the stream, sent
+        # before it learnt the copy was retired, and another column of p may live here now)
+        # is stale: held for it, the rows that copy left here would wait for an
         # acknowledgement that now goes to its new site, and everything behind them too.
-        mine = self.hosted[pi]
+        mine = self.hosted[pi] & (self.replica[pi] == msg.r)
         if not mine.all():
             msg = replace(msg, **{f: getattr(msg, f)[mine] for f in msg.__dataclass_fields__
                                   if f != "stage"})
             pi = pi[mine]
             if not msg.p.size:
                 return []
-        if (self.replica[pi] != msg.r).any():
-            raise ProtocolError(f"rejoin for stage {self.stage} reached the wrong replica")
         c = msg.c.astype(np.intp)
         np.maximum.at(self.acked, (pi, msg.q, c), msg.floor)
         self.send[pi, msg.q, c] = msg.send

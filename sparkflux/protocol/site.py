@@ -123,7 +123,8 @@ class SiteCore:
             self.cons.append(ConsumerSet(s, every, psite, sender, ack_to,
                                          wire_schema(stage.input_schema),
                                          installed=mine & (not standby),
-                                         unordered=s > 0 and self.unordered[s - 1]))
+                                         unordered=s > 0 and self.unordered[s - 1],
+                                         keep=plan.stream_replicas))
             last = s == n - 1
             csite, send, wait = producer_roles(self.layout, every, to_egress=last)
             out_schema = plan.output_schema if last else plan.stages[s + 1].input_schema

@@ -685,7 +685,9 @@ class SiteBoundary:
             counts=core.processed.copy() if core else none, refused=ev.refused,
             in_sn=in_sn, in_part=in_part, out_sn=out_sn, out_part=out_part, held=ev.held,
             pending=core.pending_rows() if core else 0, memory_pause_s=ev.memory_pause_s,
-            sent_bytes=ev.sent_bytes, link_ms=self.link_ms())
+            sent_bytes=ev.sent_bytes, link_ms=self.link_ms(),
+            collected=sum(c.collected for c in core.cons) if core else 0,
+            revived=sum(c.revived for c in core.cons) if core else 0)
         if core is not None and self._beats % STATE_EVERY == 0:
             op, part, keys, nbytes = core.state_sizes()
             wm_stage, wm_part, wm = core.watermarks()

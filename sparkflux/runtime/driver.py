@@ -137,6 +137,8 @@ class Host:
         self.site_refused: dict[tuple[int, int], int] = {}  # (slot, attempt) -> refused
         # (slot, attempt) -> bytes its process wrote to its connections, at its last heartbeat
         self.site_sent: dict[tuple[int, int], int] = {}
+        # --stream-replicas: per site process, its streams collected and revived so far
+        self.site_streams: dict[tuple[int, int], tuple[int, int]] = {}
         self.sent_at_start = bytes_sent_total()  # the driver's process hosts run after run
         self.port: int | None = None
         self.failure: str | None = None
@@ -483,6 +485,7 @@ class Host:
                         self.progress.heartbeat(slot, msg)
                     self.site_refused[(slot, attempt)] = msg.refused
                     self.site_sent[(slot, attempt)] = msg.sent_bytes
+                    self.site_streams[(slot, attempt)] = (msg.collected, msg.revived)
                 elif isinstance(msg, cm.Unreachable) and member:
                     # (a crash resets its links at every peer: the exclusion, if any, is
                     # the controller's warning)

@@ -102,6 +102,14 @@ def result_metrics(host: Host) -> dict[str, Any]:
                        "sites": sum(host.site_sent.values())},
         # --ha race: output rows the egress dropped because another copy brought them first
         "raced_rows": host.core.egress.cons.duplicates,
+        # --stream-replicas: input streams garbage-collected and revived (the egress's and
+        # the sites' as of their last heartbeats)
+        "stream_replicas": {
+            "keep": host.core.egress.cons.keep,
+            "collected": host.core.egress.cons.collected + sum(
+                c for c, _ in host.site_streams.values()),
+            "revived": host.core.egress.cons.revived + sum(
+                r for _, r in host.site_streams.values())},
         # --unordered-output: rows handed on as they passed the filter (output_digest then
         # follows their arrival; rows_digest does not)
         "unordered_output": host.core.egress.unordered,

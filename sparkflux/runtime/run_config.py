@@ -94,6 +94,7 @@ class RunConfig:
     placement: str = Opts.placement
     unordered_output: bool = Opts.unordered_output  # --unordered-output
     arrival_order: bool = Opts.arrival_order  # --arrival-order
+    stream_replicas: int = 0  # --stream-replicas (0: every copy sends every stream)
     latencies: tuple[tuple[float, ...], ...] | None = None
     # The dataflow file's name and the modules shipped from beside it (``spark/shipping.py``):
     # what a start failure's hint names.
@@ -128,7 +129,8 @@ class RunConfig:
             checkpoint_keep=o.checkpoint_keep,
             wan=WanModel.load(o.wan, o.sites) if o.wan is not None else None,
             placement=o.placement, latencies=latency_matrix(o),
-            unordered_output=o.unordered_output, arrival_order=o.arrival_order)
+            unordered_output=o.unordered_output, arrival_order=o.arrival_order,
+            stream_replicas=o.stream_replicas or 0)
 
     def kills_of(self, kind: type[K]) -> tuple[K, ...]:
         """The ``--kill`` records of one form."""

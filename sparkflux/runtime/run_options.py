@@ -184,6 +184,12 @@ class RunOptions:
                "maps, projections) and time-window aggregates on their rows as they arrive, "
                "without the sequence-number merge (the racing-replicas paper's "
                "replica-consistent operators; docs/racing.md)")
+    stream_replicas: int | None = option(
+        None, "with --ha race: each copy takes each input stream from only the N copies of "
+              "its producer whose data came first (the others stop sending and are revived "
+              "when one of those fails or moves): fewer bytes, at the price of a hung "
+              "sender's stall (the racing-replicas paper's garbage collection; "
+              "docs/racing.md)", metavar="N")
     hang: tuple[Hang, ...] = option(
         (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
             "let it go on (SIGCONT): a hung site, found by its heartbeat",
@@ -361,8 +367,18 @@ def race_options(o: RunOptions) -> None:
     if o.arrival_order and o.ha != "race":
         raise PlanError("--arrival-order is an option of --ha race (only racing copies "
                         "run stages in arrival order): drop it, or add --ha race")
+    if o.stream_replicas is not None and o.ha != "race":
+        raise PlanError("--stream-replicas is an option of --ha race (only racing copies "
+                        "send every stream from every copy): drop it, or add --ha race")
     if o.ha != "race":
         return
+    if o.stream_replicas is not None and not 1 <= o.stream_replicas < o.replica_count:
+        most = o.replica_count - 1
+        keeps = "1" if most == 1 else f"1 to {most}"
+        raise PlanError(f"--stream-replicas {o.stream_replicas}: each copy keeps {keeps} of "
+                        f"the {o.replica_count} copies of each input stream (--replicas "
+                        f"{o.replica_count}); give {'that' if most == 1 else 'one of those'}, "
+                        f"or drop it to race every copy")
     given = [flag for name, flag in RACE_ALONE if getattr(o, name)]
     if o.consistency != "strict":
         given.append("--consistency eventual")

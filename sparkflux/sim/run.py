@@ -238,6 +238,10 @@ class SimResult:
     # rows the live sites' order-insensitive stages ran above their frontier (in arrival
     # order, ``ConsumerSet.release_arrived``): racing copies did not wait for the merge
     arrived_early: int = 0
+    # --stream-replicas: stream replicas garbage-collected and revived so far, at the egress
+    # and over the live sites' inputs (``ConsumerSet._collect``, ``_revive``)
+    collected: int = 0
+    revived: int = 0
 
 
 def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]],
@@ -912,7 +916,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                          c.duplicates for k, b in sites.items()
                          if k not in crashed_now and b.core is not None for c in b.core.cons),
                      sum(c.early for k, b in sites.items()
-                         if k not in crashed_now and b.core is not None for c in b.core.cons))
+                         if k not in crashed_now and b.core is not None for c in b.core.cons),
+                     *(getattr(core.egress.cons, n) + sum(
+                         getattr(c, n) for k, b in sites.items()
+                         if k not in crashed_now and b.core is not None for c in b.core.cons)
+                       for n in ("collected", "revived")))
 
 
 def same_state_at_same_frontier(cores: dict[int, SiteCore], plan: PhysicalPlan) -> None:

@@ -78,6 +78,8 @@ def launch(plan: PhysicalPlan, cfg: RunConfig, sink: Sink, dead_letters: DeadLet
     start)."""
     if cfg.arrival_order:  # the driver's egress and every site read it from the plan
         plan = replace(plan, arrival_order=True)
+    if cfg.stream_replicas:  # so does the garbage collection of stream replicas
+        plan = replace(plan, stream_replicas=cfg.stream_replicas)
     sinks = sinks_of(plan, sink)
     restored = restore_point(plan, cfg)
     if restored is not None:  # the sinks go on after the checkpoint's cut

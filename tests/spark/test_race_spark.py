@@ -1,6 +1,7 @@
 """Racing replicas (``--ha race``) on Spark local mode with real faults, checked against the
 reference: a killed site, a hung one (SIGSTOP), two sites killed at once with three copies,
-and Nexmark Q5 and Q8 through a kill (``rows_digest`` against their Spark SQL reference)."""
+collected streams (``--stream-replicas 1``) revived through kills, and Nexmark Q5 and Q8
+through a kill (``rows_digest`` against their Spark SQL reference)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,23 @@ def test_three_copies_survive_two_sites_killed_at_once(netmon: Any, spark: Any,
     assert sorted(f["site"] for f in m["failures"]) == [1, 2]
     assert m["ingress_dropped"] == 0
     assert (m["output_digest"], m["output_tuples"]) == expected
+
+
+@pytest.mark.parametrize("k,kills", [(2, ["1@input+50000"]),
+                                     (3, ["1@input+50000", "2@input+50000"])],
+                         ids=["two-copies-one-kill", "three-copies-two-kills"])
+def test_collected_streams_are_revived_through_kills(netmon: Any, spark: Any,
+                                                     expected: tuple[str, int], k: int,
+                                                     kills: list[str]) -> None:
+    """``--stream-replicas 1``: every copy takes each input stream from one producer copy,
+    the one whose data came first; the kills take some of those, and the streams they sent
+    are revived from the copies left (which held the rows all along)."""
+    m = run_race(netmon, spark, replicas=k, stream_replicas=1, kill=kills, rate=RATE / 2)
+    assert sorted(f["site"] for f in m["failures"]) == [1, 2][:len(kills)]
+    assert m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    gc = m["stream_replicas"]
+    assert gc["keep"] == 1 and gc["collected"] > 0 and gc["revived"] > 0, gc
 
 
 @pytest.fixture(scope="module")

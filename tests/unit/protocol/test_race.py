@@ -1,7 +1,8 @@
 """Racing replicas (``--ha race``) in the cores, driven by hand: the roles every party gets
 from a racing ``Layout``, a consumer copy taking each stream from both producer copies and
 passing the first copy of each row, a failure struck off without ``reverse``, a rebuilt copy
-raced again from its ``psync``, and the ingress admitting at the fastest copy's pace.
+raced again from its ``psync``, the ingress admitting at the fastest copy's pace, and the
+garbage collection of stream replicas (``keep``) and their revival.
 
 Consumer partitions 0 and 1, copy 0 of each; producer partitions p = 0, 1 (copy 0 on site 1,
 copy 1 on site 3) and p = 2 (site 2, site 4)."""
@@ -14,10 +15,11 @@ import pytest
 
 from sparkflux.dataflow.placement import Layout
 from sparkflux.model.schema import PART, SN
-from sparkflux.protocol.consumer import ConsumerSet, PartitionLost
+from sparkflux.protocol.consumer import GC_CLAIMS, ConsumerSet, PartitionLost
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.ingress import RACE_LAG
-from sparkflux.protocol.messages import SRC, Data, PSync, Rejoin, Rejoined, Streams
+from sparkflux.protocol.messages import SRC, Ack, Data, PSync, Rejoin, Rejoined, Streams
+from sparkflux.protocol.producer import ProducerBuffer
 from sparkflux.protocol.roles import (
     RACE,
     consumer_roles,
@@ -256,3 +258,101 @@ def test_a_capped_partition_keeps_its_rows_above_the_cap() -> None:
     assert pending(c) == [(0, 0, 5)]
     rows, f_sn, _ = c.release_arrived()
     assert rows.column(SN).to_pylist() == [5] and f_sn.tolist() == [6, 6]
+
+
+# -- garbage collection of stream replicas (--stream-replicas, Section V-B) and revival (V-C) --
+def rejoins(out: list) -> list[tuple[int, int, int, int, int, int, bool, bool]]:
+    """(site, p, r, q, c, floor, send, wait) of every ``Rejoin`` among ``out``."""
+    return sorted((o.site, *map(int, e[:5]), *map(bool, e[5:]))
+                  for o in out if isinstance(o.message, Rejoin)
+                  for e in zip(o.message.p, o.message.r, o.message.q, o.message.c,
+                               o.message.floor, o.message.send, o.message.wait, strict=True))
+
+
+def collecting() -> ConsumerSet:
+    """``consumers()`` keeping one copy of each stream."""
+    return ConsumerSet(1, {0: 0, 1: 0}, SITES, np.full((2, 3), RACE, np.int8),
+                       np.ones((2, 3, 2), bool), SCHEMA, keep=1)
+
+
+def test_the_copy_whose_claims_come_first_is_kept_and_the_other_stops_sending() -> None:
+    c = collecting()
+    for k in range(1, GC_CLAIMS - 1):  # copy 1 of p = 0 claims first 14 times, copy 0 later
+        assert rejoins(c.on_data(frame(0, 1, 2 * k), 3)) == []
+        assert rejoins(c.on_data(frame(0, 0, 2 * k), 1)) == []
+    c.on_data(frame(0, 0, 2 * GC_CLAIMS + 1), 1)  # copy 0 comes first once
+    assert c.wins[:, 0].tolist() == [[1, 14], [1, 14]]
+    # the 16th first claim: copy 0 stops sending both streams, acknowledged all the same
+    out = c.on_data(frame(0, 1, 2 * GC_CLAIMS + 2), 3)
+    assert rejoins(out) == [(1, 0, 0, 0, 0, 34, False, True), (1, 0, 0, 1, 0, 34, False, True)]
+    assert acks(a for a in out if isinstance(a.message, Ack)) == [
+        (1, 0, 0, 0, 34), (1, 0, 1, 0, 34), (3, 0, 0, 0, 34), (3, 0, 1, 0, 34)]
+    assert c.pruned[:, 0].tolist() == [[True, False], [True, False]] and c.collected == 2
+    assert not c.wins[:, 0].any()  # the next window starts
+    # its frames still on their way are raced as before; p = 1 and 2 were not judged yet
+    c.on_data(frame(0, 0, 40, [(0, 39)]), 1)
+    assert pending(c) == [(0, 0, 39)] and not c.pruned[:, 1:].any()
+
+
+def test_a_stream_is_revived_from_a_collected_copy_when_its_sender_fails() -> None:
+    c = collecting()
+    for k in range(1, GC_CLAIMS + 1):
+        c.on_data(frame(0, 1, k), 3)
+    assert c.pruned[:, 0, 0].all()
+    c.on_data(frame(2, 0, 5), 2)
+    dead = np.zeros((3, 2), bool)
+    dead[0, 1] = dead[1, 1] = True  # site 3 fails: p = 0 has its collected copy 0 left
+    out = c.on_fail(dead)
+    assert rejoins(out) == [(1, 0, 0, 0, 0, 16, True, True), (1, 0, 0, 1, 0, 16, True, True)]
+    assert not c.pruned.any() and c.revived == 2
+    assert (c.rejoining[:, 0, 0] == 1).all()  # its frames count from its ``Rejoined`` on
+    c.on_data(frame(0, 0, 18, [(0, 17)]), 1)  # sent before it stopped: not for this rejoin
+    assert pending(c) == []
+    c.on_rejoined(answer(out[0].message), 1)
+    c.on_data(frame(0, 0, 18, [(0, 17)]), 1)
+    assert pending(c) == [(0, 0, 17)]
+
+
+def test_a_stream_with_a_copy_still_rejoining_is_not_judged() -> None:
+    c = collecting()
+    c.rebuilding(np.eye(3, 2, k=-2, dtype=bool))  # copy 0 of p = 2: rebuilt, not raced yet
+    c.on_psync(PSync(1, 2, 0, 0))  # complete again: rejoined to send
+    for k in range(1, GC_CLAIMS + 1):
+        assert rejoins(c.on_data(frame(2, 1, k), 4)) == []
+    assert not c.pruned.any() and not c.wins[:, 2].any()  # judged next window
+
+
+def test_a_producer_told_to_stop_holds_its_rows_and_resends_them_when_revived() -> None:
+    send = np.ones((1, 1, 2), bool)
+    buf = ProducerBuffer(1, {0: 1}, np.array([[5, 6]], np.int32), send, send.copy(), SCHEMA)
+    stop = Rejoin(1, p=np.array([0], np.int32), r=np.array([1], np.int8),
+                  q=np.array([0], np.int32), c=np.array([0], np.int8),
+                  floor=np.array([2], np.int64), send=np.array([False]), wait=np.array([True]))
+    assert buf.on_rejoin(stop) == []  # no ``Rejoined``: nothing changes for its frames
+    rows = pa.record_batch([pa.array([3, 4], pa.int64()), pa.array([0, 0], pa.int64()),
+                            pa.array([0, 0], pa.int32()), pa.array([0, 0], pa.int32())],
+                           schema=SCHEMA)
+    out = buf.produce(rows, np.array([4]), np.array([4]))
+    assert [(o.site, o.message.batch.num_rows) for o in out] == [(6, 2)]  # copy 1 only
+    buf.on_ack(Ack(1, p=np.array([0], np.int32), q=np.array([0], np.int32),
+                   c=np.array([1], np.int8), upto=np.array([4], np.int64)))
+    assert buf.buffered_rows() == 2  # held for copy 0, which got them from another copy
+    buf.on_ack(Ack(1, p=np.array([0], np.int32), q=np.array([0], np.int32),
+                   c=np.array([0], np.int8), upto=np.array([3], np.int64)))
+    revive = Rejoin(1, p=stop.p, r=stop.r, q=stop.q, c=stop.c, floor=np.array([3], np.int64),
+                    send=np.array([True]), wait=np.array([True]))
+    out = buf.on_rejoin(revive)
+    assert [type(o.message).__name__ for o in out] == ["Rejoined", "Data"]
+    assert out[1].site == 5 and out[1].message.batch.column(SN).to_pylist() == [4]
+    assert buf.send[0, 0].tolist() == [True, True] and buf.wait[0, 0].tolist() == [True, True]
+    # a row resent to a copy waits for it no more (the fold-in's rule: it is on its way)
+    assert buf.buffered_rows() == 0
+
+
+def test_a_collection_for_a_copy_that_left_the_site_is_stale() -> None:
+    send = np.ones((1, 1, 2), bool)
+    buf = ProducerBuffer(1, {0: 1}, np.array([[5, 6]], np.int32), send, send.copy(), SCHEMA)
+    stale = Rejoin(1, p=np.array([0], np.int32), r=np.array([0], np.int8),  # copy 0, not 1
+                   q=np.array([0], np.int32), c=np.array([0], np.int8),
+                   floor=np.array([2], np.int64), send=np.array([False]), wait=np.array([True]))
+    assert buf.on_rejoin(stale) == [] and buf.send.all()

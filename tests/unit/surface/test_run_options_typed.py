@@ -415,3 +415,18 @@ def test_arrival_order_is_an_option_of_racing_copies() -> None:
     with pytest.raises(PlanError, match=r"--arrival-order is an option of --ha race .* add "
                                         r"--ha race"):
         RunOptions(ha="flux", arrival_order=True)
+
+
+def test_stream_replicas_are_an_option_of_racing_copies_below_their_count() -> None:
+    cfg = RunConfig.of(RunOptions(ha="race", replicas=3, stream_replicas=2))
+    assert cfg.stream_replicas == 2
+    assert RunConfig.of(RunOptions(ha="race")).stream_replicas == 0
+    with pytest.raises(PlanError, match=r"--stream-replicas is an option of --ha race"):
+        RunOptions(ha="flux", stream_replicas=1)
+    with pytest.raises(PlanError, match=r"--stream-replicas 2: each copy keeps 1 of the 2 "
+                                        r"copies of each input stream \(--replicas 2\); give "
+                                        r"that, or drop it"):
+        RunOptions(ha="race", stream_replicas=2)
+    with pytest.raises(PlanError, match=r"--stream-replicas 0: each copy keeps 1 to 3 of the "
+                                        r"4 copies .* give one of those"):
+        RunOptions(ha="race", replicas=4, sites=4, stream_replicas=0)
