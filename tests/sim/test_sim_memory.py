@@ -12,7 +12,7 @@ them and comes back with their load. Mutants: a load that drops the partition's 
 input, a load that leaves the input it had on disk there, input that goes to disk for the
 partition whose load has read the disk already, a catch-up that snapshots a partition on
 disk without loading it, and a spill that lets the partition's merge go on without its
-state, each caught by a seed that passes unmutated."""
+state, each caught by a seed that passes unmutated. The schedules run with racing copies too."""
 
 from __future__ import annotations
 
@@ -66,13 +66,15 @@ def schedule(seed: int, steps: int) -> FailurePlan:
                        io_delay=(1, int(rng.integers(2, 40))))
 
 
-def run_seed(base: Baseline, seed: int, balance: bool = False) -> SimResult:
+def run_seed(base: Baseline, seed: int, balance: bool = False, race: bool = False
+             ) -> SimResult:
     failures = schedule(seed, base.steps)
-    where = f"seed {seed}{' with the hybrid policy' if balance else ''}: {failures}"
+    where = (f"seed {seed}{' with the hybrid policy' if balance else ''}"
+             f"{' with racing copies' if race else ''}: {failures}")
     plan, _ = tiny_plan(events=EVENTS)
     try:  # (a run takes 1-3 thousand steps: one that never ends is cut short)
         res = simulate(plan, base.batches, seed, failures, max_steps=40 * base.steps,
-                       balance=balance)
+                       balance=balance, race=race)
     except Violation as e:
         raise AssertionError(f"{where}: {e}") from e
     out = res.output
@@ -120,6 +122,22 @@ def test_the_hybrid_policy_moves_partitions_off_sites_short_of_memory(
         memory_moves += res.move_reasons.count("memory")
     assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
     assert memory_moves >= SEEDS // 8, memory_moves
+
+
+def test_racing_copies_spill_in_turn_through_squeezes_and_crashes(baseline: Baseline) -> None:
+    """The same schedules with racing copies (``--ha race``), the hybrid policy on for every
+    other seed: every copy of a partition spills on its own site's budget, and the copies
+    feeding it hold what it has not acknowledged, on disk or not."""
+    failed, spills = [], 0
+    for seed in range(SEEDS // 2):
+        try:
+            res = run_seed(baseline, seed, balance=bool(seed % 3 == 0), race=True)
+        except AssertionError as e:
+            failed.append(str(e))
+            continue
+        spills += res.spills
+    assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
+    assert spills >= 10 * (SEEDS // 2), spills
 
 
 def caught(monkeypatch: pytest.MonkeyPatch, base: Baseline, symptom: str, name: str) -> None:

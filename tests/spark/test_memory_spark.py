@@ -1,4 +1,5 @@
-"""Spilling on Spark (``protocol/memory.py``; docs/memory.md): netmon with Flux-HA, site 2's
+"""Spilling on Spark (``protocol/memory.py``; docs/memory.md): netmon with Flux-HA and with
+racing copies, site 2's
 memory budget squeezed to 0.1 MB once the input runs, so that it spills whole partitions to
 its local disk and loads them back in turn; then site 2 is killed (with partitions on disk)
 and so is site 0 (no partition in common with site 2, so the second kill need not wait for
@@ -22,12 +23,13 @@ pytestmark = pytest.mark.spark
 EVENTS = 400_000
 
 
+@pytest.mark.parametrize("ha", ["flux", "race"])
 def test_a_squeezed_site_spills_and_two_kills_lose_nothing(spark: Any, tmp_path: Path,
-                                                           monkeypatch: Any) -> None:
+                                                           monkeypatch: Any, ha: str) -> None:
     metrics = tmp_path / "m.json"
     monkeypatch.chdir(tmp_path)
     code = cli_main(["run", str(ROOT / "examples" / "netmon.py"), "--events", str(EVENTS),
-                     "--rate", "80000", "--sites", "4", "--partitions", "16", "--ha", "flux",
+                     "--rate", "80000", "--sites", "4", "--partitions", "16", "--ha", ha,
                      "--squeeze", "2@input+40000=0.1", "--kill", "2@input+160000",
                      "--kill", "0@input+280000", "--metrics", str(metrics)])
     assert code == 0

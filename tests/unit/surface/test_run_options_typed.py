@@ -236,10 +236,12 @@ def test_race_keeps_k_copies_balances_and_tells_the_sites() -> None:
 @pytest.mark.parametrize(("options", "message"), [
     ({"checkpoint": "/tmp/ck"}, r"--ha race does not combine with --checkpoint yet: drop it, "
                                 r"or use --ha flux"),
-    ({"site_memory": 64, "consistency": "eventual"},
-     r"--ha race does not combine with --site-memory, --consistency eventual yet: drop them"),
+    ({"checkpoint": "/tmp/ck", "consistency": "eventual"},
+     r"--ha race does not combine with --checkpoint, --consistency eventual yet: drop them"),
     ({"rescale": ["6@10"]}, r"--rescale moves partitions .* add --ha flux"),
-    ({"squeeze": ["1@5=32"]}, r"--ha race does not combine with --squeeze yet: drop it"),
+    ({"squeeze": ["1@5=32"], "site_memory": 64, "arrival_order": True},
+     r"--arrival-order does not combine with --site-memory and --squeeze yet \(a stage run "
+     r"in arrival order does not spill\): drop one of them"),
     ({"replicas": 1}, r"--replicas 1: Racing replicas keeps at least 2 copies"),
     ({"replicas": 5}, r"--replicas 5 keeps 5 copies of every partition on different sites: "
                       r"use --sites >= 5"),
@@ -430,3 +432,8 @@ def test_stream_replicas_are_an_option_of_racing_copies_below_their_count() -> N
     with pytest.raises(PlanError, match=r"--stream-replicas 0: each copy keeps 1 to 3 of the "
                                         r"4 copies .* give one of those"):
         RunOptions(ha="race", replicas=4, sites=4, stream_replicas=0)
+
+
+def test_racing_copies_spill_under_a_memory_budget() -> None:
+    o = RunOptions(ha="race", site_memory=64, squeeze=["1@5=32"])
+    assert o.site_memory == 64 and o.squeeze
