@@ -356,14 +356,14 @@ def default_replicas(ha: str) -> int:
 
 
 # What --ha race does not combine with yet: the option, and what it needs of the run
-RACE_ALONE = (("rescale", "--rescale"), ("checkpoint", "--checkpoint"))
+RACE_ALONE = (("rescale", "--rescale"),)
 
 
 def race_options(o: RunOptions) -> None:
-    """``--ha race`` runs without rescaling, checkpoints and eventual consistency for now
-    (the moves of balancing and recovery, and spilling under a memory budget, do run), and
-    its stages in arrival order do not spill yet: a combination fails fast, saying what to
-    drop."""
+    """``--ha race`` runs without rescaling and eventual consistency for now (the moves of
+    balancing and recovery, spilling under a memory budget and checkpoints do run), and its
+    stages in arrival order neither spill nor take a checkpoint's cut yet: a combination
+    fails fast, saying what to drop."""
     if o.arrival_order and o.ha != "race":
         raise PlanError("--arrival-order is an option of --ha race (only racing copies "
                         "run stages in arrival order): drop it, or add --ha race")
@@ -379,11 +379,12 @@ def race_options(o: RunOptions) -> None:
                         f"the {o.replica_count} copies of each input stream (--replicas "
                         f"{o.replica_count}); give {'that' if most == 1 else 'one of those'}, "
                         f"or drop it to race every copy")
-    spills = [flag for name, flag in (("site_memory", "--site-memory"), ("squeeze", "--squeeze"))
-              if getattr(o, name)]
-    if o.arrival_order and spills:
-        raise PlanError(f"--arrival-order does not combine with {' and '.join(spills)} yet "
-                        f"(a stage run in arrival order does not spill): drop one of them")
+    held = [flag for name, flag in (("site_memory", "--site-memory"), ("squeeze", "--squeeze"),
+                                    ("checkpoint", "--checkpoint")) if getattr(o, name)]
+    if o.arrival_order and held:
+        raise PlanError(f"--arrival-order does not combine with {' and '.join(held)} yet "
+                        f"(a stage run in arrival order neither spills nor cuts for a "
+                        f"checkpoint): drop one of them")
     given = [flag for name, flag in RACE_ALONE if getattr(o, name)]
     if o.consistency != "strict":
         given.append("--consistency eventual")

@@ -53,12 +53,13 @@ def schedule(seed: int, steps: int) -> tuple[list[int], int, FailurePlan]:
     return crashes, every, site
 
 
-def run_seed(base: Baseline, seed: int) -> driver_crashes.Incarnations:
+def run_seed(base: Baseline, seed: int, race: bool = False) -> driver_crashes.Incarnations:
     crashes, every, site = schedule(seed, base.steps)
     runs = driver_crashes.run(lambda: tiny_plan(events=EVENTS)[0], base.batches, seed,
-                              crashes, every, failures=site)
+                              crashes, every, failures=site, race=race)
     out = runs.output
-    where = f"seed {seed}: driver crashes at {crashes}, checkpoint every {every}, {site}"
+    where = (f"seed {seed}{' with racing copies' if race else ''}: driver crashes at "
+             f"{crashes}, checkpoint every {every}, {site}")
     if duplicate_rows(out):
         raise AssertionError(f"{where}: {duplicate_rows(out)} duplicate rows")
     if out.num_rows != base.output.num_rows or digest_of(out) != digest_of(base.output):
@@ -85,6 +86,26 @@ def test_driver_crashes_restart_from_the_newest_checkpoint_and_the_output_is_exa
     # not vacuous: the driver died in every seed, and many restarts went on from a cut
     assert restarts >= len(seeds_)
     assert from_cut >= 0.3 * restarts, f"only {from_cut} of {restarts} restarts from a cut"
+
+
+def test_racing_copies_restart_from_the_newest_checkpoint_and_the_output_is_exact(
+        baseline: Baseline) -> None:
+    """The same schedules with racing copies (``--ha race``): every copy of a partition
+    holds its merge at the checkpoint's SN, its first live copy stores the part, and a
+    restart starts every copy from the cut. Racing admits the input at its fastest copy's
+    pace, so fewer checkpoints complete before the driver dies than under Flux-HA."""
+    failed, from_cut, restarts = [], 0, 0
+    for seed in range(SEEDS // 2):
+        try:
+            runs = run_seed(baseline, seed, race=True)
+        except AssertionError as e:
+            failed.append(str(e))
+            continue
+        restarts += len(runs.restarts)
+        from_cut += sum(c >= 0 for c in runs.restarts)
+    assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
+    assert restarts >= SEEDS // 2
+    assert from_cut >= 0.2 * restarts, f"only {from_cut} of {restarts} restarts from a cut"
 
 
 def caught(monkeypatch: pytest.MonkeyPatch, base: Baseline, symptom: str, name: str) -> None:

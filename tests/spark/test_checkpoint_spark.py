@@ -36,10 +36,10 @@ def expected(spark: Any) -> Any:
                              spark=spark)
 
 
-def command(tmp: Path, sites: int, metrics: str, *extra: str) -> list[str]:
+def command(tmp: Path, sites: int, metrics: str, *extra: str, ha: str = "flux") -> list[str]:
     return [sys.executable, "-m", "sparkflux.cli", "run", str(ROOT / "examples" / "netmon.py"),
             "--events", str(EVENTS), "--rate", str(RATE), "--sites", str(sites),
-            "--partitions", "16", "--ha", "flux", "--checkpoint", str(tmp / "ckpt"),
+            "--partitions", "16", "--ha", ha, "--checkpoint", str(tmp / "ckpt"),
             "--checkpoint-interval", "1", "--output-table", str(tmp / "table"),
             "--no-progress", "--metrics", str(tmp / metrics), *extra]
 
@@ -53,12 +53,15 @@ def complete(ckpt: Path) -> list[Path]:
     return sorted(ckpt.glob("checkpoint-*/manifest.json"))
 
 
-@pytest.fixture(scope="module")
-def restarted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The run killed (its whole process tree) once a checkpoint is complete, then the same
-    command on 3 sites instead of 4, to its end: its directory and its standard error."""
+@pytest.fixture(scope="module", params=["flux", "race"])
+def restarted(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+              ) -> tuple[Path, str]:
+    """The run (Flux-HA, then racing copies) killed (its whole process tree) once a
+    checkpoint is complete, then the same command on 3 sites instead of 4, to its end: its
+    directory and its standard error."""
+    ha = request.param
     tmp = tmp_path_factory.mktemp("restart")
-    with subprocess.Popen(command(tmp, 4, "m1.json"), cwd=tmp, env=env(),
+    with subprocess.Popen(command(tmp, 4, "m1.json", ha=ha), cwd=tmp, env=env(),
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as first:
         deadline = time.monotonic() + 120
@@ -69,7 +72,7 @@ def restarted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         assert complete(tmp / "ckpt"), "no checkpoint completed in 120 s"
         os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM at once
         first.wait(30)
-    done = subprocess.run(command(tmp, 3, "m2.json"), cwd=tmp, env=env(),
+    done = subprocess.run(command(tmp, 3, "m2.json", ha=ha), cwd=tmp, env=env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return tmp, done.stderr

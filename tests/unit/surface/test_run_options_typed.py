@@ -234,14 +234,15 @@ def test_race_keeps_k_copies_balances_and_tells_the_sites() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"checkpoint": "/tmp/ck"}, r"--ha race does not combine with --checkpoint yet: drop it, "
-                                r"or use --ha flux"),
-    ({"checkpoint": "/tmp/ck", "consistency": "eventual"},
-     r"--ha race does not combine with --checkpoint, --consistency eventual yet: drop them"),
+    ({"consistency": "eventual"}, r"--ha race does not combine with --consistency eventual "
+                                  r"yet: drop it, or use --ha flux"),
+    ({"checkpoint": "/tmp/ck", "arrival_order": True},
+     r"--arrival-order does not combine with --checkpoint yet \(a stage run in arrival order "
+     r"neither spills nor cuts for a checkpoint\)"),
     ({"rescale": ["6@10"]}, r"--rescale moves partitions .* add --ha flux"),
     ({"squeeze": ["1@5=32"], "site_memory": 64, "arrival_order": True},
      r"--arrival-order does not combine with --site-memory and --squeeze yet \(a stage run "
-     r"in arrival order does not spill\): drop one of them"),
+     r"in arrival order neither spills nor cuts for a checkpoint\): drop one of them"),
     ({"replicas": 1}, r"--replicas 1: Racing replicas keeps at least 2 copies"),
     ({"replicas": 5}, r"--replicas 5 keeps 5 copies of every partition on different sites: "
                       r"use --sites >= 5"),
