@@ -503,6 +503,8 @@ class Boundary:
                         ev.fixed, ev.start_s, ev.adoptions_s, ev.executor_start_s)
                 case _:
                     out += self._controller(self.controller.handle(ev))
+                    if isinstance(ev, Tick):  # the egress's collected streams (V-C)
+                        out += self._sends(self.egress.cons.on_tick(ev.now))
                     if isinstance(ev, Tick) and self.episodes is not None:
                         self.clock = ev.now if ev.wall is None else ev.wall
                         out += self._judge(self.clock, None)

@@ -81,6 +81,9 @@ class PhysicalPlan:
     # --stream-replicas: racing copies garbage-collect their input streams down to this many
     # producer copies each, the ones whose punctuations came first (0: every copy sends)
     stream_replicas: int = 0
+    # ... and revive a collected stream that stands still this long (seconds of the host's
+    # clock; the simulator's steps) while the copy's other streams move
+    stream_stall: float = 0.3
 
     def arrival(self, race: bool) -> tuple[bool, ...]:
         """Per stage: whether it runs its rows as they arrive, without the SN-ordered merge

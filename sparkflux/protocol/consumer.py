@@ -37,8 +37,10 @@ sending, and still holds every row until this copy acknowledges it, as it does f
 consumer copy of racing replicas). A collected stream is revived (Section V-C) as soon as
 fewer than ``keep`` complete live copies send it (one of them failed, was moved or retired):
 a ``Rejoin`` with send makes the producer resend what it holds above this copy's progress,
-then send on. A rebuilt producer copy sends again from its ``psync``, a rebuilt consumer
-copy takes every stream again, and the next window judges them anew.
+then send on; and when a collected stream stands still for ``stall`` seconds (the host's
+clock, ``on_tick``) while the copy's other streams move (its senders hang or fell behind:
+the paper's delay threshold). A rebuilt producer copy sends again from its ``psync``, a
+rebuilt consumer copy takes every stream again, and the next window judges them anew.
 
 ``unordered``: the producer stage runs its rows as they arrive (``PhysicalPlan.arrival``, an
 order-insensitive stage of racing copies), so its streams come out of SN order, and a frame
@@ -60,7 +62,7 @@ import pyarrow as pa
 
 from sparkflux.dataflow.ports import sort_rows
 from sparkflux.model.batch import concat
-from sparkflux.model.progress import NO_PROGRESS, NO_WATERMARK
+from sparkflux.model.progress import END_OF_STREAM, NO_PROGRESS, NO_WATERMARK
 from sparkflux.model.schema import PART, PORT, SN, SNM
 from sparkflux.protocol.errors import ProtocolError
 from sparkflux.protocol.messages import (
@@ -89,6 +91,7 @@ CLAIMS = 4  # claims not yet covered by the frontier, kept per input stream (``f
 _EMPTY = np.iinfo(np.int64).max  # an unused claim slot: never covered
 PENDING_BATCHES = 256  # pending batches kept apart at most; beyond, they are joined into one
 GC_CLAIMS = 16  # first claims of an input stream between two garbage collections of it
+STALL_S = 0.3  # a stream standing still this long behind its copy's others revives (V-C)
 
 
 class ConsumerSet:
@@ -100,7 +103,7 @@ class ConsumerSet:
     def __init__(self, stage: int, consumers: dict[int, int], producer_site: np.ndarray,
                  sender: np.ndarray, ack_to: np.ndarray, schema: pa.Schema,
                  installed: bool | np.ndarray = True, name: str | None = None,
-                 unordered: bool = False, keep: int = 0) -> None:
+                 unordered: bool = False, keep: int = 0, stall: float = STALL_S) -> None:
         self.stage = stage
         self.name = name or f"stage {stage}"
         # what the producers are called: the previous stage, or the ingress for stage 0
@@ -130,6 +133,11 @@ class ConsumerSet:
         self.pruned = np.zeros(self.ack_to.shape, dtype=bool)
         self.collected = 0
         self.revived = 0
+        # revival on delay (``on_tick``): the progress each stream had at the last tick, and
+        # when it last moved (NaN: not seen yet)
+        self.stall = stall
+        self._tick_sn = np.full(self.ack_to.shape[:2], NO_PROGRESS, dtype=np.int64)
+        self._moved_at = np.full(self.ack_to.shape[:2], np.nan)
         # [Qn, P, R]: the site a ``Rejoined`` of producer copy (p, r) is awaited from (sent a
         # ``Rejoin`` with send): until it comes, that site's frames of the stream are for a
         # copy of this column retired since, not for this one (``Rejoined``)
@@ -374,6 +382,35 @@ class ConsumerSet:
                                 int(i)))
         self.revived += len(entries)
         return self._rejoins_rows(entries) if entries else []
+
+    def on_tick(self, now: float) -> list[Outgoing]:
+        """The host's clock (every heartbeat): revival on delay (Section V-C). A stream of an
+        installed copy with collected producer copies that has not moved for ``stall`` while
+        another stream of the same copy has, past it (so the input flows, and its senders
+        are hung or far behind), takes every collected live complete copy back at once. The next
+        window judges the copies again: a hung one then wins nothing and is collected."""
+        if not self.keep:
+            return []
+        moved = self.progress_sn > self._tick_sn
+        self._tick_sn = self.progress_sn.copy()
+        self._moved_at[moved | np.isnan(self._moved_at)] = now
+        latest = self._moved_at.max(axis=1, initial=-np.inf)[:, None]
+        behind = (latest - self._moved_at >= self.stall) & (now - self._moved_at >= self.stall) \
+            & (self.progress_sn < self.progress_sn.max(axis=1, initial=NO_PROGRESS)[:, None])
+        can = self.ack_to & self.complete[None, :, :] & self.pruned
+        stalled = behind & can.any(axis=2) & self.installed[:, None] \
+            & (self.progress_sn < END_OF_STREAM)
+        if not stalled.any():
+            return []
+        entries: list[tuple[int, int, int, bool, bool, int]] = []
+        for i, pp in zip(*np.nonzero(stalled), strict=True):
+            for r in np.flatnonzero(can[i, pp]).tolist():
+                self.pruned[i, pp, r] = False
+                entries.append((int(self.producer_site[pp, r]), int(pp), r, True, True,
+                                int(i)))
+            self.wins[i, pp] = 0
+        self.revived += len(entries)
+        return self._rejoins_rows(entries)
 
     # -- the order-preserving merge --------------------------------------------------------------
     def frontier(self, cap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -47,7 +47,7 @@ class Egress:
         self.cons = ConsumerSet(len(plan.stages), {0: 0}, site, sender, ack_to,
                                 wire_schema(plan.output_schema), name="the output (egress)",
                                 unordered=plan.unordered(layout.race)[-1],
-                                keep=plan.stream_replicas)
+                                keep=plan.stream_replicas, stall=plan.stream_stall)
         self.delivered = 0
         self.progress = Progress()
         # An open failure episode (``consistency.py``): stable rows above ``holding`` are

@@ -124,7 +124,8 @@ class SiteCore:
                                          wire_schema(stage.input_schema),
                                          installed=mine & (not standby),
                                          unordered=s > 0 and self.unordered[s - 1],
-                                         keep=plan.stream_replicas))
+                                         keep=plan.stream_replicas,
+                                         stall=plan.stream_stall))
             last = s == n - 1
             csite, send, wait = producer_roles(self.layout, every, to_egress=last)
             out_schema = plan.output_schema if last else plan.stages[s + 1].input_schema
@@ -594,6 +595,16 @@ class SiteCore:
         if res is None:
             return []
         return self._branch_out(s, epoch, *res, first)
+
+    def stream_tick(self, now: float) -> list[Outgoing]:
+        """The host's clock for racing copies' collected streams: revival on delay
+        (``ConsumerSet.on_tick``; the first stage's producer is the ingress)."""
+        if self.stopped:
+            return []
+        out: list[Outgoing] = []
+        for cons in self.cons[1:]:
+            out += cons.on_tick(now)
+        return self._local(out)
 
     def clock(self, now: float) -> list[Outgoing]:
         """The host's clock (``--consistency eventual``): every stage's merge that has held

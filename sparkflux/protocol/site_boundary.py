@@ -735,7 +735,8 @@ class SiteBoundary:
 
     def _memory(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, MemoryCheck) and self.core is not None
-        return self._sends(self.core.memory_tick(ev.now) + self.core.clock(ev.now))
+        return self._sends(self.core.memory_tick(ev.now) + self.core.clock(ev.now)
+                           + self.core.stream_tick(ev.now))
 
     def _spilled(self, ev: SiteBoundaryEvent) -> list[SiteBoundaryAction]:
         assert isinstance(ev, Spilled) and self.core is not None

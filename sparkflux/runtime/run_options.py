@@ -186,10 +186,10 @@ class RunOptions:
                "replica-consistent operators; docs/racing.md)")
     stream_replicas: int | None = option(
         None, "with --ha race: each copy takes each input stream from only the N copies of "
-              "its producer whose data came first (the others stop sending and are revived "
-              "when one of those fails or moves): fewer bytes, at the price of a hung "
-              "sender's stall (the racing-replicas paper's garbage collection; "
-              "docs/racing.md)", metavar="N")
+              "its producer whose data came first (the others stop sending, and are revived "
+              "when one of those fails, moves or stands still 0.3 s behind the others): "
+              "fewer bytes, at the price of that stall when a kept sender hangs (the "
+              "racing-replicas paper's garbage collection; docs/racing.md)", metavar="N")
     hang: tuple[Hang, ...] = option(
         (), "freeze a site's process (SIGSTOP) at WHEN (as --kill's) for DURATION seconds, then "
             "let it go on (SIGCONT): a hung site, found by its heartbeat",

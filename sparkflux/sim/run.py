@@ -118,6 +118,10 @@ from sparkflux.sim.network import CONTROL, DATA, Network
 STATE_CHECK_STEPS = 97
 HEARTBEAT_STEPS = 25  # with the policy on, every live site sends its counters this often
 PROBE_STEPS = 50  # every site probes its links' latency this often (``LinkCheck``)
+# with --stream-replicas, the sites' clocks tick this often (revival on delay,
+# ``ConsumerSet.on_tick``; ``PhysicalPlan.stream_stall`` then counts steps); the driver's
+# egress ticks with the driver's clock (``SimClock``: only then are heartbeats judged)
+STREAM_TICK = 10
 
 
 class Violation(AssertionError):
@@ -775,8 +779,11 @@ def simulate(plan: PhysicalPlan, batches: list[pa.RecordBatch | tuple[int, pa.Re
                     for k in sorted(sites):
                         if k not in crashed_now and k not in hung:
                             site_do(k, sites[k].handle(MemoryCheck(now=float(step))))
-            elif eventual is not None and clock and step % clock.tick_every == 0:
-                for k in sorted(sites):  # the merges' delay bound (``SiteCore.clock``)
+            elif (eventual is not None and clock and step % clock.tick_every == 0) or (
+                    plan.stream_replicas and step % STREAM_TICK == 0):
+                # the merges' delay bound (``SiteCore.clock``), collected streams' revival on
+                # delay (``SiteCore.stream_tick``): the host's clock, in steps
+                for k in sorted(sites):
                     if k not in crashed_now and k not in hung and sites[k].core is not None:
                         site_do(k, sites[k].handle(MemoryCheck(now=float(step))))
             if rescale_at and rescale_at[0][0] <= step and controller.rescaling is None:

@@ -85,6 +85,20 @@ def test_collected_streams_are_revived_through_kills(netmon: Any, spark: Any,
     assert gc["keep"] == 1 and gc["collected"] > 0 and gc["revived"] > 0, gc
 
 
+def test_a_hung_only_sender_is_revived_around_before_the_timeout(
+        netmon: Any, spark: Any, expected: tuple[str, int]) -> None:
+    """``--stream-replicas 1`` and site 2 stopped (SIGSTOP) for 4 s, the heartbeat timeout
+    2 s: the streams it alone sent stand still while the others move, and their consumers
+    take the collected copies back after the stall (0.3 s), long before the controller
+    excludes the site."""
+    m = run_race(netmon, spark, stream_replicas=1, hang=["2@input+100000=4"],
+                 heartbeat_timeout=2.0, rate=RATE / 2)
+    assert [f["site"] for f in m["failures"]] == [2]
+    assert (m["output_digest"], m["output_tuples"]) == expected
+    assert m["stream_replicas"]["revived"] > 0
+    assert m["max_output_gap_s"] < 1.0, m["max_output_gap_s"]
+
+
 @pytest.fixture(scope="module")
 def nexmark() -> Any:
     from sparkflux.dataflow.examples import load_example

@@ -356,3 +356,32 @@ def test_a_collection_for_a_copy_that_left_the_site_is_stale() -> None:
                    q=np.array([0], np.int32), c=np.array([0], np.int8),
                    floor=np.array([2], np.int64), send=np.array([False]), wait=np.array([True]))
     assert buf.on_rejoin(stale) == [] and buf.send.all()
+
+
+def test_a_collected_stream_standing_still_while_the_others_move_is_revived() -> None:
+    """Copy 1 of p = 0 (site 3) is kept, copy 0 (site 1) collected; then site 3 hangs: the
+    other streams of both consumer copies move and p = 0 stands still. A tick finds it
+    ``stall`` behind and takes the collected copy back, before any failure is known."""
+    c = ConsumerSet(1, {0: 0, 1: 0}, SITES, np.full((2, 3), RACE, np.int8),
+                    np.ones((2, 3, 2), bool), SCHEMA, keep=1, stall=0.3)
+    for k in range(1, GC_CLAIMS + 1):
+        c.on_data(frame(0, 1, k), 3)
+    assert c.pruned[:, 0, 0].all() and c.collected == 2
+    assert c.on_tick(0.0) == []  # every stream seen for the first time
+    c.on_data(frame(2, 0, 30), 2)  # p = 2 moves; p = 0 (hung sender) and p = 1 do not
+    assert c.on_tick(0.2) == []  # not stall long yet
+    c.on_data(frame(2, 0, 40), 2)
+    out = c.on_tick(0.35)
+    # p = 0 and p = 1 stood still 0.35 s while p = 2 moved; only p = 0 has a collected copy
+    assert rejoins(out) == [(1, 0, 0, 0, 0, 16, True, True), (1, 0, 0, 1, 0, 16, True, True)]
+    assert not c.pruned.any() and c.revived == 2 and c.on_tick(0.5) == []
+
+
+def test_streams_that_all_stand_still_revive_nothing() -> None:
+    """A pause of the input stops every stream at once: nothing is behind the others."""
+    c = ConsumerSet(1, {0: 0, 1: 0}, SITES, np.full((2, 3), RACE, np.int8),
+                    np.ones((2, 3, 2), bool), SCHEMA, keep=1, stall=0.3)
+    for k in range(1, GC_CLAIMS + 1):
+        c.on_data(frame(0, 1, k), 3)
+    c.on_tick(0.0)
+    assert c.on_tick(5.0) == [] and c.pruned[:, 0, 0].all()
