@@ -346,8 +346,8 @@ class ConsumerSet:
     def _collect(self, qi: np.ndarray, p: np.ndarray) -> list[Outgoing]:
         """Streams (qi, p) (distinct) whose copies made ``GC_CLAIMS`` first claims since the
         last look: keep the ``keep`` live complete copies that won most (the lower copy on
-        a tie), stop the others. A stream with a copy still rejoining (its frames ignored
-        until its ``Rejoined``: it cannot win yet) waits for the next window."""
+        a tie), stop the others. A stream with a live copy still rejoining (its frames
+        ignored until its ``Rejoined``: it cannot win yet) waits for the next window."""
         ripe = self.wins[qi, p].sum(axis=1) >= GC_CLAIMS
         if not ripe.any():
             return []
@@ -356,7 +356,8 @@ class ConsumerSet:
             wins = self.wins[i, pp].copy()
             self.wins[i, pp] = 0
             live = self.ack_to[i, pp] & self.complete[pp] & ~self.pruned[i, pp]
-            if live.sum() <= self.keep or (self.rejoining[i, pp] != NO_SITE).any():
+            # (a copy struck off while rejoining keeps its mark until it rejoins again)
+            if live.sum() <= self.keep or (live & (self.rejoining[i, pp] != NO_SITE)).any():
                 continue
             ranked = [r for r in np.argsort(-wins, kind="stable").tolist() if live[r]]
             for r in ranked[self.keep:]:
@@ -387,7 +388,10 @@ class ConsumerSet:
         """The host's clock (every heartbeat): revival on delay (Section V-C). A stream of an
         installed copy with collected producer copies that has not moved for ``stall`` while
         another stream of the same copy has, past it (so the input flows, and its senders
-        are hung or far behind), takes every collected live complete copy back at once. The next
+        are hung or so far behind that they stand still), takes every collected live
+        complete copy back at once. A kept sender that slows down but keeps moving is not
+        replaced, and a copy with one input stream (or whose every kept sender is on the
+        hung site) has nothing to compare with: it waits for the failure. The next
         window judges the copies again: a hung one then wins nothing and is collected."""
         if not self.keep:
             return []

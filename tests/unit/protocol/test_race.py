@@ -385,3 +385,19 @@ def test_streams_that_all_stand_still_revive_nothing() -> None:
         c.on_data(frame(0, 1, k), 3)
     c.on_tick(0.0)
     assert c.on_tick(5.0) == [] and c.pruned[:, 0, 0].all()
+
+
+def test_a_copy_struck_off_while_rejoining_does_not_stop_the_judging() -> None:
+    """Found in review: a copy revived (``Rejoin`` with send) whose site fails before its
+    ``Rejoined`` keeps its ``rejoining`` mark; the stream's other copies are judged all
+    the same."""
+    sites = np.array([[1, 3, 5], [1, 3, 5], [2, 4, 5]], np.int32)
+    c = ConsumerSet(1, {0: 0, 1: 0}, sites, np.full((2, 3), RACE, np.int8),
+                    np.ones((2, 3, 3), bool), SCHEMA, keep=1)
+    c.rejoining[:, 0, 2] = 5  # copy 2 of p = 0 was asked to send; site 5 then fails
+    dead = np.zeros((3, 3), bool)
+    dead[:, 2] = True
+    c.on_fail(dead)
+    for k in range(1, GC_CLAIMS + 1):
+        c.on_data(frame(0, 1, k), 3)
+    assert c.pruned[:, 0].tolist() == [[True, False, False], [True, False, False]]
