@@ -154,6 +154,10 @@ def summary(metrics: dict[str, Any], title: str = "run summary") -> Table:
         short = max(mv.get("short_of_copies_s", 0.0) for mv in moves)
         t.add_row("moves", f"{len(moves)} ({m.get('balance_rounds', 0)} balancing rounds); "
                            f"longest short of copies {short:.3f} s")
+    gc = m.get("stream_replicas") or {}
+    if gc.get("keep"):  # --stream-replicas
+        t.add_row("streams", f"each copy keeps {gc['keep']} sender per input stream; "
+                             f"{gc['collected']:,} collected, {gc['revived']:,} revived")
     stalls = m.get("stalls", [])
     for stall in stalls[:SHOWN]:
         t.add_row("stall", f"at {stall['at_s']:.1f} s: {stall['message']}")

@@ -53,6 +53,15 @@ def test_each_failure_says_what_it_cost() -> None:
     assert "moves" not in text  # none: no line
 
 
+def test_collected_streams_are_counted_only_when_collecting() -> None:
+    run = busy_run(failures=0, moves=0, catch_ups=0)
+    assert not any(line.split()[:1] == ["streams"] for line in rendered(run))
+    run["stream_replicas"] = {"keep": 1, "collected": 2080, "revived": 12}
+    line = [li.strip().split(None, 1) for li in rendered(run, width=200) if "streams" in li]
+    assert line == [["streams", "each copy keeps 1 sender per input stream; 2,080 collected, "
+                                "12 revived"]], line
+
+
 def test_an_event_is_one_line_with_its_mark_and_time() -> None:
     e = RunEvent(at_s=3.04, kind="failure", site=1, detail="site 1 failed: lost")
     console = Console(width=200, record=True)
