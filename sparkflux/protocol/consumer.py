@@ -374,15 +374,20 @@ class ConsumerSet:
             return []
         can = self.ack_to & self.complete[None, :, :] & self.installed[:, None, None]
         need = np.minimum(self.keep, can.sum(axis=2)) - (can & ~self.pruned).sum(axis=2)
-        entries: list[tuple[int, int, int, bool, bool, int]] = []
-        for i, pp in zip(*np.nonzero(need > 0), strict=True):
-            back = np.flatnonzero(can[i, pp] & self.pruned[i, pp])[:need[i, pp]]
-            for r in back.tolist():
-                self.pruned[i, pp, r] = False
-                entries.append((int(self.producer_site[pp, r]), int(pp), r, True, True,
-                                int(i)))
+        collected = can & self.pruned
+        # per stream, its first ``need`` collected copies
+        return self._take_back(collected & (np.cumsum(collected, axis=2) <= need[:, :, None]))
+
+    def _take_back(self, back: np.ndarray) -> list[Outgoing]:
+        """Revive the collected copies ``back[qi, p, r]``: each gets a ``Rejoin`` with send
+        (and wait), so it resends what it holds above this copy's progress, then sends on."""
+        if not back.any():
+            return []
+        self.pruned[back] = False
+        entries = [(int(self.producer_site[p, r]), int(p), int(r), True, True, int(i))
+                   for i, p, r in zip(*np.nonzero(back), strict=True)]
         self.revived += len(entries)
-        return self._rejoins_rows(entries) if entries else []
+        return self._rejoins_rows(entries)
 
     def on_tick(self, now: float) -> list[Outgoing]:
         """The host's clock (every heartbeat): revival on delay (Section V-C). A stream of an
@@ -404,17 +409,8 @@ class ConsumerSet:
         can = self.ack_to & self.complete[None, :, :] & self.pruned
         stalled = behind & can.any(axis=2) & self.installed[:, None] \
             & (self.progress_sn < END_OF_STREAM)
-        if not stalled.any():
-            return []
-        entries: list[tuple[int, int, int, bool, bool, int]] = []
-        for i, pp in zip(*np.nonzero(stalled), strict=True):
-            for r in np.flatnonzero(can[i, pp]).tolist():
-                self.pruned[i, pp, r] = False
-                entries.append((int(self.producer_site[pp, r]), int(pp), r, True, True,
-                                int(i)))
-            self.wins[i, pp] = 0
-        self.revived += len(entries)
-        return self._rejoins_rows(entries)
+        self.wins[stalled] = 0
+        return self._take_back(can & stalled[:, :, None])
 
     # -- the order-preserving merge --------------------------------------------------------------
     def frontier(self, cap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

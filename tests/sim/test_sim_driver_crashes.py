@@ -72,20 +72,26 @@ def run_seed(base: Baseline, seed: int, race: bool = False) -> driver_crashes.In
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_driver_crashes_restart_from_the_newest_checkpoint_and_the_output_is_exact(
         baseline: Baseline, chunk: int) -> None:
-    seeds_ = chunk_of(SEEDS, CHUNKS, chunk)
+    restart_exactly(baseline, chunk_of(SEEDS, CHUNKS, chunk), from_cut_share=0.3)
+
+
+def restart_exactly(base: Baseline, seeds_: range, from_cut_share: float,
+                    race: bool = False) -> None:
+    """Every seed's output exact; not vacuous: the driver died in every seed, and at least
+    ``from_cut_share`` of the restarts went on from a cut."""
     failed, from_cut, restarts = [], 0, 0
     for seed in seeds_:
         try:
-            runs = run_seed(baseline, seed)
+            runs = run_seed(base, seed, race=race)
         except AssertionError as e:
             failed.append(str(e))
             continue
         restarts += len(runs.restarts)
         from_cut += sum(c >= 0 for c in runs.restarts)
     assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
-    # not vacuous: the driver died in every seed, and many restarts went on from a cut
     assert restarts >= len(seeds_)
-    assert from_cut >= 0.3 * restarts, f"only {from_cut} of {restarts} restarts from a cut"
+    assert from_cut >= from_cut_share * restarts, \
+        f"only {from_cut} of {restarts} restarts from a cut"
 
 
 def test_racing_copies_restart_from_the_newest_checkpoint_and_the_output_is_exact(
@@ -94,18 +100,7 @@ def test_racing_copies_restart_from_the_newest_checkpoint_and_the_output_is_exac
     holds its merge at the checkpoint's SN, its first live copy stores the part, and a
     restart starts every copy from the cut. Racing admits the input at its fastest copy's
     pace, so fewer checkpoints complete before the driver dies than under Flux-HA."""
-    failed, from_cut, restarts = [], 0, 0
-    for seed in range(SEEDS // 2):
-        try:
-            runs = run_seed(baseline, seed, race=True)
-        except AssertionError as e:
-            failed.append(str(e))
-            continue
-        restarts += len(runs.restarts)
-        from_cut += sum(c >= 0 for c in runs.restarts)
-    assert not failed, f"{len(failed)} failing seed(s):\n" + "\n".join(failed[:5])
-    assert restarts >= SEEDS // 2
-    assert from_cut >= 0.2 * restarts, f"only {from_cut} of {restarts} restarts from a cut"
+    restart_exactly(baseline, range(SEEDS // 2), from_cut_share=0.2, race=True)
 
 
 def caught(monkeypatch: pytest.MonkeyPatch, base: Baseline, symptom: str, name: str) -> None:
