@@ -41,6 +41,7 @@ from sparkflux.io.tentative_output import Op, with_op
 from sparkflux.model.validate import Rejected
 from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.messages import Outgoing
+from sparkflux.runtime import trace
 from sparkflux.runtime.causes import sink_failure
 
 if TYPE_CHECKING:
@@ -254,6 +255,8 @@ class Actions:
                 host.rows_digests[k].update(rows)
                 host.sink_rows[k] += rows.num_rows
             host.metrics.delivered(d.batch, now, d.correction, d.first)
+            if trace.TRACE is not None:
+                trace.TRACE.note("delivered", len(host.plan.stages), d.batch)
             host.stats.results_out = host.egress.delivered
             if host.eventual:
                 self._ops(d.batch, "insert")

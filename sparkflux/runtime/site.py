@@ -57,7 +57,7 @@ from sparkflux.protocol.site_boundary import (
     StateSent,
     from_link,
 )
-from sparkflux.runtime import failure_domain, handshake, site_door
+from sparkflux.runtime import failure_domain, handshake, site_door, trace
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
 from sparkflux.runtime.scheduler import PASS_S, PASS_TENTATIVE_S, PassBudget, Scheduler
@@ -150,6 +150,7 @@ class Site:
     def __init__(self, cfg: SiteConfig, plan: PhysicalPlan,
                  on_registered: Callable[[], None] | None = None) -> None:
         self.cfg = cfg
+        trace.named(f"site {cfg.site}")
         # Called once the registration is sent: from then on an error is the site's own
         # (``SiteError``), before it a start failure (``runtime/start_report.py``).
         self.on_registered = on_registered
@@ -266,6 +267,8 @@ class Site:
             for c in [*self.peers.values(), self.driver, self.control]:
                 c.close()
             server.close()
+            if trace.TRACE is not None:
+                trace.TRACE.write()
             if self.store is not None:
                 self.store.close()  # the parts being written finish: none is left half written
             if self.spill_store is not None:
@@ -396,6 +399,10 @@ class Site:
             if core is not None:
                 core.pass_rows = budget.rows(
                     PASS_TENTATIVE_S if core.tentative_open else PASS_S)
+            if trace.TRACE is not None:
+                for _, msg in items:
+                    if isinstance(msg, Data):
+                        trace.TRACE.note("pass", msg.stage, msg.batch)
             t = time.thread_time()
             self.handle(Frames(items))
             self.outbox.flush()

@@ -21,7 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkflux.runtime import handshake
+from sparkflux.protocol.messages import Data
+from sparkflux.runtime import handshake, trace
 from sparkflux.runtime.frames import FRAME_HEADER, FrameError, decode, encode, frame_size
 from sparkflux.runtime.handshake import Claim, Gate, HandshakeFailed
 from sparkflux.runtime.security import TLS_NAME, Security
@@ -98,9 +99,12 @@ class Connection:
         """The next frame, decoded; a frame that does not parse closes the connection."""
         kind, body = await self.recv()
         try:
-            return decode(kind, body, schema_of)
+            msg = decode(kind, body, schema_of)
         except FrameError as e:
             raise self._lost(f"sent a malformed frame ({e}): protocol error", e) from e
+        if trace.TRACE is not None and isinstance(msg, Data):
+            trace.TRACE.note("received", msg.stage, msg.batch)
+        return msg
 
     def _write(self, pieces: list[Any]) -> None:
         if self.closed or self.writer.is_closing():
@@ -136,6 +140,8 @@ class Connection:
             self._shut()
 
     def send(self, msg: Any) -> None:
+        if trace.TRACE is not None and isinstance(msg, Data):
+            trace.TRACE.note("sent", msg.stage, msg.batch)
         self._write(encode(msg))
 
     def buffered(self) -> int:
