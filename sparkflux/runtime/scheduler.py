@@ -3,9 +3,14 @@
 Frames read from the links queue in the inbox, bounded in frames and rows, so a site that
 falls behind stops reading and its senders' skew buffers (the DTSB) hold the rest. A pass
 takes everything queued at once (the thesis' FluxPooler: under load, many small inputs
-become one vectorized call), after letting input gather for a few milliseconds, so the
-per-pass cost is paid once for many small frames; a frame of take-over or catch-up (anything
-but data and acknowledgements) starts a pass at once. The busy time of a pass, counted as the
+become one vectorized call). While the site is busy, input gathers for a few milliseconds
+first, so the per-pass cost is paid once for many small frames. An idle site does not wait:
+without a ``--site-cpu`` cap, when its passes have filled less than ``IDLE_DUTY`` of its
+time lately (``Duty``), a frame starts a pass at once, so a row at low load waits for no
+timer, and batches grow with the load (Nagle's rule, for passes). A capped site always
+gathers: each pass must be worth its fixed cost, or its utilisation measures overhead. A
+frame of take-over or catch-up (anything but data and acknowledgements) starts a pass at
+once. The busy time of a pass, counted as the
 thread's CPU time (waiting for a core is not work), is charged against the ``--site-cpu``
 budget, which may then hold the next pass back.
 
@@ -34,6 +39,7 @@ PASS_S = 0.1  # a pass's budget: about this much work on each stage's released r
 PASS_TENTATIVE_S = 0.02  # ... while the site runs a tentative branch
 PASS_MIN_ROWS = 256  # ... but at least this many rows each pass (the per-pass cost)
 LINK_TURNS = 16  # event-loop turns between back-to-back passes (``_let_links_run``)
+IDLE_DUTY = 0.25  # an uncapped site whose passes fill less of its time than this does not gather
 INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
 # pass gathers, so a control frame behind them waits one short pass)
 
@@ -54,6 +60,7 @@ class Scheduler:
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
         self._first_at = 0.0
+        self.duty = Duty()
         self._throttle_until = 0.0
         self.busy_s = 0.0
         self.passes = 0  # passes run (busy_s / passes: the cost of a pass)
@@ -65,6 +72,8 @@ class Scheduler:
         while bounded and (len(self.inbox) >= INBOX_FRAMES or self._rows >= self.inbox_rows):
             self._room.clear()
             await self._room.wait()
+        if not self.inbox:
+            self._first_at = self._gather_from(time.perf_counter())
         self.inbox.append(item)
         self._rows += rows
         self._urgent = self._urgent or urgent
@@ -78,7 +87,6 @@ class Scheduler:
             if not self.inbox and not more:
                 self._ready.clear()
                 await self._ready.wait()
-                self._first_at = time.perf_counter()
             gather_s = self.gather_s(self.cap.cap if self.cap is not None else 1.0)
             wait = self._first_at + gather_s - time.perf_counter()
             while (not more and wait > 0 and len(self.inbox) < INBOX_FRAMES // 2
@@ -94,6 +102,7 @@ class Scheduler:
                 if self.cap is not None:
                     self.cap.slept_for(time.perf_counter())
             t = time.thread_time()
+            began = time.perf_counter()
             items = list(self.inbox)
             self.inbox.clear()
             self._rows = 0
@@ -108,8 +117,17 @@ class Scheduler:
                 sleep = self.cap.spend(now, busy)
                 if sleep:
                     self._throttle_until = max(self._throttle_until, now + sleep)
-            self._first_at = time.perf_counter()
+            ended = time.perf_counter()
+            self.duty.observe(began, ended)
+            self._first_at = self._gather_from(ended)  # for what came during the pass
             await self._let_links_run(more)
+
+    def _gather_from(self, now: float) -> float:
+        """When the gathering for a frame queued ``now`` counts from: now, or, for an idle
+        uncapped site, far enough back that the time is already up."""
+        if self.cap is None and self.duty.value(now) < IDLE_DUTY:
+            return now - self.gather_s(1.0)
+        return now
 
     async def _let_links_run(self, more: bool) -> None:
         """Let the readers and writers run before the next pass. The links' buffers are small
@@ -142,6 +160,34 @@ class Scheduler:
     @property
     def slept_s(self) -> float:
         return self.cap.slept if self.cap is not None else 0.0
+
+
+class Duty:
+    """The share of a site's recent time its passes took (wall time, waiting for a core
+    included: what a frame arriving meanwhile waits for): decaying sums of the passes'
+    durations and of the time from one pass's start to the next's."""
+
+    DECAY = 0.8
+
+    def __init__(self) -> None:
+        self._busy = 0.0
+        self._span = 0.0
+        self._last: float | None = None
+
+    def observe(self, began: float, ended: float) -> None:
+        """A pass ran from ``began`` to ``ended``."""
+        if self._last is not None:
+            self._busy = self.DECAY * self._busy + (ended - began)
+            self._span = self.DECAY * self._span + (ended - self._last)
+        self._last = ended
+
+    def value(self, now: float | None = None) -> float:
+        """The duty cycle, the time since the last pass counting as idle."""
+        if self._last is None:
+            return 0.0
+        idle = (time.perf_counter() if now is None else now) - self._last
+        span = self._span + idle
+        return self._busy / span if span > 0 else 0.0
 
 
 class PassBudget:

@@ -2,7 +2,7 @@
 
 A row's age is the time since the ingress admitted it (its ``_t0`` column, the one the
 egress measures latency with). When the environment names a directory in
-``SPARKFLUX_TRACE`` (``bench/profile.py`` sets it before Spark starts, so the sites, which
+``SPARKFLUX_TRACE`` (``bench/profiler.py`` sets it before Spark starts, so the sites, which
 inherit the driver's environment in local mode, trace too), every process adds up the ages
 of the rows of each data frame at each point it passes:
 

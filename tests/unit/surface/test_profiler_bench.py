@@ -1,4 +1,4 @@
-"""bench/profile.py's accounting: each sampled stack is charged to the stage of its innermost
+"""bench/profiler.py's accounting: each sampled stack is charged to the stage of its innermost
 sparkflux frame (library and user code charged to their caller, the event loop's own waiting
 to ``event loop``), and a real py-spy recording of a process is read and drawn."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-spec = importlib.util.spec_from_file_location("profile_bench", ROOT / "bench" / "profile.py")
+spec = importlib.util.spec_from_file_location("profile_bench", ROOT / "bench" / "profiler.py")
 assert spec is not None and spec.loader is not None
 prof = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(prof)

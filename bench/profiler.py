@@ -1,6 +1,6 @@
 """Where a tuple's time goes: sampling profiles of the driver and of one site during a run.
 
-    .venv/bin/python bench/profile.py [--workload netmon|q0..q8] [--ha flux] [--events N]
+    .venv/bin/python bench/profiler.py [--workload netmon|q0..q8] [--ha flux] [--events N]
                                       [--rate R] [--site 1] [--hz 250] [--out out/profile]
 
 Runs one named workload (``netmon``: ``examples/netmon.py``; ``qN``: Nexmark query N of
@@ -48,9 +48,6 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-# This file's name is the standard library's ``profile`` (which cProfile, and so pyspark,
-# imports): its directory must not come first on the path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
 sys.path.insert(0, str(ROOT))
 
 from sparkflux.cli import run_args  # noqa: E402
