@@ -10,9 +10,8 @@ time lately (``Duty``), a frame starts a pass at once, so a row at low load wait
 timer, and batches grow with the load (Nagle's rule, for passes). A capped site always
 gathers: each pass must be worth its fixed cost, or its utilisation measures overhead. A
 frame of take-over or catch-up (anything but data and acknowledgements) starts a pass at
-once. The busy time of a pass, counted as the
-thread's CPU time (waiting for a core is not work), is charged against the ``--site-cpu``
-budget, which may then hold the next pass back.
+once. The busy time of a pass, counted as the thread's CPU time (waiting for a core is not
+work), is charged against the ``--site-cpu`` budget, which may then hold the next pass back.
 
 A pass has a time budget too (``PassBudget``): the core releases about as many rows per
 stage as the measured cost per row allows in ``PASS_S``, and when it held ready rows back
@@ -119,7 +118,9 @@ class Scheduler:
                     self._throttle_until = max(self._throttle_until, now + sleep)
             ended = time.perf_counter()
             self.duty.observe(began, ended)
-            self._first_at = self._gather_from(ended)  # for what came during the pass
+            # (a pass runs whole, so nothing came meanwhile: ``put`` sets the gathering's
+            # start again for the next frame that finds the inbox empty)
+            self._first_at = self._gather_from(ended)
             await self._let_links_run(more)
 
     def _gather_from(self, now: float) -> float:
@@ -165,7 +166,7 @@ class Scheduler:
 class Duty:
     """The share of a site's recent time its passes took (wall time, waiting for a core
     included: what a frame arriving meanwhile waits for): decaying sums of the passes'
-    durations and of the time from one pass's start to the next's."""
+    durations and of the time from one pass's end to the next's."""
 
     DECAY = 0.8
 
