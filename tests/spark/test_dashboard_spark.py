@@ -61,7 +61,13 @@ def test_progress_prometheus_and_the_dashboard_tell_a_kill(netmon: Any, spark: A
         while not any(e.kind == "caught-up" for e in query.events):
             assert time.monotonic() < deadline, query.events
             assert not query.await_termination(0.2), "ended before the catch-up"
+        # The sites' roles are the last progress interval's: wait for the interval that
+        # ends after the catch-up (the scrape right after it may still show site 1 failed).
         series = scrape(f"{board.url}/metrics")
+        while sum(v for (name, _), v in series.items() if name == "sparkflux_site_up") < 4:
+            assert time.monotonic() < deadline, series
+            assert not query.await_termination(0.2), "ended before a progress interval"
+            series = scrape(f"{board.url}/metrics")
         page = rendered(board.url)
         progress = query.last_progress
     finally:
