@@ -34,8 +34,8 @@ OUT = ROOT / "out" / "ab"
 
 
 def flatten(doc: Any, path: str = "") -> dict[str, float]:
-    """Every number in a JSON document by its path (``3.p50``, ``tps.none.0``); a list of
-    objects with a ``workload``/``mode``/``rate``-like label is keyed by index."""
+    """Every number in a JSON document by its path (``3.p50``, ``tps.none.0``): a list's
+    items by their index (``labels`` says what a row of objects is)."""
     out: dict[str, float] = {}
     if isinstance(doc, bool):
         return out

@@ -224,15 +224,9 @@ def age_table(directory: Path) -> Table:
             continue
         mean = p["age_sum"] / p["rows"] * 1e3
         where = "egress" if stage == last else f"stage {stage}"
-        if point == "sent":
-            by = "ingress" if stage == 0 else f"stage {stage - 1}"
-            label = f"sent by {by}"
-        elif point == "received":
-            label = "received"
-        elif point == "pass":
-            label = "taken by a pass"
-        else:
-            label = "delivered to the sink"
+        label = {"sent": f"sent by {'ingress' if stage == 0 else f'stage {stage - 1}'}",
+                 "received": "received", "pass": "taken by a pass",
+                 "delivered": "delivered to the sink"}[point]
         table.add_row(where, label, f"{p['rows']:,}", f"{mean:.2f}",
                       f"{trace.percentile(p['hist'], 50) * 1e3:.2f}",
                       f"{trace.percentile(p['hist'], 99) * 1e3:.2f}", f"{mean - before:+.2f}")
@@ -241,7 +235,7 @@ def age_table(directory: Path) -> Table:
 
 
 class Sampler:
-    """py-spy on one process, from ``start`` until ``stop`` (SIGINT makes it write)."""
+    """py-spy on one process, from its creation until ``stop`` (SIGINT makes it write)."""
 
     def __init__(self, pid: int, out: Path, hz: int) -> None:
         self.out = out
@@ -250,7 +244,6 @@ class Sampler:
              "--format", "raw", "--rate", str(hz), "--full-filenames", "--nonblocking",
              "--output", str(out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.started = time.perf_counter()
 
     def stop(self) -> list[tuple[list[str], int]]:
         if self.proc.poll() is None:

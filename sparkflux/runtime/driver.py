@@ -40,7 +40,6 @@ from sparkflux.protocol import control_messages as cm
 from sparkflux.protocol.egress import Egress
 from sparkflux.protocol.ingress import Ingress
 from sparkflux.protocol.messages import CuStart
-from sparkflux.runtime import trace
 from sparkflux.runtime.causes import cause, sink_failure
 from sparkflux.runtime.dashboard import Dashboard
 from sparkflux.runtime.driver_actions import Actions
@@ -81,7 +80,6 @@ class Host:
                  opened: list[Sink] | None = None, restored: Restored | None = None) -> None:
         self.plan = plan
         self.cfg = cfg
-        trace.named("driver")
         self.announce = announce or log.info  # the run's milestones, for the user
         self.security = cfg.security or make_security(secrets.token_bytes(32))
         self.gate = Gate(self.security.secret, lambda: (DRIVER_ID, 0),

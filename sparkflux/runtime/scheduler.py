@@ -116,11 +116,9 @@ class Scheduler:
                 sleep = self.cap.spend(now, busy)
                 if sleep:
                     self._throttle_until = max(self._throttle_until, now + sleep)
-            ended = time.perf_counter()
-            self.duty.observe(began, ended)
-            # (a pass runs whole, so nothing came meanwhile: ``put`` sets the gathering's
-            # start again for the next frame that finds the inbox empty)
-            self._first_at = self._gather_from(ended)
+            # a pass runs whole, so the inbox is empty now: ``put`` starts the gathering
+            # of the next frame
+            self.duty.observe(began, time.perf_counter())
             await self._let_links_run(more)
 
     def _gather_from(self, now: float) -> float:

@@ -150,7 +150,6 @@ class Site:
     def __init__(self, cfg: SiteConfig, plan: PhysicalPlan,
                  on_registered: Callable[[], None] | None = None) -> None:
         self.cfg = cfg
-        trace.named(f"site {cfg.site}")
         # Called once the registration is sent: from then on an error is the site's own
         # (``SiteError``), before it a start failure (``runtime/start_report.py``).
         self.on_registered = on_registered

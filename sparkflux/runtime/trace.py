@@ -42,7 +42,6 @@ class AgeTrace:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.role = f"pid {os.getpid()}"
         self.points: dict[tuple[str, int], dict[str, Any]] = {}
         self._written = 0.0
 
@@ -67,7 +66,7 @@ class AgeTrace:
     def write(self) -> None:
         """Rewrite this process's file (a rename: a reader never sees half of it)."""
         self._written = time.time()
-        doc = {"role": self.role, "points": [
+        doc = {"points": [
             {"point": point, "stage": stage, "rows": p["rows"], "age_sum": p["age_sum"],
              "hist": p["hist"].tolist()} for (point, stage), p in self.points.items()]}
         tmp = self.path.with_suffix(".tmp")
@@ -113,12 +112,6 @@ def path_order(points: dict[tuple[str, int], Any]) -> list[tuple[str, int]]:
     handed to a pass, then the egress's input sent, received and delivered."""
     order = {"sent": 0, "received": 1, "pass": 2, "delivered": 3}
     return sorted(points, key=lambda k: (k[1], order[k[0]]))
-
-
-def named(role: str) -> None:
-    """This process's role in the trace's file (``driver``, ``site 2``)."""
-    if TRACE is not None:
-        TRACE.role = role
 
 
 def percentile(hist: list[int] | np.ndarray, q: float) -> float:

@@ -52,7 +52,6 @@ def test_ages_are_added_up_per_point_and_stage_across_processes(tmp_path: Path) 
 
 def test_a_process_rewrites_its_file_whole(tmp_path: Path) -> None:
     t = trace.AgeTrace(tmp_path / "7.json")
-    t.role = "site 3"
     t.note("sent", 0, batch_aged(0.002), NOW)
     t.write()
     t.note("sent", 0, batch_aged(0.002), NOW)
