@@ -56,6 +56,7 @@ from sparkflux.runtime.pacing import total
 from sparkflux.runtime.progress_log import ProgressLog
 from sparkflux.runtime.restore import Restored
 from sparkflux.runtime.run_config import LiveStats, RunConfig, RunFailed
+from sparkflux.runtime.scheduler import RESEND_S, batch_delay
 from sparkflux.runtime.security import make_security
 from sparkflux.runtime.site import schemas_of
 from sparkflux.runtime.site_load import site_load
@@ -517,10 +518,11 @@ class Host:
                     return
 
     async def _flusher(self) -> None:
-        """The ingress's DTSB flushed every 5 ms: what a connection could not take, sent
-        once it can."""
+        """The ingress's DTSB flushed every ``RESEND_S`` (at most ``--max-batch-delay``):
+        what a connection could not take, sent once it can."""
+        every = batch_delay(RESEND_S, self.cfg.max_batch_delay)
         while True:
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(every)
             self.outbox.flush()
 
     def abort(self, reason: str) -> None:

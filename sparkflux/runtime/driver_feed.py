@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from sparkflux.control.boundary import Input, InputEnd
 from sparkflux.control.watchdog import pool_reason, window_reason
 from sparkflux.runtime.causes import cause
-from sparkflux.runtime.pacing import WAIT, PacedBuffer, SourceFeed
+from sparkflux.runtime.pacing import FLUSH_S, WAIT, PacedBuffer, SourceFeed
+from sparkflux.runtime.scheduler import batch_delay
 from sparkflux.runtime.transport import ConnectionLost
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Feed:
         cfg = host.cfg
         if cfg.rate:
             buffer = PacedBuffer(source, cfg.rate, cfg.ingress_buffer, host.stats,
-                                 flush_s=cfg.flush_ms / 1000)
+                                 flush_s=batch_delay(FLUSH_S, cfg.max_batch_delay))
             pump = asyncio.create_task(buffer.produce())
             take: Callable[[], Any] = buffer.take
         else:

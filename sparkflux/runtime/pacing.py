@@ -21,6 +21,8 @@ from sparkflux.runtime.run_config import LiveStats
 
 log = logging.getLogger(__name__)
 
+FLUSH_S = 0.02  # a push source's records wait at most this long for admission (a batch)
+TICK_S = 0.005  # a push source's records arrive this often (or every flush, if shorter)
 DROPS_QUIET_S = 1.0  # a run of drops ends after this long without one
 
 WAIT = object()  # nothing to admit yet: the feed waits idly and asks again
@@ -225,7 +227,7 @@ class PacedBuffer:
     """
 
     def __init__(self, source: SourceFeed, rate: float, capacity: int, stats: LiveStats,
-                 flush_rows: int = 8192, flush_s: float = 0.02) -> None:
+                 flush_rows: int = 8192, flush_s: float = FLUSH_S) -> None:
         self.source = source
         source.slice_rows = max(64, int(rate * SLICE_S / max(1, source.sources)))
         self.rate = rate
@@ -321,7 +323,7 @@ class PacedBuffer:
             if (self._drops_since is not None
                     and time.monotonic() - self._last_drop >= DROPS_QUIET_S):
                 self._drops_end(f"none for {DROPS_QUIET_S:g} s")
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(min(TICK_S, self.flush_s))
 
     def take(self) -> Any:
         """Everything buffered, once it fills a batch or the flush interval has passed, as

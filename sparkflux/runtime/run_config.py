@@ -71,7 +71,9 @@ class RunConfig:
     squeezes: tuple[Squeeze, ...] = ()  # --squeeze
     site_memory: float | None = Opts.site_memory  # --site-memory (MB; None: derived or none)
     policy: str = Opts.policy  # --policy: cpu | memory | hybrid
-    flush_ms: float = 20.0
+    # --max-batch-delay (ms; None: each hop's own): caps the ingress's flush, the sites'
+    # gathering and the resend of held frames
+    max_batch_delay: float | None = Opts.max_batch_delay
     spares: int = Opts.spare_sites  # standby sites launched up front (--spare-sites)
     site_cpu: float | None = Opts.site_cpu  # --site-cpu: each site's busy-time cap
     slows: tuple[Slow, ...] = ()  # --slow
@@ -125,6 +127,7 @@ class RunConfig:
             balance=o.balance, delta_min=o.balance_delta_min,
             window_s=o.balance_window,
             standby_wait=o.standby_wait, tls=o.tls, max_frame_mb=o.max_frame_mb,
+            max_batch_delay=o.max_batch_delay,
             checkpoint=o.checkpoint, checkpoint_interval=o.checkpoint_interval,
             checkpoint_keep=o.checkpoint_keep,
             wan=WanModel.load(o.wan, o.sites) if o.wan is not None else None,

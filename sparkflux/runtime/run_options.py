@@ -51,6 +51,7 @@ HEARTBEAT_INTERVAL_S: float = SiteConfig.heartbeat_interval
 MIN_HEARTBEAT_TIMEOUT_S: float = max(2.0, 20 * HEARTBEAT_INTERVAL_S)
 # The smallest --link-timeout: twice the longest a site's loop was seen late (0.46 s).
 MIN_LINK_TIMEOUT_S: float = 1.0
+MIN_BATCH_DELAY_MS: float = 0.5  # the shortest --max-batch-delay
 FLUX_REPLICAS = 2  # the copies --ha flux keeps of every partition unless --replicas says
 
 
@@ -200,6 +201,12 @@ class RunOptions:
     max_frame_mb: float | None = option(
         None, "the largest frame a data or control connection accepts (default 256; a larger "
               "frame closes the connection as a protocol error)", metavar="MB")
+    max_batch_delay: float | None = option(
+        None, "the longest a record waits for its batch to fill at any hop: the push "
+              "source's admission (default 20 ms), a busy site's gathering before a pass "
+              "(default 10 ms; 50 under --site-cpu) and the resend of frames held for a full "
+              "connection (5 ms); an idle site never gathers. Lower trades throughput at load "
+              "for latency", metavar="MS")
     heartbeat_timeout: float = option(
         HEARTBEAT_TIMEOUT_S, f"seconds without a heartbeat before a site counts as failed "
         f"(hung); at least {MIN_HEARTBEAT_TIMEOUT_S:.1f} (a busy site's heartbeats can be a "
@@ -305,6 +312,8 @@ class RunOptions:
         self._set("cut_source", tuple(parse_cut_source(str(c)) for c in self.cut_source))
         self._set("heartbeat_timeout", heartbeat_timeout_option(self.heartbeat_timeout))
         self._set("link_timeout", link_timeout_option(self.link_timeout))
+        if self.max_batch_delay is not None:
+            self._set("max_batch_delay", max_batch_delay_option(self.max_batch_delay))
         site_cpu_option(self.site_cpu)
         self._set("slow", tuple(parse_slow(str(s), sites) for s in self.slow))
         self._set("tls", bool(self.tls))
@@ -519,6 +528,18 @@ def link_timeout_option(value: float) -> float:
         raise PlanError(f"--link-timeout {value} is too short: a site that is merely busy can "
                         f"leave its links quiet for half a second and would be excluded as cut "
                         f"off; use at least {least}")
+    return float(value)
+
+
+def max_batch_delay_option(value: float) -> float:
+    """``--max-batch-delay``: milliseconds, at least ``MIN_BATCH_DELAY_MS`` (below it a timer
+    wakes more often than the event loop can serve it, and every pass carries a row or two)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"--max-batch-delay {value!r}: give milliseconds, at least "
+                        f"{MIN_BATCH_DELAY_MS:g}")
+    if not value >= MIN_BATCH_DELAY_MS:
+        raise PlanError(f"--max-batch-delay {value} is too short: batches of a row or two cost "
+                        f"a pass and a frame each; use at least {MIN_BATCH_DELAY_MS:g} ms")
     return float(value)
 
 

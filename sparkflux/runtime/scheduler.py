@@ -39,8 +39,15 @@ PASS_TENTATIVE_S = 0.02  # ... while the site runs a tentative branch
 PASS_MIN_ROWS = 256  # ... but at least this many rows each pass (the per-pass cost)
 LINK_TURNS = 16  # event-loop turns between back-to-back passes (``_let_links_run``)
 IDLE_DUTY = 0.25  # an uncapped site whose passes fill less of its time than this does not gather
+RESEND_S = 0.005  # held frames (the DTSB's) are offered to their connection this often
 INBOX_FRAMES = 64  # frames read ahead of the scheduler, at most (and rows: twice what a
 # pass gathers, so a control frame behind them waits one short pass)
+
+
+def batch_delay(default_s: float, cap_ms: float | None) -> float:
+    """A hop's coalescing time: its own ``default_s``, at most the user's
+    ``--max-batch-delay`` ``cap_ms`` (milliseconds; None: no cap)."""
+    return default_s if cap_ms is None else min(default_s, cap_ms / 1000)
 
 
 class Scheduler:

@@ -60,7 +60,14 @@ from sparkflux.protocol.site_boundary import (
 from sparkflux.runtime import failure_domain, handshake, site_door, trace
 from sparkflux.runtime.handshake import Claim, Gate
 from sparkflux.runtime.outbox import Outbox, rows_of
-from sparkflux.runtime.scheduler import PASS_S, PASS_TENTATIVE_S, PassBudget, Scheduler
+from sparkflux.runtime.scheduler import (
+    PASS_S,
+    PASS_TENTATIVE_S,
+    RESEND_S,
+    PassBudget,
+    Scheduler,
+    batch_delay,
+)
 from sparkflux.runtime.security import Security
 from sparkflux.runtime.site_actions import Actions
 from sparkflux.runtime.site_door import Door
@@ -117,13 +124,15 @@ class SiteConfig:
     checkpoint: str | None = None  # --checkpoint: the snapshot store's URI (parts go there)
     restore: int = -1  # the checkpoint the site's first view starts from (-1: none)
     memory: int | None = None  # --site-memory: the budget in bytes (``protocol/memory.py``)
+    max_batch_delay: float | None = None  # --max-batch-delay (ms): caps the gathering
 
     def gather_s(self, cap: float) -> float:
         """How long the scheduler lets input gather at capacity ``cap`` (the current one:
         ``--slow`` changes it): long enough under a capacity cap that a pass's fixed cost is
         a small part of the budget and utilisation measures load, not per-pass overhead;
-        short otherwise (latency)."""
-        return max(GATHER_S, GATHER_CPU_S / cap) if self.cpu_cap else GATHER_UNCAPPED_S
+        short otherwise (latency); never above ``--max-batch-delay``."""
+        own = max(GATHER_S, GATHER_CPU_S / cap) if self.cpu_cap else GATHER_UNCAPPED_S
+        return batch_delay(own, self.max_batch_delay)
 
     @property
     def gather_rows(self) -> int:
@@ -426,8 +435,9 @@ class Site:
 
     async def _flusher(self) -> None:
         """Hand held frames to connections that drained (the DTSB's release)."""
+        every = batch_delay(RESEND_S, self.cfg.max_batch_delay)
         while True:
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(every)
             self.outbox.flush()
 
     async def _linger(self) -> None:

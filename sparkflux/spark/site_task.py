@@ -41,6 +41,7 @@ class SiteSettings:
     race: bool = False  # --ha race
     wan: Any = None  # --wan: the links' model (``runtime/wan.py``), and the run's start
     wan_start: float = 0.0
+    max_batch_delay: float | None = None  # --max-batch-delay (ms)
 
     @classmethod
     def of(cls, cfg: Any, controller: tuple[str, int], site_bind: str) -> SiteSettings:
@@ -52,7 +53,8 @@ class SiteSettings:
                    replicas=cfg.replicas, cpu_cap=cfg.site_cpu, link_timeout=cfg.link_timeout,
                    checkpoint=cfg.checkpoint, restore=cfg.restore,
                    memory=None if cfg.site_memory is None else int(cfg.site_memory * (1 << 20)),
-                   race=cfg.ha == "race", wan=cfg.wan, wan_start=cfg.wan_start)
+                   race=cfg.ha == "race", wan=cfg.wan, wan_start=cfg.wan_start,
+                   max_batch_delay=cfg.max_batch_delay)
 
 
 def make_site_task(blob: bytes, settings: SiteSettings
@@ -81,7 +83,7 @@ def make_site_task(blob: bytes, settings: SiteSettings
                              security=s.security, replicas=s.replicas, cpu_cap=s.cpu_cap,
                              link_timeout=s.link_timeout, checkpoint=s.checkpoint,
                              restore=s.restore, memory=s.memory, race=s.race, wan=s.wan,
-                             wan_start=s.wan_start)
+                             wan_start=s.wan_start, max_batch_delay=s.max_batch_delay)
             plan = cloudpickle.loads(blob)  # the dataflow's operators, rebuilt here
             yield run_site(cfg, plan, guard.registered)
 

@@ -49,6 +49,19 @@ def test_a_killed_site_loses_duplicates_and_reorders_nothing(
     assert m["failures"][0]["detected_after_s"] < 1.0  # connection loss, not a timeout
 
 
+@pytest.mark.parametrize("ha,kill", [("none", []), ("flux", ["2@input+150000"])],
+                         ids=["none", "flux-kill"])
+def test_the_max_batch_delay_changes_no_row(netmon: Any, spark: Any,
+                                            expected: tuple[str, int], ha: str,
+                                            kill: list[str]) -> None:
+    """``--max-batch-delay 1``: every hop's batching capped at 1 ms (smaller batches, more
+    passes and frames) gives the same rows, with one copy and through a kill."""
+    m = run_flux(netmon, spark, ha=ha, kill=kill, max_batch_delay=1.0)
+    assert [f["site"] for f in m["failures"]] == ([2] if kill else [])
+    assert m["ingress_dropped"] == 0
+    assert (m["output_digest"], m["output_tuples"]) == expected
+
+
 def test_a_site_cut_off_while_alive_is_excluded_within_the_link_timeout(
         netmon: Any, spark: Any, expected: tuple[str, int]) -> None:
     """A partial partition (``--isolate``: its peer and driver links' packets dropped; the

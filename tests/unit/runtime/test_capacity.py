@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sparkflux.runtime.capacity import CpuCap
@@ -71,6 +73,11 @@ def test_a_capped_site_gathers_until_a_pass_is_worth_its_fixed_cost() -> None:
                       bind_host="h", advertise_host="h", security=SEC)
     assert free.gather_s(1.0) == pytest.approx(0.01)
     assert free.gather_rows == 8192 and free.inbox_rows == 16384
+    # --max-batch-delay (ms) caps the gathering, capped site or not; a larger one leaves it
+    short = replace(free, max_batch_delay=2.0)
+    assert short.gather_s(1.0) == pytest.approx(0.002)
+    assert replace(capped, max_batch_delay=2.0).gather_s(0.1) == pytest.approx(0.002)
+    assert replace(free, max_batch_delay=50.0).gather_s(1.0) == pytest.approx(0.01)
 
 
 def test_a_bad_balance_window_fails_fast_with_what_to_change() -> None:

@@ -3,6 +3,7 @@ that says what to change."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from sparkflux.options import (
     run_config,
 )
 from sparkflux.runtime.fault_specs import Admitted, KillAt, KillInMove
+from sparkflux.runtime.security import Security
 from sparkflux.runtime.site import SiteConfig
 from sparkflux.spark import launcher
 from tests.conftest import ROOT
@@ -110,6 +112,29 @@ def test_the_link_timeout_defaults_to_its_floor_and_refuses_less() -> None:
     with pytest.raises(PlanError, match=r"--link-timeout 0\.2 is too short: a site that is "
                                         r"merely busy .* use at least 1\.0$"):
         run_config(link_timeout=0.2)
+
+
+def test_the_max_batch_delay_caps_every_hop_and_refuses_too_little() -> None:
+    """--max-batch-delay reaches the ingress's flush, the sites' gathering and the resend
+    of held frames, in milliseconds; below half a millisecond it fails fast."""
+    from sparkflux.runtime.pacing import FLUSH_S
+    from sparkflux.runtime.scheduler import RESEND_S, batch_delay
+    from sparkflux.spark.site_task import SiteSettings
+
+    assert run_config().max_batch_delay is None
+    cfg = run_config(max_batch_delay=2)
+    assert cfg.max_batch_delay == 2.0
+    assert batch_delay(FLUSH_S, cfg.max_batch_delay) == pytest.approx(0.002)
+    assert batch_delay(RESEND_S, cfg.max_batch_delay) == pytest.approx(0.002)
+    assert batch_delay(RESEND_S, 50.0) == RESEND_S  # a cap above a hop's own leaves it
+    assert batch_delay(FLUSH_S, None) == FLUSH_S
+    sec = replace(cfg, security=Security(secret=b"s" * 32))
+    assert SiteSettings.of(sec, ("h", 1), "h").max_batch_delay == 2.0
+    with pytest.raises(PlanError, match=r"--max-batch-delay 0\.1 is too short: .* use at "
+                                        r"least 0\.5 ms$"):
+        run_config(max_batch_delay=0.1)
+    with pytest.raises(PlanError, match=r"--max-batch-delay 'soon': give milliseconds"):
+        run_config(max_batch_delay="soon")
 
 
 def test_a_kill_timed_by_the_input_admitted() -> None:
