@@ -258,10 +258,11 @@ class Sampler:
         return read_stacks(self.out.read_text())
 
 
-def workload(name: str, events: int, ha: str, rate: float | None) -> tuple[Any, Any]:
+def workload(name: str, events: int, ha: str, rate: float | None,
+             max_batch_delay: float | None = None) -> tuple[Any, Any]:
     """The example module and its arguments for workload ``name``."""
     common: dict[str, Any] = {"events": events, "sites": SITES, "partitions": PARTITIONS,
-                              "ha": ha, "rate": rate}
+                              "ha": ha, "rate": rate, "max_batch_delay": max_batch_delay}
     if name == "netmon":
         path = ROOT / "examples" / "netmon.py"
         return load_example(path), run_args(path, **common)
@@ -278,6 +279,8 @@ def main() -> int:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--rate", type=float, default=None,
                    help="input held at this many records/s (default: as fast as taken)")
+    p.add_argument("--max-batch-delay", type=float, default=None, metavar="MS",
+                   help="cap every hop's batching (the run option of the same name)")
     p.add_argument("--site", type=int, default=1, help="the site whose process is sampled")
     p.add_argument("--hz", type=int, default=250, help="samples per second")
     p.add_argument("--out", default="out/profile", help="where the pictures and stacks go")
@@ -286,7 +289,7 @@ def main() -> int:
     console = Console(width=140)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    module, args = workload(a.workload, a.events, a.ha, a.rate)
+    module, args = workload(a.workload, a.events, a.ha, a.rate, a.max_batch_delay)
     ages = out / "ages"
     for old in ages.glob("*.json"):
         old.unlink()
