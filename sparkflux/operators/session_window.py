@@ -172,6 +172,7 @@ class SessionWindowAggregate(TableState, Operator):
         names: tuple[str, str] = ("session_start", "session_end"),
     ) -> None:
         super().__init__()
+        self._seen_t0 = 0.0  # the newest input's ``_t0``: a session is timed from its close
         op = "SessionWindowAggregate"
         if isinstance(gap, bool) or not isinstance(gap, int) or gap < 1:
             raise PlanError(f"{op}: gap must be an integer >= 1 in the units of {time!r} "
@@ -227,6 +228,7 @@ class SessionWindowAggregate(TableState, Operator):
                 "count": np.ones(time.size, dtype=np.int64), "sum": values, "min": values,
                 "max": values, "sn": sn_array(batch), "snm": snm_array(batch),
                 "t0": batch.column(T0).to_numpy()}
+        self._seen_t0 = max(self._seen_t0, float(rows["t0"].max(initial=0.0)))
         pool = {n: np.concatenate([held.a[n][old], rows[n]]) for n in held.dtypes}
         pool_keys = pa.concat_tables([held.keys.take(pa.array(old)),
                                       keys.cast(held.keys.schema)])
@@ -294,7 +296,8 @@ class SessionWindowAggregate(TableState, Operator):
         return out, Frontier(claim, wm)
 
     def _rows(self, rows: np.ndarray) -> pa.RecordBatch:
-        """Output rows for the given sessions, in SN order."""
+        """Output rows for the given sessions, in SN order, each timed (``_t0``) from its
+        close: the newest input seen, or the session's latest tuple if later."""
         schema = self.output_schema
         if rows.size == 0:
             return empty(schema)
@@ -307,7 +310,8 @@ class SessionWindowAggregate(TableState, Operator):
         arrays = [*(keys.column(c).combine_chunks() for c in self.coder.columns),
                   pa.array(a["start"][rows]), pa.array(a["last"][rows] + self.gap),
                   *(pa.array(results[a.func]) for a in self.aggs.values()),
-                  pa.array(a["sn"][rows]), pa.array(a["snm"][rows]), pa.array(a["t0"][rows]),
+                  pa.array(a["sn"][rows]), pa.array(a["snm"][rows]),
+                  pa.array(np.maximum(a["t0"][rows], self._seen_t0)),
                   pa.array(a["part"][rows])]
         arrays = [x if x.type == f.type else x.cast(f.type)
                   for x, f in zip(arrays, schema, strict=True)]

@@ -153,6 +153,10 @@ class TimeWindowAggregate(TableState, Operator):
         self._dtypes: dict[str, np.dtype] = {}
         self._bounds: pa.DataType = pa.int64()
         self._table = KeyTable(self._spec())
+        # the admission time (``_t0``) of the newest input seen: a window's row is timed from
+        # its close, the input that moved the watermark past its end, of which this is the
+        # latest a pass can name (timing only: ``_t0`` is in no digest and no row's identity)
+        self._seen_t0 = 0.0
 
     def _partials(self) -> dict[str, np.dtype]:
         """The partial aggregates a window keeps per value column (``sum:bytes``, ...), with
@@ -165,7 +169,8 @@ class TimeWindowAggregate(TableState, Operator):
 
     def _spec(self) -> Spec:
         # Partial aggregates of one (group, window); sub-key = window start. sn, snm and t0
-        # are those of the window's latest tuple, which the output row descends from.
+        # are those of the window's latest tuple, which the output row descends from (its t0
+        # at least the newest input's at the close: ``_rows``).
         return {"count": (np.dtype(np.int64), ()),
                 **{name: (d, ()) for name, d in self._partials().items()},
                 "sn": (np.dtype(np.int64), ()), "snm": (np.dtype(np.int64), ()),
@@ -216,8 +221,10 @@ class TimeWindowAggregate(TableState, Operator):
             if column not in values:
                 values[column] = value_array(op, batch, column, dtype)[row[order]]
             partial[name] = folds[fn].reduceat(values[column], starts)
+        t0 = batch.column(T0).to_numpy()
+        self._seen_t0 = max(self._seen_t0, float(t0.max()))
         partial.update({"sn": sn_array(batch)[tail], "snm": snm_array(batch)[tail],
-                        "t0": batch.column(T0).to_numpy()[tail],
+                        "t0": t0[tail],
                         "closed": np.zeros(starts.size, dtype=bool)})
 
         table = self._table
@@ -264,7 +271,9 @@ class TimeWindowAggregate(TableState, Operator):
         return np.where((wm >= END_OF_STREAM) | (wm <= NO_WATERMARK), wm, first)
 
     def _rows(self, rows: np.ndarray) -> pa.RecordBatch:
-        """Output rows for the given state rows, in SN order."""
+        """Output rows for the given state rows, in SN order, each timed (``_t0``) from the
+        window's close: the newest input this operator had seen, or the window's latest
+        tuple if later (a copy rebuilt by catch-up starts with no input seen)."""
         schema = self.output_schema
         if rows.size == 0:
             return empty(schema)
@@ -287,7 +296,8 @@ class TimeWindowAggregate(TableState, Operator):
         arrays = [*keys, pa.array(start), pa.array(start + self.size),
                   *(pa.array(result(a.func, a.column)) for a in self.aggs.values()),
                   pa.array(t.cols["sn"][rows]), pa.array(minor),
-                  pa.array(t.cols["t0"][rows]), pa.array(t.part[rows])]
+                  pa.array(np.maximum(t.cols["t0"][rows], self._seen_t0)),
+                  pa.array(t.part[rows])]
         arrays = [a if a.type == f.type else a.cast(f.type)
                   for a, f in zip(arrays, schema, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -87,6 +87,7 @@ class _TopK(TableState, Operator):
         self._user: list[str] = []
         self._held = GroupsAndRows(KeyTable(self._spec()),
                                    Ranked(pa.schema([]), self.order, k, ties))
+        self._seen_t0 = 0.0  # the newest input's ``_t0``: a group is timed from its close
 
     # -- what a subclass decides ---------------------------------------------------------------
     def _extra_spec(self) -> Spec:
@@ -156,7 +157,9 @@ class _TopK(TableState, Operator):
         ends = np.r_[starts[1:], order.size] - 1
         head, tail = row[order[starts]], row[order[ends]]  # first and latest row of a group
         gsub = sub[order[starts]]
-        latest = {"sn": sn[tail], "snm": snm[tail], "t0": batch.column(T0).to_numpy()[tail]}
+        t0 = batch.column(T0).to_numpy()
+        self._seen_t0 = max(self._seen_t0, float(t0.max()))
+        latest = {"sn": sn[tail], "snm": snm[tail], "t0": t0[tail]}
         partial = self._partial(batch, row[order], starts)
 
         table = self._held.groups
@@ -190,7 +193,9 @@ class _TopK(TableState, Operator):
         return out, Frontier(claim, np.minimum(wm, frontier.wm))
 
     def _release(self, rows: np.ndarray) -> pa.RecordBatch:
-        """The output rows of the given groups, in SN order; the groups are forgotten."""
+        """The output rows of the given groups, in SN order, each timed (``_t0``) from the
+        group's close (the newest input seen, or its latest row if later); the groups are
+        forgotten."""
         schema = self.output_schema
         if rows.size == 0:
             return empty(schema)
@@ -213,7 +218,8 @@ class _TopK(TableState, Operator):
         arrays = [*(c.combine_chunks() for c in data.columns), *(e.take(pa.array(o))
                                                                  for e in extra),
                   pa.array(rank[o] + 1), pa.array(sn[o]), pa.array(minor[o]),
-                  pa.array(table.cols["t0"][group[o]]), pa.array(table.part[group[o]])]
+                  pa.array(np.maximum(table.cols["t0"][group[o]], self._seen_t0)),
+                  pa.array(table.part[group[o]])]
         arrays = [a if a.type == f.type else a.cast(f.type)
                   for a, f in zip(arrays, schema, strict=True)]
         keep = np.ones(len(ranked), dtype=bool)

@@ -131,6 +131,12 @@ def per_partition(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.take(pa.array(np.argsort(part, kind="stable")))
 
 
+def untimed(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch without ``_t0``: an operator that emits on progress times its rows from the
+    close, which follows the passes (timing only, in no digest)."""
+    return batch.drop_columns([T0])
+
+
 def assert_sn_increasing_per_partition(batch: pa.RecordBatch) -> None:
     """``(_sn, _snm)`` strictly increases along each partition's rows."""
     assert_sn_increasing_within(per_partition(batch))
