@@ -520,10 +520,7 @@ class Host:
     async def _flusher(self) -> None:
         """The ingress's DTSB flushed every ``RESEND_S`` (at most ``--max-batch-delay``):
         what a connection could not take, sent once it can."""
-        every = batch_delay(RESEND_S, self.cfg.max_batch_delay)
-        while True:
-            await asyncio.sleep(every)
-            self.outbox.flush()
+        await self.outbox.pump(batch_delay(RESEND_S, self.cfg.max_batch_delay))
 
     def abort(self, reason: str) -> None:
         """End the run, failed with ``reason`` (unless it failed already, or its output

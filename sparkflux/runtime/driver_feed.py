@@ -170,8 +170,8 @@ class Feed:
             if held == "window":
                 host.heard.clear()
                 await host.heard.wait()
-            else:  # the DTSB's back-pressure
-                await asyncio.sleep(0.002)
+            else:  # the DTSB's back-pressure: until a connection drains (at most 2 ms)
+                await host.outbox.wait_writable(0.002)
                 host.outbox.flush()
         host.input_state = "admitting"
         await asyncio.sleep(0)

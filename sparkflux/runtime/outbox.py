@@ -11,10 +11,16 @@ an unbounded backlog in front of its own input. Protocol control frames (acknowl
 ``reverse``, ``rejoin``, ``retain``, ``installed``) are never held behind data: they overtake
 it, so take-over and catch-up are not delayed by a slow site's queue. A failed destination's
 held frames are dropped (``ack_all``; FH-Prod resends by ``reverse`` if ever needed).
+
+Held frames leave when their connection drains: a blocked connection's transport pauses its
+writer above ``high_water`` (``set_write_buffer_limits``) and resumes it under a quarter of
+it, and ``wait_writable`` wakes on that resumption, not on a timer; the timer it is given
+only bounds the wait (and stands in if a transport wakes its writers with nothing written).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from sparkflux.protocol.channels import ordered_with_data
@@ -35,6 +41,7 @@ class Outbox:
         self.conn_of = conn_of
         self.skew: SkewBuffer[Frame] = SkewBuffer(capacity_rows, [])
         self.high_water = high_water
+        self._blocked = asyncio.Event()  # set when a frame is held
 
     def send(self, dest: int, msg: Frame) -> None:
         conn = self.conn_of(dest)
@@ -54,14 +61,18 @@ class Outbox:
                 blocked = False
                 for held in self.skew.release(dest):
                     conn.send(held)
-            for m in self.skew.offer(dest, msg, rows, blocked):
+            sent = self.skew.offer(dest, msg, rows, blocked)
+            for m in sent:
                 conn.send(m)
+            if not sent:
+                self._blocked.set()
         except ConnectionLost:
             self.drop(dest)  # a control frame to a lost peer may come before any data
 
-    def flush(self) -> None:
-        """Write what held destinations can take now (called after every event and on a
-        short timer)."""
+    def flush(self) -> int:
+        """Write what held destinations can take now (called after every event and when a
+        connection drains); returns how many frames were written."""
+        written = 0
         for dest in self.skew.blocked_destinations():
             conn = self.conn_of(dest)
             if conn is None or conn.closed:
@@ -73,8 +84,42 @@ class Outbox:
                     if m is None:
                         break
                     conn.send(m)
+                    written += 1
             except ConnectionLost:
                 self.skew.drop(dest)
+        return written
+
+    async def wait_writable(self, timeout: float, drains: bool = True) -> bool:
+        """Until a connection holding frames drains (its writer resumes: True), or
+        ``timeout`` (False); with nothing held, or ``drains`` False, until a frame is held
+        or ``timeout``."""
+        conns = [c for d in self.skew.blocked_destinations()
+                 if (c := self.conn_of(d)) is not None and not c.closed] if drains else []
+        if not conns:
+            self._blocked.clear()
+            try:
+                await asyncio.wait_for(self._blocked.wait(), timeout)
+            except TimeoutError:
+                pass
+            return False
+        waits = [asyncio.ensure_future(c.writable(self.high_water)) for c in conns]
+        done, pending = await asyncio.wait(waits, timeout=timeout,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        for f in pending:
+            f.cancel()
+        return bool(done)
+
+    async def pump(self, every: float) -> None:
+        """Release held frames as their connections drain, and at least every ``every``
+        seconds. A drain wake-up that could write nothing (a transport that woke its writers
+        with its buffer still above ``high_water``) leaves the next wait to the timer, so the
+        loop never spins."""
+        drains = True
+        while True:
+            woke = await self.wait_writable(every, drains)
+            drains = not woke or self.flush() > 0
+            if not woke:
+                self.flush()
 
     def drop(self, dest: int) -> None:
         if dest in self.skew.destinations():

@@ -205,8 +205,8 @@ class RunOptions:
         None, "the longest a record waits for its batch to fill at any hop: the push "
               "source's admission (default 20 ms), a busy site's gathering before a pass "
               "(default 10 ms; 50 under --site-cpu) and the resend of frames held for a full "
-              "connection (5 ms); an idle site never gathers. Lower trades throughput at load "
-              "for latency", metavar="MS")
+              "connection (when it drains, at the latest 5 ms); an idle site never gathers. "
+              "Lower trades throughput at load for latency", metavar="MS")
     heartbeat_timeout: float = option(
         HEARTBEAT_TIMEOUT_S, f"seconds without a heartbeat before a site counts as failed "
         f"(hung); at least {MIN_HEARTBEAT_TIMEOUT_S:.1f} (a busy site's heartbeats can be a "

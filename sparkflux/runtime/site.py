@@ -435,10 +435,7 @@ class Site:
 
     async def _flusher(self) -> None:
         """Hand held frames to connections that drained (the DTSB's release)."""
-        every = batch_delay(RESEND_S, self.cfg.max_batch_delay)
-        while True:
-            await asyncio.sleep(every)
-            self.outbox.flush()
+        await self.outbox.pump(batch_delay(RESEND_S, self.cfg.max_batch_delay))
 
     async def _linger(self) -> None:
         """After an error report: keep the connections open until the driver, which stops

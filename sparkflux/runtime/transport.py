@@ -156,6 +156,19 @@ class Connection:
         except AttributeError:  # a TLS transport whose socket has just gone
             return 0
 
+    async def writable(self, high: int) -> None:
+        """Until the transport can take more: its writer pauses above ``high`` bytes and
+        resumes under a quarter of it (at once if it is not paused); a lost connection
+        returns too (the next write finds it)."""
+        t = self.writer.transport
+        if t is None or self.closed or t.is_closing():
+            return
+        try:
+            t.set_write_buffer_limits(high=high)
+            await self.writer.drain()
+        except (ConnectionError, OSError, AttributeError):
+            return
+
     async def drain(self) -> None:
         try:
             await self._sent_all.wait()
