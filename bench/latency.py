@@ -11,8 +11,9 @@ In one Spark session, 4 sites and 32 partitions, each workload (``q1``: Nexmark 
 records) under each mode (``none``: one copy; ``flux``: Flux-HA; ``flux3``: Flux-HA with 3
 copies). Latency is from a record's admission by the ingress to its row's delivery to the
 sink; a window's row is timed from its close (the newest record the window operator had
-seen when the watermark passed the window's end), so it is the latency from the close. Printed: p50 / p99 / p99.9 and the throughput per row,
-and whether every mode's rows at a (workload, rate) are the same (rows digest).
+seen when the watermark passed the window's end), so it is the latency from the close.
+Printed: p50 / p99 / p99.9 and the throughput per row, and whether every mode's rows at a
+(workload, rate) are the same (rows digest).
 
 ``--max-batch-delay MS ...`` runs every mode once more per value, with the coalescing of
 every hop capped there (the option of the same name), next to the defaults. ``--kill``
