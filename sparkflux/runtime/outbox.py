@@ -103,10 +103,12 @@ class Outbox:
                 pass
             return False
         waits = [asyncio.ensure_future(c.writable(self.high_water)) for c in conns]
-        done, pending = await asyncio.wait(waits, timeout=timeout,
-                                           return_when=asyncio.FIRST_COMPLETED)
-        for f in pending:
-            f.cancel()
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:  # (the pump cancelled too: no wait outlives it)
+            for f in waits:
+                f.cancel()
         return bool(done)
 
     async def pump(self, every: float) -> None:
