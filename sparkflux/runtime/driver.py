@@ -518,8 +518,9 @@ class Host:
                     return
 
     async def _flusher(self) -> None:
-        """The ingress's DTSB flushed every ``RESEND_S`` (at most ``--max-batch-delay``):
-        what a connection could not take, sent once it can."""
+        """The ingress's DTSB released: what a connection could not take, sent once it
+        drains (``Outbox.pump``; at the latest after ``RESEND_S``, capped by
+        ``--max-batch-delay``)."""
         await self.outbox.pump(batch_delay(RESEND_S, self.cfg.max_batch_delay))
 
     def abort(self, reason: str) -> None:

@@ -119,9 +119,8 @@ class Outbox:
         drains = True
         while True:
             woke = await self.wait_writable(every, drains)
-            drains = not woke or self.flush() > 0
-            if not woke:
-                self.flush()
+            written = self.flush()
+            drains = not woke or written > 0
 
     def drop(self, dest: int) -> None:
         if dest in self.skew.destinations():
