@@ -94,9 +94,11 @@ def test_a_hung_only_sender_is_revived_around_before_the_timeout(
     """``--stream-replicas 1`` and site 2 stopped (SIGSTOP) for 4 s, the heartbeat timeout
     2 s: the streams it alone sent stand still while the others move, and their consumers
     take the collected copies back after the stall (0.3 s), long before the controller
-    excludes the site."""
-    m = run_race(netmon, spark, stream_replicas=1, hang=["2@input+100000=4"],
-                 heartbeat_timeout=2.0, rate=RATE / 2)
+    excludes the site. The hang comes 8 s into an input at a quarter of the rate: a stream
+    is first collected only after ``GC_CLAIMS`` claims, more than 3 s in on a loaded
+    machine (a hang before it leaves nothing collected to revive)."""
+    m = run_race(netmon, spark, stream_replicas=1, hang=["2@input+200000=4"],
+                 heartbeat_timeout=2.0, rate=RATE / 4)
     assert [f["site"] for f in m["failures"]] == [2]
     assert (m["output_digest"], m["output_tuples"]) == expected
     assert m["stream_replicas"]["revived"] > 0
